@@ -1,0 +1,664 @@
+"""Per-rollout sandbox: a private working directory and contained shell commands.
+
+Each `Sandbox` owns a fresh directory and runs `bash -c` commands there as an unprivileged user,
+with resource limits, no network, an allow-listed environment, a timeout that kills every process
+the command started, and bounded output. See docs/sandbox.md for what is enforced how, and what
+degrades when the OS lacks a feature.
+
+    async with Sandbox.create(SandboxLimits()) as sb:
+        result = await sb.run("python3 -c 'print(1 + 1)'")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
+
+NOBODY_UID = 65534
+NOBODY_GID = 65534
+BASH = "/bin/bash"
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+_DRAIN_GRACE_S = 0.25
+"""After the command's main process exits, how long to keep reading output that is still buffered."""
+_READ_CHUNK = 64 * 1024
+
+
+class SandboxLimits(BaseModel):
+    """Resource limits and isolation settings for one sandbox."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    command_timeout_s: float = Field(
+        60.0, gt=0, description="Wall-clock limit per command; on expiry the whole process tree is killed."
+    )
+    cpu_time_s: int = Field(60, ge=1, description="RLIMIT_CPU per process, in seconds of CPU time.")
+    memory_mb: int = Field(
+        1024,
+        ge=64,
+        description="RLIMIT_AS per process, in MiB. Bounds address space, not resident memory; "
+        "Python starts fine under 64 MiB but leave headroom for real work.",
+    )
+    file_size_mb: int = Field(
+        64, ge=1, description="RLIMIT_FSIZE: the largest file a command may write, in MiB."
+    )
+    max_processes: int = Field(
+        64,
+        ge=4,
+        description="RLIMIT_NPROC for the sandbox user (processes and threads). Only enforced because "
+        "commands run as an unprivileged uid; with user='nobody' the count is shared by all "
+        "sandboxes running at the same time.",
+    )
+    max_open_files: int = Field(256, ge=16, description="RLIMIT_NOFILE per process.")
+    max_output_bytes: int = Field(
+        20_000,
+        ge=256,
+        description="Output (stdout and stderr merged) kept per command: the first and last halves, "
+        "with a truncation marker in between.",
+    )
+    kill_output_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        description="A command that writes more than this many bytes of output in total is killed.",
+    )
+    allow_network: bool = Field(
+        False, description="If False, commands run in a network namespace with no usable interface."
+    )
+    user: Literal["nobody", "per_sandbox"] = Field(
+        "nobody",
+        description="'nobody': run as uid/gid 65534. 'per_sandbox': run each sandbox as its own uid "
+        "from per_sandbox_uid_base.., so concurrent sandboxes cannot read each other's files, "
+        "have separate process counts, and leftover processes can be killed by uid. Only "
+        "applies when the host process is root.",
+    )
+    per_sandbox_uid_base: int = Field(
+        1_000_000, ge=1000, description="First uid (and gid) used when user='per_sandbox'."
+    )
+    per_sandbox_uid_count: int = Field(
+        1_000_000, ge=1, description="Size of the uid range used when user='per_sandbox'."
+    )
+    extra_env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables given to every command."
+    )
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command did."""
+
+    exit_code: int
+    """The exit status; 128 + N when killed by signal N (shell convention)."""
+    output: str
+    """stdout and stderr merged, decoded as UTF-8 with replacement, possibly truncated."""
+    timed_out: bool
+    truncated: bool
+    duration_s: float
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be set up or was used after it was closed."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Isolation: how commands are wrapped, detected once per process.
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How commands are confined on this machine (detected once, see `detect_isolation`)."""
+
+    unshare_path: str
+    """Absolute path of util-linux `unshare`; empty when no wrapper is used."""
+    unshare_flags: tuple[str, ...]
+    """Flags for the `unshare` wrapper; empty when no wrapper is used."""
+    drop_privileges: bool
+    """True when commands run as an unprivileged uid (host process is root)."""
+    network_isolated: bool
+    pid_namespace: bool
+    """When the command's first process exits or is killed, the kernel kills all it started."""
+
+    def wrapper(self, uid: int | None, gid: int | None) -> list[str]:
+        if not self.unshare_flags:
+            return []
+        ids = [] if uid is None or gid is None else ["--setgid", str(gid), "--setuid", str(uid)]
+        return [self.unshare_path, *self.unshare_flags, *ids, "--"]
+
+
+_isolation_cache: dict[bool, Isolation] = {}
+_isolation_lock = threading.Lock()
+
+
+def detect_isolation(allow_network: bool) -> Isolation:
+    """Find the strongest confinement this machine supports; cached; logs a warning if degraded."""
+    with _isolation_lock:
+        if allow_network not in _isolation_cache:
+            _isolation_cache[allow_network] = _probe_isolation(allow_network)
+        return _isolation_cache[allow_network]
+
+
+def _probe_isolation(allow_network: bool) -> Isolation:
+    is_root = os.geteuid() == 0
+    net = () if allow_network else ("--net",)
+    if is_root:
+        ids = ["--setgid", str(NOBODY_GID), "--setuid", str(NOBODY_UID)]
+        candidates = [
+            (*net, "--pid", "--fork", "--mount-proc"),
+            (*net, "--pid", "--fork"),
+            (*net,),
+        ]
+    else:
+        ids = []
+        userns = ("--user", "--map-root-user")
+        candidates = [
+            (*userns, *net, "--pid", "--fork", "--mount-proc"),
+            (*userns, *net, "--pid", "--fork"),
+            (*userns, *net),
+        ]
+    unshare = shutil.which("unshare") or ""
+    if unshare:
+        for flags in candidates:
+            if not flags:
+                continue
+            probe = [unshare, *flags, *ids, "--", BASH, "-c", "exit 0"]
+            try:
+                ok = subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                ok = False
+            if ok:
+                iso = Isolation(
+                    unshare_path=unshare,
+                    unshare_flags=flags,
+                    drop_privileges=is_root,
+                    network_isolated=allow_network or "--net" in flags,
+                    pid_namespace="--pid" in flags,
+                )
+                if not iso.pid_namespace:
+                    log.warning(
+                        "sandbox: no PID namespace; background processes that leave the command's "
+                        "process group may outlive their command"
+                    )
+                return iso
+    iso = Isolation(
+        unshare_path="",
+        unshare_flags=(),
+        drop_privileges=is_root,
+        network_isolated=allow_network,
+        pid_namespace=False,
+    )
+    if not allow_network:
+        log.warning(
+            "sandbox: `unshare --net` is unavailable here; commands in the sandbox HAVE NETWORK ACCESS"
+        )
+    if not is_root:
+        log.warning("sandbox: not root; commands run as the current user (rlimits still apply)")
+    return iso
+
+
+# ---------------------------------------------------------------------------------------------
+# Child-side setup: rlimits and no_new_privs, applied after fork and before exec.
+
+_PR_SET_NO_NEW_PRIVS = 38
+
+
+def _load_prctl():
+    name = ctypes.util.find_library("c")
+    if not name:
+        return None
+    try:
+        fn = ctypes.CDLL(name, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    return fn
+
+
+_prctl = _load_prctl()
+
+
+def _rlimits(limits: SandboxLimits) -> list[tuple[int, tuple[int, int]]]:
+    mib = 1024 * 1024
+    return [
+        (resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s + 1)),
+        (resource.RLIMIT_AS, (limits.memory_mb * mib, limits.memory_mb * mib)),
+        (resource.RLIMIT_FSIZE, (limits.file_size_mb * mib, limits.file_size_mb * mib)),
+        (resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes)),
+        (resource.RLIMIT_NOFILE, (limits.max_open_files, limits.max_open_files)),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ]
+
+
+def _make_preexec(limits: SandboxLimits):
+    """A preexec_fn that only makes plain system calls (safe enough after fork in a threaded parent)."""
+    rlimits = _rlimits(limits)
+    prctl = _prctl
+    setrlimit = resource.setrlimit
+
+    def preexec() -> None:
+        for which, value in rlimits:
+            setrlimit(which, value)
+        if prctl is not None:
+            prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+    return preexec
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes: find, kill and reap.
+
+
+def _parent_map() -> dict[int, int]:
+    """pid -> ppid for every process visible in /proc."""
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def descendants(pid: int) -> list[int]:
+    """All live descendants of `pid` (children first), from a snapshot of /proc."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _parent_map().items():
+        children.setdefault(parent, []).append(child)
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        nxt: list[int] = []
+        for p in frontier:
+            nxt.extend(children.get(p, []))
+        found.extend(nxt)
+        frontier = nxt
+    return found
+
+
+def pids_of_uid(uid: int) -> list[int]:
+    """Processes whose real uid is `uid`."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            found.append(int(entry.name))
+                        break
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _signal_quietly(pid: int, sig: int, group: bool = False) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        (os.killpg if group else os.kill)(pid, sig)
+
+
+def kill_process_tree(pid: int) -> None:
+    """SIGKILL the process group led by `pid` and every descendant of `pid` (including ones that
+    moved to another session or process group). With a PID namespace, killing its first process
+    makes the kernel kill everything inside."""
+    tree = descendants(pid)
+    _signal_quietly(pid, signal.SIGKILL, group=True)
+    for p in tree:
+        _signal_quietly(p, signal.SIGKILL)
+    _signal_quietly(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output: bounded, read incrementally.
+
+
+class _BoundedOutput:
+    """Keeps the first and last `limit // 2` bytes of a stream and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            excess = len(self.tail) - self.tail_limit
+            if excess > 0:
+                del self.tail[:excess]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + len(self.tail)
+
+    def render(self) -> str:
+        head = self.head.decode("utf-8", errors="replace")
+        tail = self.tail.decode("utf-8", errors="replace")
+        if not self.truncated:
+            return head + tail
+        omitted = self.total - len(self.head) - len(self.tail)
+        return f"{head}\n[... output truncated: {omitted} of {self.total} bytes omitted ...]\n{tail}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The sandbox.
+
+_uids_in_use: set[int] = set()
+_uids_lock = threading.Lock()
+
+
+def _allocate_uid(limits: SandboxLimits) -> int:
+    with _uids_lock:
+        for _ in range(1000):
+            uid = limits.per_sandbox_uid_base + random.randrange(limits.per_sandbox_uid_count)
+            if uid not in _uids_in_use:
+                _uids_in_use.add(uid)
+                return uid
+    raise SandboxError("no free per-sandbox uid")
+
+
+def _release_uid(uid: int) -> None:
+    with _uids_lock:
+        _uids_in_use.discard(uid)
+
+
+class Sandbox:
+    """A private working directory plus contained command execution. Create with `Sandbox.create`."""
+
+    def __init__(
+        self,
+        *,
+        container: Path,
+        workdir: Path,
+        dir_fd: int,
+        limits: SandboxLimits,
+        isolation: Isolation,
+        uid: int | None,
+        gid: int | None,
+    ) -> None:
+        self._container = container
+        self._workdir = workdir
+        self._dir_fd = dir_fd
+        self._limits = limits
+        self._isolation = isolation
+        self._uid = uid
+        self._gid = gid
+        self._procs: set[asyncio.subprocess.Process] = set()
+        self._closed = False
+
+    # -- construction and teardown ------------------------------------------------------------
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def create(
+        cls, limits: SandboxLimits | None = None, *, root_dir: str | os.PathLike[str] | None = None
+    ) -> AsyncIterator[Sandbox]:
+        """A fresh sandbox, removed (processes killed, directory deleted) when the block exits,
+        also on exception or cancellation."""
+        sandbox = await cls.open(limits, root_dir=root_dir)
+        try:
+            yield sandbox
+        finally:
+            await asyncio.shield(sandbox.close())
+
+    @classmethod
+    async def open(
+        cls, limits: SandboxLimits | None = None, *, root_dir: str | os.PathLike[str] | None = None
+    ) -> Sandbox:
+        """Like `create`, for callers that manage the lifetime themselves; call `close()`."""
+        limits = limits or SandboxLimits()
+        isolation = await asyncio.to_thread(detect_isolation, limits.allow_network)
+        uid = gid = None
+        if isolation.drop_privileges:
+            if limits.user == "per_sandbox":
+                uid = gid = _allocate_uid(limits)
+            else:
+                uid, gid = NOBODY_UID, NOBODY_GID
+        try:
+            container, workdir, dir_fd = await asyncio.to_thread(_make_dirs, root_dir, uid, gid)
+        except BaseException:
+            if uid is not None and limits.user == "per_sandbox":
+                _release_uid(uid)
+            raise
+        return cls(
+            container=container,
+            workdir=workdir,
+            dir_fd=dir_fd,
+            limits=limits,
+            isolation=isolation,
+            uid=uid,
+            gid=gid,
+        )
+
+    async def close(self) -> None:
+        """Kill everything still running and delete the directory. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for proc in list(self._procs):
+            kill_process_tree(proc.pid)
+        for proc in list(self._procs):
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                await proc.wait()
+        if self._uid is not None and self._limits.user == "per_sandbox":
+            for _ in range(10):  # a fork bomb may race the first passes
+                leftovers = pids_of_uid(self._uid)
+                if not leftovers:
+                    break
+                for pid in leftovers:
+                    _signal_quietly(pid, signal.SIGKILL)
+                await asyncio.sleep(0.01)
+        with contextlib.suppress(OSError):
+            os.close(self._dir_fd)
+        await asyncio.to_thread(shutil.rmtree, self._container, ignore_errors=True)
+        if self._uid is not None and self._limits.user == "per_sandbox":
+            _release_uid(self._uid)
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def workdir(self) -> Path:
+        """The command's working directory (also HOME and TMPDIR)."""
+        return self._workdir
+
+    @property
+    def dir_fd(self) -> int:
+        """An open descriptor of `workdir`, immune to the directory being renamed or replaced."""
+        self._check_open()
+        return self._dir_fd
+
+    @property
+    def uid(self) -> int | None:
+        """The uid commands run as, or None when they run as the host process's user."""
+        return self._uid
+
+    @property
+    def gid(self) -> int | None:
+        return self._gid
+
+    @property
+    def limits(self) -> SandboxLimits:
+        return self._limits
+
+    @property
+    def isolation(self) -> Isolation:
+        return self._isolation
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def environment(self) -> dict[str, str]:
+        """The complete environment of a command: an allow-list, never the host's variables."""
+        home = str(self._workdir)
+        env = {
+            "PATH": SANDBOX_PATH,
+            "HOME": home,
+            "TMPDIR": home,
+            "PWD": home,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "TERM": "dumb",
+            "PYTHONIOENCODING": "utf-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONNOUSERSITE": "1",
+        }
+        if self._uid is not None:
+            env["USER"] = env["LOGNAME"] = "nobody" if self._uid == NOBODY_UID else f"sandbox{self._uid}"
+        env.update(self._limits.extra_env)
+        return env
+
+    async def run(
+        self, command: str, timeout_s: float | None = None, *, stdin: bytes | None = None
+    ) -> CommandResult:
+        """Run `bash -c command` in the sandbox. Never raises for what the command does; raises
+        SandboxError if the sandbox is closed or the process cannot be started."""
+        self._check_open()
+        timeout = self._limits.command_timeout_s if timeout_s is None else timeout_s
+        argv = [*self._isolation.wrapper(self._uid, self._gid), BASH, "-c", command]
+        privileges = {}
+        if self._isolation.drop_privileges and not self._isolation.unshare_flags:
+            privileges = {"user": self._uid, "group": self._gid, "extra_groups": []}
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=self._workdir,
+                env=self.environment(),
+                start_new_session=True,
+                preexec_fn=_make_preexec(self._limits),
+                **privileges,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SandboxError(f"could not start command: {exc}") from exc
+        self._procs.add(proc)
+        output = _BoundedOutput(self._limits.max_output_bytes)
+        timed_out = flooded = False
+        try:
+            try:
+                async with asyncio.timeout(timeout):
+                    flooded = await self._pump(proc, output, stdin)
+            except TimeoutError:
+                timed_out = True
+        finally:
+            # Timeout, flood or cancellation: kill the whole tree. Normal exit: with a PID
+            # namespace the kernel has already killed everything inside; without one, kill what is
+            # left in the command's process group (background jobs).
+            if proc.returncode is None:
+                kill_process_tree(proc.pid)
+            elif not self._isolation.pid_namespace:
+                _signal_quietly(proc.pid, signal.SIGKILL, group=True)
+            await proc.wait()
+            self._procs.discard(proc)
+        text = output.render()
+        if flooded:
+            text += f"\n[command killed: output exceeded {self._limits.kill_output_bytes} bytes]"
+        if timed_out:
+            text += f"\n[command timed out after {timeout:g}s and was killed]"
+        code = proc.returncode if proc.returncode is not None else -1
+        return CommandResult(
+            exit_code=code if code >= 0 else 128 - code,
+            output=text,
+            timed_out=timed_out,
+            truncated=output.truncated or flooded,
+            duration_s=time.monotonic() - started,
+        )
+
+    async def _pump(
+        self, proc: asyncio.subprocess.Process, output: _BoundedOutput, stdin: bytes | None
+    ) -> bool:
+        """Feed stdin, collect output until the command exits. Returns True if output flooded."""
+        assert proc.stdout is not None
+        flooded = False
+
+        async def read_all() -> None:
+            nonlocal flooded
+            while chunk := await proc.stdout.read(_READ_CHUNK):
+                output.feed(chunk)
+                if output.total > self._limits.kill_output_bytes:
+                    flooded = True
+                    kill_process_tree(proc.pid)
+                    return
+
+        async def write_stdin() -> None:
+            assert proc.stdin is not None
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                proc.stdin.write(stdin or b"")
+                await proc.stdin.drain()
+            proc.stdin.close()
+
+        tasks = [asyncio.ensure_future(read_all())]
+        if stdin is not None:
+            tasks.append(asyncio.ensure_future(write_stdin()))
+        try:
+            await proc.wait()
+            # Output still in the pipe, or held open by a background process: read briefly.
+            await asyncio.wait(tasks, timeout=_DRAIN_GRACE_S)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return flooded
+
+
+def _make_dirs(
+    root_dir: str | os.PathLike[str] | None, uid: int | None, gid: int | None
+) -> tuple[Path, Path, int]:
+    """Create `<root>/hermes-sbx-XXXX/work`. The container is the host user's (so the sandbox user
+    cannot rename or replace `work`); `work` belongs to the sandbox user, mode 0700."""
+    root = Path(root_dir) if root_dir is not None else Path(tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    container = Path(tempfile.mkdtemp(prefix="hermes-sbx-", dir=root)).resolve()
+    try:
+        os.chmod(container, 0o711)
+        workdir = container / "work"
+        workdir.mkdir(mode=0o700)
+        if uid is not None and gid is not None:
+            os.chown(workdir, uid, gid)
+        dir_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except BaseException:
+        shutil.rmtree(container, ignore_errors=True)
+        raise
+    return container, workdir, dir_fd

@@ -1,0 +1,100 @@
+"""`hermes-opd` console entry point. Each subcommand lives in its own module; this file only
+parses the command line and dispatches (heavy imports happen inside the handlers)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def _dev_model(args: argparse.Namespace) -> int:
+    from hermes_opd.dev_model import DevModelSpec, build_dev_model, is_built
+
+    if args.if_missing and is_built(args.dir):
+        print(f"dev model already built at {args.dir}")
+        return 0
+    build_dev_model(args.dir, DevModelSpec(seed=args.seed))
+    print(f"dev model written to {args.dir}")
+    return 0
+
+
+def _dev_server(args: argparse.Namespace) -> int:
+    from hermes_opd.dev_server import DevServer, serve_forever
+
+    server = DevServer(
+        model_dir=args.model,
+        served_model_name=args.served_model_name,
+        port=args.port,
+        max_model_len=args.max_model_len,
+        max_logprobs=args.max_logprobs,
+        log_path=args.log,
+    )
+    return serve_forever(server)
+
+
+DELEGATED = {
+    "demo": ("hermes_opd.demo", "run the embedded CPU demo end to end (dev model, local vLLM, real tools)"),
+    "process": ("hermes_opd.process_job", "collect OPD groups to disk with progress and resume"),
+    "inspect": ("hermes_opd.inspector", "render a groups JSONL file as a self-contained HTML report"),
+    "validate": ("hermes_opd.validate_file", "check a groups JSONL file against docs/distill-format.md"),
+    "train": ("trainer_adapters.train_cli", "run the reference torch trainer against an Atropos API"),
+    "bench": ("hermes_opd.bench.cli", "run a benchmark (pipeline, payload, loss, teacher)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hermes-opd", description="Hindsight-guided on-policy distillation."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dev_model = sub.add_parser("dev-model", help="build the tiny local dev model (no downloads)")
+    dev_model_sub = dev_model.add_subparsers(dest="action", required=True)
+    build = dev_model_sub.add_parser("build", help="write tokenizer, chat template and weights to DIR")
+    build.add_argument("dir")
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--if-missing", action="store_true", help="do nothing when DIR already holds a build")
+    build.set_defaults(handler=_dev_model)
+
+    server = sub.add_parser("dev-server", help="serve a local model with vLLM on 127.0.0.1 until Ctrl-C")
+    server.add_argument("--model", required=True, help="model directory (e.g. one built by dev-model build)")
+    server.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    server.add_argument("--served-model-name", default="dev-model")
+    server.add_argument("--max-model-len", type=int, default=4096)
+    server.add_argument("--max-logprobs", type=int, default=100)
+    server.add_argument("--log", default=None, help="vLLM log file (default: next to the model dir)")
+    server.set_defaults(handler=_dev_server)
+
+    for name, (_module, help_text) in DELEGATED.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "-v" in argv[:1] or "--verbose" in argv[:1]
+    if verbose:
+        argv = argv[1:]
+    if argv and argv[0] in DELEGATED:
+        # Subcommands with their own parser get the rest of the command line untouched.
+        import importlib
+
+        _configure_logging(verbose)
+        module = importlib.import_module(DELEGATED[argv[0]][0])
+        return int(module.main(argv[1:]) or 0)
+    args = build_parser().parse_args(argv)
+    _configure_logging(args.verbose or verbose)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""Build the tiny dev model: a locally trained BPE tokenizer, a ChatML template with tools, and a
+small Qwen2-architecture model briefly fitted to synthetic agent transcripts. Nothing is downloaded;
+the same seed gives byte-identical files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import sysconfig
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+MARKUP_TOKENS = ["<tool_call>", "</tool_call>", "<think>", "</think>"]
+
+# Fixed stdlib files (present in every CPython 3.11+) used as tokenizer training text.
+STDLIB_CORPUS = [
+    "json/__init__.py", "textwrap.py", "argparse.py", "pathlib.py", "shutil.py", "subprocess.py",
+    "unittest/case.py", "collections/__init__.py", "functools.py", "heapq.py", "bisect.py",
+    "string.py", "difflib.py", "statistics.py", "fractions.py", "csv.py", "traceback.py",
+    "dataclasses.py", "enum.py",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DevModelSpec:
+    """Shape and training budget of the dev model."""
+
+    seed: int = 0
+    vocab_size: int = 4096
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    max_position_embeddings: int = 4096
+    fit_steps: int = 120
+    fit_batch: int = 4
+    fit_seq_len: int = 256
+    fit_lr: float = 3e-3
+
+
+def chat_template() -> str:
+    return resources.files("hermes_opd").joinpath("chat_template.jinja").read_text()
+
+
+def _stdlib_texts() -> list[str]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    texts = []
+    for rel in STDLIB_CORPUS:
+        path = root / rel
+        if path.is_file():
+            texts.append(path.read_text(encoding="utf-8", errors="replace"))
+    if not texts:
+        raise RuntimeError(f"no stdlib sources found under {root} to train the dev tokenizer on")
+    return texts
+
+
+def build_tokenizer(spec: DevModelSpec, extra_texts: list[str]):
+    """Train a byte-level BPE on local text and wrap it as a transformers fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size - len(MARKUP_TOKENS),
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    raw.train_from_iterator(_stdlib_texts() + extra_texts, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.add_tokens(MARKUP_TOKENS)
+    tokenizer.chat_template = chat_template()
+    tokenizer.model_max_length = spec.max_position_embeddings
+    return tokenizer
+
+
+def _render_corpus(tokenizer, rng: random.Random, count: int) -> list[str]:
+    from hermes_opd.dev_corpus import DEV_TOOLS, synthetic_conversation
+
+    return [
+        tokenizer.apply_chat_template(synthetic_conversation(rng), tools=DEV_TOOLS, tokenize=False)
+        for _ in range(count)
+    ]
+
+
+def _fit(model, tokenizer, texts: list[str], spec: DevModelSpec) -> float:
+    """A few optimizer steps on packed transcripts, single-threaded so the result is reproducible."""
+    import torch
+
+    ids: list[int] = []
+    for text in texts:
+        ids.extend(tokenizer(text, add_special_tokens=False)["input_ids"])
+    data = torch.tensor(ids, dtype=torch.long)
+    n_windows = (len(data) - 1) // spec.fit_seq_len
+    windows = data[: n_windows * spec.fit_seq_len].view(n_windows, spec.fit_seq_len)
+    generator = torch.Generator().manual_seed(spec.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.fit_lr, weight_decay=0.0)
+    model.train()
+    loss_value = float("nan")
+    for _ in range(spec.fit_steps):
+        batch = windows[torch.randint(0, n_windows, (spec.fit_batch,), generator=generator)]
+        loss = model(input_ids=batch, labels=batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        loss_value = float(loss.detach())
+    model.eval()
+    return loss_value
+
+
+def build_dev_model(out_dir: str | Path, spec: DevModelSpec | None = None) -> Path:
+    """Write tokenizer, chat template, config and float32 weights to `out_dir`."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    spec = spec or DevModelSpec()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rng = random.Random(spec.seed)
+        tokenizer = build_tokenizer(spec, _render_corpus_plain(rng))
+        torch.manual_seed(spec.seed)
+        eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        config = Qwen2Config(
+            vocab_size=len(tokenizer),
+            hidden_size=spec.hidden_size,
+            intermediate_size=spec.intermediate_size,
+            num_hidden_layers=spec.num_layers,
+            num_attention_heads=spec.num_heads,
+            num_key_value_heads=spec.num_kv_heads,
+            max_position_embeddings=spec.max_position_embeddings,
+            tie_word_embeddings=False,
+            bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+            eos_token_id=eos_id,
+            pad_token_id=tokenizer.pad_token_id,
+            dtype="float32",
+        )
+        model = Qwen2ForCausalLM(config).to(torch.float32)
+        loss = float("nan")
+        if spec.fit_steps > 0:
+            loss = _fit(model, tokenizer, _render_corpus(tokenizer, rng, 300), spec)
+        model.save_pretrained(out, safe_serialization=True)
+        GenerationConfig(eos_token_id=eos_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        (out / "chat_template.jinja").write_text(chat_template())
+    finally:
+        torch.set_num_threads(threads)
+    manifest = {
+        "spec": spec.__dict__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "fit_loss": round(loss, 4),
+        "files": {
+            p.name: _sha256(p) for p in sorted(out.iterdir()) if p.is_file() and p.name != "dev_model.json"
+        },
+    }
+    (out / "dev_model.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    logger.info(
+        "built dev model in %s in %.1fs (%d params, fit loss %.3f)",
+        out,
+        time.monotonic() - started,
+        manifest["parameters"],
+        loss,
+    )
+    return out
+
+
+def _render_corpus_plain(rng: random.Random) -> list[str]:
+    """Transcript text for tokenizer training, rendered without a tokenizer (plain ChatML)."""
+    from hermes_opd.dev_corpus import synthetic_conversation
+
+    texts = []
+    for _ in range(200):
+        parts = []
+        for message in synthetic_conversation(rng):
+            body = message.get("content") or ""
+            for call in message.get("tool_calls", []):
+                fn = call["function"]
+                body += (
+                    f'\n<tool_call>\n{{"name": "{fn["name"]}", "arguments": {fn["arguments"]}}}\n</tool_call>'
+                )
+            parts.append(f"<|im_start|>{message['role']}\n{body}<|im_end|>\n")
+        texts.append("".join(parts))
+    return texts
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def is_built(path: str | Path) -> bool:
+    """True when `path` holds a complete dev model build."""
+    p = Path(path)
+    return (
+        (p / "dev_model.json").is_file()
+        and (p / "model.safetensors").is_file()
+        and (p / "tokenizer.json").is_file()
+    )

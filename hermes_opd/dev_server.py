@@ -1,0 +1,182 @@
+"""Start, health-check and stop a real local vLLM server for the dev model (CPU or GPU).
+
+Used by `hermes-opd dev-server`, `hermes-opd demo` and the integration-test fixture. The server
+runs in its own process group; `stop()` terminates the whole group and reaps it, so nothing is left
+behind even when vLLM has spawned helpers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_MAX_LOGPROBS = 100
+"""vLLM's default is 20; teacher scoring asks for top-50 prompt logprobs plus the student's token."""
+
+
+class DevServerError(RuntimeError):
+    """The dev server could not be started or did not become healthy."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class DevServer:
+    """A vLLM OpenAI-compatible server on 127.0.0.1 serving one local model directory."""
+
+    model_dir: str
+    served_model_name: str = "dev-model"
+    port: int = 0
+    max_model_len: int = 4096
+    max_logprobs: int = DEFAULT_MAX_LOGPROBS
+    kv_cache_gib: int = 1
+    startup_timeout_s: float = 300.0
+    log_path: str | None = None
+    extra_args: list[str] = field(default_factory=list)
+    process: subprocess.Popen | None = field(default=None, init=False, repr=False)
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model_dir),
+            "--served-model-name", self.served_model_name,
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--max-model-len", str(self.max_model_len),
+            "--dtype", "float32",
+            "--max-logprobs", str(self.max_logprobs),
+            "--enforce-eager",
+            "--distributed-executor-backend", "uni",
+            "--disable-log-stats",
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib))
+        env.setdefault("VLLM_NO_USAGE_STATS", "1")
+        env.setdefault("DO_NOT_TRACK", "1")
+        return env
+
+    def start(self) -> DevServer:
+        if not Path(self.model_dir, "config.json").is_file():
+            raise DevServerError(
+                f"{self.model_dir} is not a model directory (no config.json); build one with "
+                "`hermes-opd dev-model build DIR`"
+            )
+        if self.port == 0:
+            self.port = free_port()
+        log_path = self.log_path or str(Path(self.model_dir).parent / f"vllm-{self.port}.log")
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.environment(), start_new_session=True,
+            )  # fmt: skip
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise DevServerError(
+                    f"vLLM exited with code {self.process.returncode} during startup; last log lines:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.root_url}/health", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(1.0)
+        raise DevServerError(
+            f"vLLM was not healthy after {self.startup_timeout_s:.0f}s; last log lines:\n{self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_path or not Path(self.log_path).exists():
+            return "(no log)"
+        text = Path(self.log_path).read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """Terminate the server's process group, escalating to SIGKILL, and reap it."""
+        proc = self.process
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        # vLLM may leave engine-core children in the group; make sure none survive.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        self.process = None
+
+    def __enter__(self) -> DevServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def serve_forever(server: DevServer) -> int:
+    """Run until SIGINT/SIGTERM, then stop the server cleanly. Returns the exit code."""
+    stop_requested = {"signal": None}
+
+    def _request_stop(signum, _frame):
+        stop_requested["signal"] = signum
+
+    previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.start()
+        print(f"vLLM ready: base_url={server.base_url} model={server.served_model_name} pid={server.process.pid}",
+              flush=True)  # fmt: skip
+        while stop_requested["signal"] is None:
+            if server.process is None or server.process.poll() is not None:
+                print(f"vLLM exited unexpectedly; last log lines:\n{server.log_tail()}", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+        print("stopping vLLM ...", flush=True)
+        return 0
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,59 @@
+"""Configuration of the OPD pipeline (judge, teacher, packing), as one pydantic model."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from judge.config import JudgeConfig
+
+
+class TeacherConfig(BaseModel):
+    """Where the teacher runs. It must share the policy's tokenizer (checked at startup)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str | None = Field(default=None, description="vLLM base URL (…/v1). None: the policy server.")
+    model: str | None = Field(default=None, description="Served model name. None: the policy's model.")
+    api_key: str | None = Field(default=None, description="API key; None means none (local vLLM).")
+    concurrency: int = Field(default=8, ge=1, description="Teacher requests in flight at once.")
+    timeout_s: float = Field(
+        default=120.0, gt=0, description="Timeout of one teacher request, retries included."
+    )
+    max_attempts: int = Field(
+        default=3, ge=1, description="Attempts per request on transient errors (5xx, timeouts)."
+    )
+    check_tokenizer: bool = Field(
+        default=True, description="Compare the teacher's tokenizer with the policy's at startup."
+    )
+
+
+class OPDConfig(BaseModel):
+    """The hindsight OPD pipeline: turn pairs -> voted hints -> teacher scoring -> distill fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=True, description="Run OPD; when False only GRPO data is emitted.")
+    distill_topk: int = Field(
+        default=50, ge=1, le=1000, description="K of the teacher's top-K prompt logprobs."
+    )
+    distill_mode: Literal["topk", "dense_k1"] = Field(
+        default="topk",
+        description="`topk`: the contract rows. `dense_k1`: one entry per position for stock tinker-atropos "
+        "(see docs/distill-format.md).",
+    )
+    hint_max_next_state_chars: int = Field(
+        default=4000,
+        ge=100,
+        description="Each tool result / user message shown to the judge is cut to this length.",
+    )
+    judge_concurrency: int = Field(default=16, ge=1, description="Turn pairs being judged at once.")
+    judge_timeout_s: float = Field(default=180.0, gt=0, description="Timeout for all votes of one turn.")
+    send_equal_score_groups_with_distill: bool = Field(
+        default=True,
+        description="Send a group whose scores are all equal when it carries teacher rows (its OPD term "
+        "still trains); atroposlib would drop it.",
+    )
+    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="Judge backend and vote policy.")
+    teacher: TeacherConfig = Field(default_factory=TeacherConfig, description="Teacher endpoint.")

@@ -1,0 +1,66 @@
+"""Per-group OPD metrics (pure): rates, the A_t distribution and latencies."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any
+
+from hermes_opd.opd_pipeline import TURN_STATUSES, SequenceDistill
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def group_metrics(sequences: list[SequenceDistill]) -> dict[str, Any]:
+    """Flat `opd/...` metrics for one group."""
+    statuses: Counter[str] = Counter()
+    judged = accepted = 0
+    agreements: list[float] = []
+    judge_latency: list[float] = []
+    teacher_latency: list[float] = []
+    advantages: list[float] = []
+    scored = generated = in_topk = 0
+    for seq in sequences:
+        scored += seq.scored_positions
+        generated += seq.generated_positions
+        in_topk += seq.student_in_topk
+        advantages.extend(seq.advantages)
+        for turn in seq.turns:
+            statuses[turn.status] += 1
+            if turn.votes is not None:
+                judged += 1
+                accepted += int(bool(turn.votes.get("accepted")))
+                if turn.votes.get("agreement") is not None:
+                    agreements.append(float(turn.votes["agreement"]))
+            if turn.judge_latency_s is not None:
+                judge_latency.append(turn.judge_latency_s)
+            if turn.teacher_latency_s is not None:
+                teacher_latency.append(turn.teacher_latency_s)
+    turns = sum(statuses.values())
+    abs_adv = [abs(a) for a in advantages]
+    metrics: dict[str, Any] = {
+        "opd/turns": turns,
+        **{f"opd/turns_{status}": statuses.get(status, 0) for status in TURN_STATUSES},
+        "opd/hint_rate": accepted / judged if judged else 0.0,
+        "opd/vote_agreement": statistics.fmean(agreements) if agreements else 0.0,
+        "opd/scored_token_fraction": scored / generated if generated else 0.0,
+        "opd/scored_tokens": scored,
+        "opd/student_in_topk_rate": in_topk / scored if scored else 0.0,
+        "opd/prefix_mismatches": 0,  # teacher context is spliced from the student's exact ids
+        "opd/adv_mean": statistics.fmean(advantages) if advantages else 0.0,
+        "opd/adv_frac_positive": sum(a > 0 for a in advantages) / len(advantages) if advantages else 0.0,
+        "opd/adv_abs_p50": _quantile(abs_adv, 0.5),
+        "opd/adv_abs_p90": _quantile(abs_adv, 0.9),
+        "opd/adv_abs_p99": _quantile(abs_adv, 0.99),
+        "opd/judge_latency_mean_s": statistics.fmean(judge_latency) if judge_latency else 0.0,
+        "opd/judge_latency_p95_s": _quantile(judge_latency, 0.95),
+        "opd/teacher_latency_mean_s": statistics.fmean(teacher_latency) if teacher_latency else 0.0,
+        "opd/teacher_latency_p95_s": _quantile(teacher_latency, 0.95),
+    }
+    return metrics

@@ -1,0 +1,177 @@
+"""The OPD pipeline for one finished rollout: every turn pair judged and scored concurrently, each
+failure confined to its turn.
+
+turn pairs -> judge (m votes, bounded by the judge semaphore) -> hint tokens spliced into the
+student's exact prefix -> teacher prompt logprobs (bounded by the teacher semaphore) -> rows placed
+at the turn's own positions. A judge or teacher failure leaves that turn unscored with a status;
+the sequence, its GRPO data and the other turns are untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hermes_opd.distill_format import empty_rows, make_opd_block, place_turn_rows, to_dense_k1
+from hermes_opd.hint import build_teacher_input, hint_text
+from hermes_opd.opd_config import OPDConfig
+from hermes_opd.trajectory import Trajectory
+from hermes_opd.turn_pairs import TurnPair, extract_turn_pairs
+from judge.backends import JudgeBackend
+from judge.judge_turn import judge_turn
+from scoring.alignment import turn_rows
+from scoring.teacher import TeacherScorer
+
+logger = logging.getLogger(__name__)
+
+TURN_STATUSES = ("scored", "no_hint", "no_next_state", "judge_error", "teacher_error", "skipped")
+
+
+@dataclass
+class TurnResult:
+    """What happened to one assistant turn."""
+
+    pair: TurnPair
+    status: str
+    hint: str | None = None
+    votes: dict[str, Any] | None = None
+    ids_rows: list[list[int]] | None = None
+    lp_rows: list[list[float]] | None = None
+    teacher_prompt_len: int | None = None
+    hint_insert_at: int | None = None
+    hint_token_ids: list[int] | None = None
+    judge_latency_s: float | None = None
+    teacher_latency_s: float | None = None
+    error: str | None = None
+
+    def provenance(self) -> dict[str, Any]:
+        span = self.pair.span
+        entry: dict[str, Any] = {
+            "span": [span.start, span.end],
+            "message_index": span.message_index,
+            "next_state_role": self.pair.next_state_role,
+            "status": self.status,
+        }
+        if self.votes is not None:
+            entry["votes"] = self.votes
+        if self.hint is not None:
+            entry["hint"] = self.hint
+        if self.status == "scored":
+            entry["hint_insert_at"] = self.hint_insert_at
+            entry["hint_token_ids"] = self.hint_token_ids
+            entry["teacher_prompt_len"] = self.teacher_prompt_len
+        if self.error:
+            entry["error"] = self.error[:500]
+        return entry
+
+
+@dataclass
+class SequenceDistill:
+    """Distill rows and provenance for one sequence, plus what the metrics need."""
+
+    ids_rows: list[list[int]]
+    lp_rows: list[list[float]]
+    opd: dict[str, Any]
+    turns: list[TurnResult] = field(default_factory=list)
+    advantages: list[float] = field(default_factory=list)
+    """A_t = teacher_lp(student token) - inference_lp at every scored position."""
+    student_in_topk: int = 0
+    scored_positions: int = 0
+    generated_positions: int = 0
+    duration_s: float = 0.0
+
+
+class OPDPipeline:
+    """Turns a finished trajectory into distill rows. Safe to share across concurrent rollouts."""
+
+    def __init__(
+        self, tokenizer: Any, judge: JudgeBackend, teacher: TeacherScorer, config: OPDConfig
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.judge = judge
+        self.teacher = teacher
+        self.config = config
+        self.judge_semaphore = asyncio.Semaphore(config.judge_concurrency)
+
+    async def process(self, trajectory: Trajectory) -> SequenceDistill:
+        started = time.perf_counter()
+        pairs = extract_turn_pairs(trajectory, self.config.hint_max_next_state_chars)
+        results = list(await asyncio.gather(*(self._process_turn(trajectory, p) for p in pairs)))
+        ids_rows, lp_rows = empty_rows(len(trajectory.tokens))
+        distill = SequenceDistill(ids_rows=ids_rows, lp_rows=lp_rows, opd={}, turns=results)
+        distill.generated_positions = sum(1 for m in trajectory.masks if m != -100)
+        for result in results:
+            if result.status != "scored":
+                continue
+            span = result.pair.span
+            try:
+                place_turn_rows(ids_rows, lp_rows, span.start, result.ids_rows, result.lp_rows)
+            except ValueError as exc:  # cannot happen for disjoint spans; keep the turn out if it does
+                result.status, result.error = "teacher_error", f"placement: {exc}"
+                continue
+            for j, (row_ids, row_lps) in enumerate(zip(result.ids_rows, result.lp_rows, strict=True)):
+                pos = span.start + j
+                token = trajectory.tokens[pos]
+                at = row_ids.index(token)
+                distill.advantages.append(row_lps[at] - trajectory.inference_logprobs[pos])
+                distill.student_in_topk += int(at < self.config.distill_topk)
+                distill.scored_positions += 1
+        if self.config.distill_mode == "dense_k1":
+            distill.ids_rows, distill.lp_rows = to_dense_k1(
+                trajectory.tokens, trajectory.masks, trajectory.inference_logprobs, ids_rows, lp_rows
+            )
+        distill.opd = make_opd_block(
+            self.config.distill_mode,
+            self.config.distill_topk,
+            [(t.start, t.end) for t in trajectory.turns],
+            [r.provenance() for r in results],
+        )
+        distill.duration_s = time.perf_counter() - started
+        return distill
+
+    async def _process_turn(self, trajectory: Trajectory, pair: TurnPair) -> TurnResult:
+        if not pair.has_next_state:
+            return TurnResult(pair, "no_next_state")
+        if len(pair.span) == 0:
+            return TurnResult(pair, "skipped", error="empty turn")
+        result = TurnResult(pair, "judge_error")
+        started = time.perf_counter()
+        try:
+            async with self.judge_semaphore, asyncio.timeout(self.config.judge_timeout_s):
+                verdict = await judge_turn(pair, self.judge, self.config.judge)
+        except Exception as exc:  # noqa: BLE001 - any judge failure stays inside this turn
+            result.judge_latency_s = time.perf_counter() - started
+            result.error = f"judge: {type(exc).__name__}: {exc}"
+            logger.warning("turn %d: %s", pair.turn_index, result.error)
+            return result
+        result.judge_latency_s = verdict.latency_s
+        result.votes = verdict.as_dict()
+        if not verdict.accepted or not verdict.hint:
+            result.status = "no_hint"
+            return result
+        result.hint = verdict.hint
+        try:
+            hint_ids = self.tokenizer.encode(hint_text(verdict.hint), add_special_tokens=False)
+            teacher_input = build_teacher_input(trajectory, pair.span, hint_ids)
+        except ValueError as exc:
+            result.status, result.error = "skipped", str(exc)
+            return result
+        try:
+            topk, stats = await self.teacher.score(teacher_input.ids)
+            student_ids = trajectory.tokens[pair.span.start : pair.span.end]
+            ids_rows, lp_rows = turn_rows(topk, teacher_input.prompt_len, student_ids, self.teacher.k)
+        except Exception as exc:  # noqa: BLE001 - a teacher failure leaves the turn unscored
+            result.status = "teacher_error"
+            result.error = f"teacher: {type(exc).__name__}: {exc}"
+            logger.warning("turn %d: %s", pair.turn_index, result.error)
+            return result
+        result.status = "scored"
+        result.ids_rows, result.lp_rows = ids_rows, lp_rows
+        result.teacher_prompt_len = teacher_input.prompt_len
+        result.hint_insert_at = teacher_input.hint_insert_at
+        result.hint_token_ids = teacher_input.hint_token_ids
+        result.teacher_latency_s = stats.latency_s
+        return result

@@ -1,0 +1,234 @@
+"""Async HTTP client for stock vLLM's OpenAI-compatible `/v1/completions` (token ids in, token ids
+and logprobs out). Shared by the Atropos server class and the teacher scorer.
+
+Errors are classified once, here, into the types of `hermes_opd.vllm_errors`, with messages that
+say what to change (a server flag, a URL, a model name).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from hermes_opd.vllm_errors import (
+    BadRequestError,
+    MaxLogprobsTooLowError,
+    ModelNotServedError,
+    ServerUnreachableError,
+    TransientServerError,
+    UnexpectedResponseError,
+    VLLMError,
+)
+from hermes_opd.vllm_format import GeneratedSequence, PromptTopK, parse_generated, parse_prompt_topk
+
+logger = logging.getLogger(__name__)
+
+_MAX_LOGPROBS_PATTERN = re.compile(
+    r"max(imum)?[ _-]?(allowed|logprobs)|max_logprobs|greater than max", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries for transient failures only (connection errors, timeouts, 5xx)."""
+
+    max_attempts: int = 3
+    base_delay_s: float = 0.5
+    max_delay_s: float = 8.0
+
+    def delay(self, attempt: int) -> float:
+        return min(self.max_delay_s, self.base_delay_s * (2 ** (attempt - 1))) * (0.5 + random.random() / 2)
+
+
+def root_url(base_url: str) -> str:
+    """`http://host:port/v1` -> `http://host:port`."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+class VLLMCompletionsClient:
+    """Minimal async client for token-level completions and prompt logprobs against vLLM."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.retry = retry or RetryPolicy()
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    # -- session -------------------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key and self.api_key not in ("x", "EMPTY"):
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    async def _get_session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            self._session = aiohttp.ClientSession(
+                headers=self._headers(),
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                connector=aiohttp.TCPConnector(limit=256),
+            )
+            self._session_loop = loop
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None and not self._session.closed:
+            with contextlib.suppress(RuntimeError):
+                await self._session.close()
+        self._session = None
+
+    # -- requests ------------------------------------------------------------------------------
+    async def _post_once(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        session = await self._get_session()
+        url = f"{self.base_url}{path}"
+        try:
+            async with session.post(url, data=json.dumps(payload)) as response:
+                body_text = await response.text()
+                status = response.status
+        except aiohttp.ClientConnectorError as exc:
+            raise ServerUnreachableError(
+                f"cannot connect to vLLM at {self.base_url} ({exc.os_error or exc}); is the server running and is "
+                f"`base_url` right?"
+            ) from exc
+        except TimeoutError as exc:
+            raise TransientServerError(
+                f"vLLM at {self.base_url} did not answer within {self.timeout_s:.0f}s"
+            ) from exc
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            raise TransientServerError(f"connection to vLLM at {self.base_url} broke: {exc}") from exc
+        if status >= 500:
+            raise TransientServerError(f"vLLM at {self.base_url} answered {status}: {body_text[:300]}")
+        if status != 200:
+            await self._raise_client_error(status, body_text, payload)
+        try:
+            return json.loads(body_text)
+        except json.JSONDecodeError as exc:
+            raise UnexpectedResponseError(
+                f"vLLM at {self.base_url} answered 200 with a body that is not JSON: {body_text[:200]!r}"
+            ) from exc
+
+    async def _raise_client_error(self, status: int, body_text: str, payload: dict[str, Any]) -> None:
+        message = body_text
+        with contextlib.suppress(json.JSONDecodeError, TypeError, AttributeError):
+            parsed = json.loads(body_text)
+            message = (
+                parsed.get("error", parsed).get("message", body_text)
+                if isinstance(parsed, dict)
+                else body_text
+            )
+        message = str(message)
+        wanted = max(int(payload.get("prompt_logprobs") or 0), int(payload.get("logprobs") or 0))
+        if status == 404 and "model" in message.lower():
+            served = await self.served_models()
+            raise ModelNotServedError(
+                f"vLLM at {self.base_url} does not serve model {self.model!r}; it serves {served}. "
+                f"Set the model name to one of those (or start vLLM with --served-model-name {self.model})."
+            )
+        if (
+            status == 400
+            and wanted
+            and "logprob" in message.lower()
+            and _MAX_LOGPROBS_PATTERN.search(message)
+        ):
+            raise MaxLogprobsTooLowError(
+                f"vLLM at {self.base_url} refused {wanted} logprobs: {message.strip()} -- restart it with "
+                f"`--max-logprobs {max(wanted + 1, 51)}` or higher (teacher scoring needs top-K plus the student token)."
+            )
+        if status == 429:
+            raise TransientServerError(f"vLLM at {self.base_url} is rate limiting (429): {message[:200]}")
+        raise BadRequestError(f"vLLM at {self.base_url} rejected the request ({status}): {message[:500]}")
+
+    async def post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST with retries on transient errors; permanent errors are raised at once."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._post_once(path, payload)
+            except VLLMError as exc:
+                if not exc.transient or attempt >= self.retry.max_attempts:
+                    raise
+                delay = self.retry.delay(attempt)
+                logger.warning("vLLM request failed (%s); retry %d/%d in %.1fs", exc, attempt,
+                               self.retry.max_attempts - 1, delay)  # fmt: skip
+                await asyncio.sleep(delay)
+
+    async def served_models(self) -> list[str]:
+        session = await self._get_session()
+        try:
+            async with session.get(f"{self.base_url}/models") as response:
+                body = await response.json(content_type=None)
+            return [m["id"] for m in body.get("data", [])]
+        except (aiohttp.ClientError, TimeoutError, KeyError, TypeError, ValueError):
+            return []
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        *,
+        n: int = 1,
+        max_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> list[GeneratedSequence]:
+        """Sample `n` continuations of `prompt_ids`; return exact ids and sampled-token logprobs."""
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty")
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "prompt": list(prompt_ids),
+            "n": n,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        if seed is not None:
+            payload["seed"] = seed
+        if stop:
+            payload["stop"] = stop
+        if extra:
+            payload.update(extra)
+        body = await self.post("/completions", payload)
+        return parse_generated(body, expected_n=n)
+
+    async def prompt_topk(self, prompt_ids: list[int], k: int) -> PromptTopK:
+        """Top-k prompt logprobs at every position of `prompt_ids` (one forward pass, 1 token sampled)."""
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty")
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        payload = {
+            "model": self.model,
+            "prompt": list(prompt_ids),
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": k,
+        }
+        body = await self.post("/completions", payload)
+        return parse_prompt_topk(body, prompt_ids, k)

@@ -1,0 +1,242 @@
+"""Deterministic, offline judge: hints from the plain failure signals in the next state.
+
+It looks for, in order of how much they tell the assistant:
+1. failing tests (pytest `FAILED a.py::test_x`, unittest `FAIL: test_x (...)`, `failed tests: ...`),
+2. a failed assertion (pytest `E   assert ...`, or `AssertionError: ...`),
+3. a Python traceback (exception type and message, and the last frame's file, line and code),
+4. `command not found`,
+5. `No such file or directory`,
+6. a non-zero exit code (pattern `JudgeConfig.rules_exit_code_pattern`, default `exit code N`).
+
+The hint states the first two findings and one piece of advice for the top one (at most three
+sentences). The exit code is only mentioned when nothing more specific was found. With no finding
+it abstains (-1): a clean success teaches nothing. Votes are m identical copies, written in the
+judge's own answer format and read back with `parse_vote`, so they go through the same parser and
+the same vote policy as an LLM's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hermes_opd.turn_pairs import TurnPair
+from judge.config import JudgeConfig
+from judge.parsing import HINT_END, HINT_START, Vote, parse_vote
+from judge.prompt import defuse_markers
+
+MAX_QUOTE_CHARS = 200
+MAX_TEST_NAMES = 5
+
+_PYTEST_FAILED = re.compile(r"^(?:FAILED|ERROR)\s+(\S+::\S+)", re.MULTILINE)
+_UNITTEST_FAILED = re.compile(r"^(?:FAIL|ERROR):\s+(\w+)\s+\(([\w.]+)\)", re.MULTILINE)
+_LISTED_FAILED = re.compile(r"(?im)^\s*fail(?:ed|ing)\s+tests?\s*:\s*(.+)$")
+"""A plain `failed tests: a, b` line (verifier style); only names that contain `test` are kept."""
+_PYTEST_ASSERT = re.compile(r"^E\s+(assert\s.+)$", re.MULTILINE)
+_ASSERTION_ERROR = re.compile(r"^(?:E\s+)?AssertionError(?::\s*(.*))?$", re.MULTILINE)
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.MULTILINE)
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (\S+))?\s*\n(?:[ \t]+(\S.*)\n)?', re.MULTILINE)
+_EXCEPTION_LINE = re.compile(
+    r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Iteration|Warning|Failure))(?::\s*(.*))?\s*$",
+    re.MULTILINE,
+)
+_COMMAND_NOT_FOUND = [
+    re.compile(r"^(?:[\w./-]+:\s*)?(?:line \d+:\s*)?([\w.+-]+): command not found\s*$", re.MULTILINE),  # bash
+    re.compile(r"^[\w./-]*sh: \d+: ([\w.+-]+): not found\s*$", re.MULTILINE),  # dash / sh
+    re.compile(r"command not found: ([\w.+-]+)\s*$", re.MULTILINE),  # zsh
+]
+_MISSING_PATH = re.compile(r"^(.*No such file or directory.*)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One failure signal: what it is, a sentence stating it, and advice for it."""
+
+    kind: str
+    statement: str
+    advice: str
+
+
+def _quote(text: str) -> str:
+    """Tool output as a one-line quote, shortened, with answer markers defused."""
+    text = defuse_markers(" ".join(text.split()))
+    if len(text) > MAX_QUOTE_CHARS:
+        text = text[: MAX_QUOTE_CHARS - 3] + "..."
+    return text.replace("`", "'")
+
+
+def _unittest_name(method: str, where: str) -> str:
+    """`FAIL: test_x (mod.Case)` (Python < 3.11) or `FAIL: test_x (mod.Case.test_x)` (3.11+)."""
+    return where if where.endswith("." + method) else f"{where}.{method}"
+
+
+def find_failing_tests(text: str) -> Finding | None:
+    names = [m.group(1) for m in _PYTEST_FAILED.finditer(text)]
+    names += [_unittest_name(m.group(1), m.group(2)) for m in _UNITTEST_FAILED.finditer(text)]
+    for listed in _LISTED_FAILED.finditer(text):
+        names += [n for n in re.split(r"[,;\s]+", listed.group(1)) if "test" in n.lower()]
+    names = list(dict.fromkeys(names))
+    if not names:
+        return None
+    shown = ", ".join(_quote(n) for n in names[:MAX_TEST_NAMES])
+    more = f" and {len(names) - MAX_TEST_NAMES} more" if len(names) > MAX_TEST_NAMES else ""
+    return Finding(
+        kind="failing_tests",
+        statement=f"These tests fail: {shown}{more}.",
+        advice="Read what those tests expect and fix the code they exercise before calling the task done.",
+    )
+
+
+def find_failed_assertion(text: str) -> Finding | None:
+    pytest_assert = _PYTEST_ASSERT.search(text)
+    if pytest_assert:
+        detail = pytest_assert.group(1)
+    else:
+        assertion = _ASSERTION_ERROR.search(text)
+        if not assertion:
+            return None
+        detail = f"AssertionError: {assertion.group(1)}" if assertion.group(1) else "AssertionError"
+    return Finding(
+        kind="assertion",
+        statement=f"An assertion fails: `{_quote(detail)}`.",
+        advice="Compare the expected and the actual value in that assertion and correct the logic that "
+        "produces the actual one.",
+    )
+
+
+def find_python_exception(text: str) -> Finding | None:
+    tracebacks = list(_TRACEBACK.finditer(text))
+    if not tracebacks:
+        return None
+    last = text[tracebacks[-1].start() :]
+    frames = list(_FRAME.finditer(last))
+    after_frames = last[frames[-1].end() :] if frames else last
+    exception = _EXCEPTION_LINE.search(after_frames)
+    if exception:
+        name, message = exception.group(1), exception.group(2)
+        raised = f"{name}: {message}" if message else name
+    else:
+        raised = "an exception"
+    where = ""
+    if frames:
+        frame = frames[-1]
+        where = f" in {_quote(frame.group(1))} line {frame.group(2)}"
+        if frame.group(3):
+            where += f" ({frame.group(3)})"
+        if frame.group(4):
+            where += f", at `{_quote(frame.group(4))}`"
+    quoted = f"`{_quote(raised)}`" if exception else raised
+    return Finding(
+        kind="exception",
+        statement=f"Running it raised {quoted}{where}.",
+        advice="Fix the cause of that exception at that line before running it again.",
+    )
+
+
+def find_command_not_found(text: str) -> Finding | None:
+    match = next((m for pattern in _COMMAND_NOT_FOUND if (m := pattern.search(text))), None)
+    if not match:
+        return None
+    command = _quote(match.group(1))
+    return Finding(
+        kind="command_not_found",
+        statement=f"The command `{command}` does not exist in this environment.",
+        advice=f"Use a tool that is installed instead of `{command}` (check with `command -v` first).",
+    )
+
+
+def find_missing_path(text: str) -> Finding | None:
+    match = _MISSING_PATH.search(text)
+    if not match:
+        return None
+    return Finding(
+        kind="missing_path",
+        statement=f"A path does not exist: `{_quote(match.group(1))}`.",
+        advice="List the directory to find the real path before using it.",
+    )
+
+
+def _last_output_line(text: str, exit_code_pattern: re.Pattern[str]) -> str | None:
+    for line in reversed(text.splitlines()):
+        stripped = line.strip()
+        if stripped and not exit_code_pattern.search(stripped) and not re.fullmatch(r"\[[\w.-]+\]", stripped):
+            return stripped
+    return None
+
+
+def find_nonzero_exit(text: str, exit_code_pattern: re.Pattern[str]) -> Finding | None:
+    codes = [int(m.group(1)) for m in exit_code_pattern.finditer(text)]
+    failing = [c for c in codes if c != 0]
+    if not failing:
+        return None
+    statement = f"The command exited with code {failing[0]}"
+    last_line = _last_output_line(text, exit_code_pattern)
+    statement += f"; its last output line was `{_quote(last_line)}`." if last_line else "."
+    return Finding(
+        kind="exit_code",
+        statement=statement,
+        advice="Check the command and its arguments against that output before relying on its result.",
+    )
+
+
+@dataclass(frozen=True)
+class RulePatterns:
+    """The configurable part of the rules (so far: how an exit code is written)."""
+
+    exit_code: re.Pattern[str]
+
+    @classmethod
+    def from_config(cls, config: JudgeConfig) -> RulePatterns:
+        return cls(exit_code=re.compile(config.rules_exit_code_pattern))
+
+
+def find_failures(text: str, patterns: RulePatterns) -> list[Finding]:
+    """All findings in `text`, most informative first (see the module docstring)."""
+    detectors: list[Callable[[str], Finding | None]] = [
+        find_failing_tests,
+        find_failed_assertion,
+        find_python_exception,
+        find_command_not_found,
+        find_missing_path,
+    ]
+    findings = [f for f in (detect(text) for detect in detectors) if f is not None]
+    if not findings:
+        exit_finding = find_nonzero_exit(text, patterns.exit_code)
+        if exit_finding:
+            findings.append(exit_finding)
+    return findings
+
+
+def rule_hint(next_state_text: str, patterns: RulePatterns) -> str | None:
+    """A hint of at most three sentences, or None when the next state shows no failure."""
+    findings = find_failures(next_state_text, patterns)
+    if not findings:
+        return None
+    sentences = [f.statement for f in findings[:2]] + [findings[0].advice]
+    return " ".join(sentences)
+
+
+def rule_answer(pair: TurnPair, patterns: RulePatterns) -> str:
+    """The rules' verdict written as a judge answer."""
+    hint = rule_hint(pair.next_state_text, patterns) if pair.has_next_state else None
+    if hint is None:
+        return "rules: no failure signal in the next state.\n\\boxed{-1}"
+    return f"rules: failure signal in the next state.\n\\boxed{{1}}\n{HINT_START}{hint}{HINT_END}"
+
+
+class RulesJudgeBackend:
+    """m identical, deterministic votes from `rule_answer`."""
+
+    name = "rules"
+
+    def __init__(self, config: JudgeConfig) -> None:
+        self.config = config
+        self.patterns = RulePatterns.from_config(config)
+
+    async def collect_votes(self, pair: TurnPair) -> list[Vote]:
+        vote = parse_vote(rule_answer(pair, self.patterns), self.config.min_hint_chars)
+        return [vote] * self.config.m
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,41 @@
+"""Map teacher prompt-logprob positions onto the student's positions (pure logic).
+
+Teacher positions `[P, P+n)` are the student's turn tokens `[start, start+n)` under the enhanced
+context. Nothing is searched: the mapping is an offset, and it is checked token by token.
+"""
+
+from __future__ import annotations
+
+from hermes_opd.distill_format import normalize_row
+from hermes_opd.vllm_format import PromptTopK
+
+
+class AlignmentError(ValueError):
+    """The teacher's scored ids are not the student's turn ids at the expected offset."""
+
+
+def turn_rows(
+    topk: PromptTopK, prompt_len: int, student_ids: list[int], k: int
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Contract rows (top-k sorted, student token appended when outside) for the turn's positions."""
+    n = len(student_ids)
+    if prompt_len < 1:
+        raise AlignmentError(f"teacher prompt length {prompt_len} leaves no context for the first turn token")
+    if prompt_len + n != len(topk.prompt_ids):
+        raise AlignmentError(
+            f"teacher scored {len(topk.prompt_ids)} ids, expected prompt {prompt_len} + turn {n}"
+        )
+    scored_turn = topk.prompt_ids[prompt_len:]
+    if scored_turn != list(student_ids):
+        first = next(j for j, (a, b) in enumerate(zip(scored_turn, student_ids, strict=True)) if a != b)
+        raise AlignmentError(
+            f"teacher turn id {scored_turn[first]} != student id {student_ids[first]} at offset {first}"
+        )
+    ids_rows: list[list[int]] = []
+    lp_rows: list[list[float]] = []
+    for j, student_token in enumerate(student_ids):
+        pos = prompt_len + j
+        row_ids, row_lps = normalize_row(topk.token_ids[pos], topk.logprobs[pos], student_token, None, k)
+        ids_rows.append(row_ids)
+        lp_rows.append(row_lps)
+    return ids_rows, lp_rows

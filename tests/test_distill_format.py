@@ -1,0 +1,544 @@
+"""Tests for hermes_opd.distill_format: packing, dense_k1 and validate_group.
+
+`build_group` here makes realistic, contract-valid ScoredDataGroups; test_validate_file.py and
+test_inspector.py import it (pytest puts tests/ on sys.path).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hermes_opd.distill_format import (
+    FORMAT_VERSION,
+    MODE_DENSE_K1,
+    MODE_TOPK,
+    empty_rows,
+    make_opd_block,
+    normalize_row,
+    parse_provenance,
+    place_turn_rows,
+    round_logprobs,
+    scored_positions,
+    to_dense_k1,
+    validate_group,
+)
+from hermes_opd.trajectory import MASKED, PROMPT_LOGPROB
+
+VOCAB = 64
+"""Token ids 0..63; `build_group` avoids id 0 for student tokens so zero padding is detectable."""
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max()
+    return shifted - np.log(np.exp(shifted).sum())
+
+
+def _teacher_row(rng: np.random.Generator, student_token: int, k: int) -> tuple[list[int], list[float]]:
+    """A row as the env would build it from a vLLM prompt-logprobs dict (top-k + the actual token)."""
+    logits = rng.normal(0.0, 2.0, VOCAB)
+    logits[student_token] += rng.normal(4.0, 2.5)  # the teacher mostly, not always, agrees
+    lps = _log_softmax(logits)
+    order = np.argsort(-lps, kind="stable")
+    candidate_ids = [int(i) for i in order[:k]]
+    if student_token not in candidate_ids:
+        candidate_ids.append(student_token)
+    return normalize_row(candidate_ids, [float(lps[i]) for i in candidate_ids], student_token, None, k)
+
+
+def _segment(rng: np.random.Generator, length: int) -> list[int]:
+    return [int(t) for t in rng.integers(1, VOCAB, length)]
+
+
+def build_sequence(rng: np.random.Generator, k: int, statuses: tuple[str, str, str]) -> dict:
+    """One rollout: prompt, tool-call turn, tool output, answer turn, verifier message, final turn."""
+    parts = [
+        ("prompt", 12),
+        ("turn", 9),
+        ("tool", 10),
+        ("turn", 7),
+        ("user", 6),
+        ("turn", 5),
+    ]
+    tokens: list[int] = []
+    masks: list[int] = []
+    inference: list[float] = []
+    spans: list[tuple[int, int]] = []
+    for kind, length in parts:
+        segment = _segment(rng, length)
+        start = len(tokens)
+        tokens += segment
+        if kind == "turn":
+            masks += segment
+            inference += [float(v) for v in -rng.exponential(0.7, length)]
+            spans.append((start, start + length))
+        else:
+            masks += [MASKED] * length
+            inference += [PROMPT_LOGPROB] * length
+    messages = [
+        {"role": "system", "content": "You are a careful coding agent."},
+        {"role": "user", "content": "Fix the failing test in utils.py <please> & report."},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "terminal"}}]},
+        {"role": "tool", "name": "terminal", "content": "1 failed, 3 passed"},
+        {"role": "assistant", "content": "Done: all tests pass."},
+        {"role": "user", "content": "The verifier says 1 test still fails."},
+        {"role": "assistant", "content": "I will look again."},
+    ]
+    ids_rows, lp_rows = empty_rows(len(tokens))
+    turns = []
+    for index, ((start, end), status, message_index, role) in enumerate(
+        zip(spans, statuses, (2, 4, 6), ("tool", "user", None), strict=True)
+    ):
+        turn = {
+            "span": [start, end],
+            "message_index": message_index,
+            "next_state_role": role,
+            "status": status,
+        }
+        if status == "scored":
+            hint_ids = _segment(rng, 3)
+            turn |= {
+                "hint": f"Hint {index}: run the tests before answering.",
+                "votes": {"n": 3, "positive": 2, "negative": 1, "unparsed": 0, "policy": "majority"},
+                "hint_insert_at": 11,
+                "hint_token_ids": hint_ids,
+                "teacher_prompt_len": start + len(hint_ids),
+            }
+            rows = [_teacher_row(rng, tokens[pos], k) for pos in range(start, end)]
+            place_turn_rows(ids_rows, lp_rows, start, [r[0] for r in rows], [r[1] for r in rows])
+        elif status == "no_hint":
+            turn |= {"hint": None, "votes": {"n": 3, "positive": 0, "negative": 3, "unparsed": 0}}
+        turns.append(turn)
+    return {
+        "tokens": tokens,
+        "masks": masks,
+        "inference_logprobs": inference,
+        "distill_token_ids": ids_rows,
+        "distill_logprobs": lp_rows,
+        "messages": messages,
+        "opd": make_opd_block(MODE_TOPK, k, spans, turns),
+    }
+
+
+def build_group(
+    seed: int = 0,
+    group_size: int = 3,
+    k: int = 5,
+    statuses: tuple[str, str, str] = ("scored", "scored", "no_next_state"),
+) -> dict:
+    """A contract-valid `topk` ScoredDataGroup dict (JSON-ready). Every third sequence gets no hint
+    for its first turn."""
+    rng = np.random.default_rng(seed)
+    seqs = [
+        build_sequence(rng, k, ("no_hint", "scored", "no_next_state") if seq % 3 == 2 else statuses)
+        for seq in range(group_size)
+    ]
+    return {
+        "tokens": [s["tokens"] for s in seqs],
+        "masks": [s["masks"] for s in seqs],
+        "scores": [float(i % 2) for i in range(group_size)],
+        "inference_logprobs": [s["inference_logprobs"] for s in seqs],
+        "distill_token_ids": [s["distill_token_ids"] for s in seqs],
+        "distill_logprobs": [s["distill_logprobs"] for s in seqs],
+        "messages": [s["messages"] for s in seqs],
+        "overrides": [{"opd": s["opd"]} for s in seqs],
+        "group_overrides": {},
+    }
+
+
+def to_dense_group(group: dict) -> dict:
+    """The same group in `dense_k1` mode."""
+    dense = copy.deepcopy(group)
+    for seq in range(len(group["tokens"])):
+        ids, lps = to_dense_k1(
+            group["tokens"][seq],
+            group["masks"][seq],
+            group["inference_logprobs"][seq],
+            group["distill_token_ids"][seq],
+            group["distill_logprobs"][seq],
+        )
+        dense["distill_token_ids"][seq] = ids
+        dense["distill_logprobs"][seq] = lps
+        dense["overrides"][seq]["opd"]["mode"] = MODE_DENSE_K1
+    return dense
+
+
+def kinds(violations) -> set[str]:
+    return {v.kind for v in violations}
+
+
+# --- packing ---------------------------------------------------------------------------------
+
+
+def test_empty_rows_are_independent_lists():
+    ids, lps = empty_rows(3)
+    assert ids == [[], [], []] and lps == [[], [], []]
+    ids[0].append(1)
+    assert ids[1] == []
+    with pytest.raises(ValueError):
+        empty_rows(-1)
+
+
+def test_round_logprobs_is_float32_exact_and_short():
+    values = [-0.1, -2.718281828459045, -1e-9, -123.456789012, 0.0]
+    rounded = round_logprobs(values)
+    for original, short in zip(values, rounded, strict=True):
+        assert np.float32(short) == np.float32(original)
+    assert json.dumps(rounded) == "[-0.1, -2.7182817, -1e-09, -123.45679, 0.0]"
+    assert round_logprobs([]) == []
+
+
+def test_normalize_row_sorts_keeps_top_k_and_appends_student():
+    probs = {5: 0.05, 7: 0.5, 9: 0.25, 11: 0.125}
+    ids, lps = normalize_row(
+        list(probs), [math.log(p) for p in probs.values()], student_token=5, student_token_logprob=None, k=2
+    )
+    assert ids == [7, 9, 5]
+    assert lps == round_logprobs([math.log(0.5), math.log(0.25), math.log(0.05)])
+
+
+def test_normalize_row_short_candidate_list_inserts_student_in_order():
+    ids, lps = normalize_row([1, 2], [-1.0, -3.0], student_token=8, student_token_logprob=-2.0, k=5)
+    assert ids == [1, 8, 2] and lps == [-1.0, -2.0, -3.0]
+
+
+def test_normalize_row_student_in_top_k_is_not_appended():
+    ids, lps = normalize_row([5, 7, 9], [-3.0, -1.0, -2.0], student_token=9, student_token_logprob=-7.0, k=2)
+    assert ids == [7, 9] and lps == [-1.0, -2.0]
+
+
+def test_normalize_row_uses_given_student_logprob_when_not_among_candidates():
+    ids, lps = normalize_row([1, 2], [-0.1, -2.5], student_token=42, student_token_logprob=-9.25, k=2)
+    assert ids == [1, 2, 42] and lps == [-0.1, -2.5, -9.25]
+
+
+def test_normalize_row_missing_student_logprob_raises():
+    with pytest.raises(ValueError, match="not among"):
+        normalize_row([1, 2], [-0.1, -2.5], student_token=42, student_token_logprob=None, k=2)
+
+
+def test_normalize_row_ties_keep_input_order():
+    ids, _ = normalize_row(
+        [30, 10, 20], [-2.0, -2.0, -2.0], student_token=10, student_token_logprob=None, k=3
+    )
+    assert ids == [30, 10, 20]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 0.5, 1e-3, -1e40])
+def test_normalize_row_rejects_non_finite_and_positive(bad):
+    with pytest.raises(ValueError):
+        normalize_row([1, 2], [-0.1, bad], student_token=1, student_token_logprob=None, k=2)
+    with pytest.raises(ValueError):
+        normalize_row([1], [-0.1], student_token=3, student_token_logprob=bad, k=2)
+
+
+def test_normalize_row_clamps_tiny_positive_noise():
+    ids, lps = normalize_row([4, 5], [5e-7, -20.0], student_token=4, student_token_logprob=None, k=2)
+    assert ids == [4, 5] and lps[0] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("ids", "lps", "k", "match"),
+    [
+        ([1, 2], [-0.1], 2, "differ in length"),
+        ([1, 1], [-0.1, -0.2], 2, "duplicate"),
+        ([1, 2], [-0.1, -0.2], 0, "k must be"),
+        ([1, 2], [-0.01, -0.02], 2, "mass exceeds 1"),
+        ([1, 2], [-0.1, -1e300], 2, "float32"),
+    ],
+)
+def test_normalize_row_rejects_bad_input(ids, lps, k, match):
+    with pytest.raises(ValueError, match=match):
+        normalize_row(ids, lps, student_token=1, student_token_logprob=None, k=k)
+
+
+def test_place_turn_rows_writes_copies_and_rejects_overlap_and_overflow():
+    ids_rows, lp_rows = empty_rows(5)
+    turn_ids = [[1, 2], [3]]
+    turn_lps = [[-0.1, -2.0], [-0.3]]
+    place_turn_rows(ids_rows, lp_rows, 2, turn_ids, turn_lps)
+    assert ids_rows == [[], [], [1, 2], [3], []]
+    assert lp_rows == [[], [], [-0.1, -2.0], [-0.3], []]
+    turn_ids[0].append(99)
+    assert ids_rows[2] == [1, 2]
+    with pytest.raises(ValueError, match="already holds"):
+        place_turn_rows(ids_rows, lp_rows, 3, [[7]], [[-1.0]])
+    with pytest.raises(ValueError, match="do not fit"):
+        place_turn_rows(ids_rows, lp_rows, 4, [[7], [8]], [[-1.0], [-1.0]])
+    with pytest.raises(ValueError, match="ids but"):
+        place_turn_rows(ids_rows, lp_rows, 0, [[7, 8]], [[-1.0]])
+
+
+# --- dense_k1 --------------------------------------------------------------------------------
+
+
+def test_to_dense_k1_one_entry_everywhere():
+    tokens = [10, 11, 12, 13, 14]
+    masks = [MASKED, MASKED, 12, 13, 14]
+    inference = [1.0, 1.0, -0.25, -0.5, -0.125]
+    ids_rows = [[], [], [40, 12], [], []]
+    lp_rows = [[], [], [-0.1, -3.5], [], []]
+    dense_ids, dense_lps = to_dense_k1(tokens, masks, inference, ids_rows, lp_rows)
+    assert dense_ids == [[10], [11], [12], [13], [14]]
+    assert dense_lps == [[1.0], [1.0], [-3.5], [-0.5], [-0.125]]
+    # stock tinker-atropos does np.array(rows) and requires shape [n, 1]
+    assert np.array(dense_ids).shape == (5, 1) and np.array(dense_lps).shape == (5, 1)
+    advantages = [t - s for (t,), s in zip(dense_lps, inference, strict=True)]
+    assert advantages[3] == 0.0 and advantages[4] == 0.0
+
+
+def test_to_dense_k1_rejects_bad_rows():
+    with pytest.raises(ValueError, match="lacks the student token"):
+        to_dense_k1([1, 2], [MASKED, 2], [1.0, -0.1], [[], [7]], [[], [-0.2]])
+    with pytest.raises(ValueError, match="masked"):
+        to_dense_k1([1, 2], [MASKED, 2], [1.0, -0.1], [[1], []], [[-0.2], []])
+    with pytest.raises(ValueError, match="lengths differ"):
+        to_dense_k1([1, 2], [MASKED], [1.0, -0.1], [[], []], [[], []])
+
+
+def test_dense_group_validates_clean_and_scored_positions_follow_turns():
+    group = build_group(seed=3)
+    dense = to_dense_group(group)
+    assert validate_group(dense) == []
+    for seq in range(len(group["tokens"])):
+        assert scored_positions(dense, seq).tolist() == scored_positions(group, seq).tolist()
+
+
+def test_dense_group_mismatch_and_wrong_shape_are_caught():
+    dense = to_dense_group(build_group(seed=4))
+    masks = dense["masks"][0]
+    unscored = next(p for p, m in enumerate(masks) if m != MASKED and not scored_positions(dense, 0)[p])
+    dense["distill_logprobs"][0][unscored] = [dense["inference_logprobs"][0][unscored] - 0.5]
+    dense["distill_token_ids"][1][0] = []
+    dense["distill_logprobs"][1][0] = []
+    found = {(v.kind, v.seq, v.pos) for v in validate_group(dense)}
+    assert ("dense_k1_mismatch", 0, unscored) in found
+    assert ("shape", 1, 0) in found
+
+
+# --- validate_group --------------------------------------------------------------------------
+
+
+def test_built_group_is_clean_and_json_round_trips():
+    group = build_group()
+    assert validate_group(group) == []
+    assert validate_group(json.loads(json.dumps(group))) == []
+
+
+def test_provenance_parse_and_scored_turns():
+    group = build_group(statuses=("scored", "no_hint", "no_next_state"))
+    provenance = parse_provenance(group["overrides"][0]["opd"])
+    assert provenance.problems == []
+    assert provenance.format_version == FORMAT_VERSION
+    assert [t.status for t in provenance.scored_turns] == ["scored"]
+
+
+def test_reference_style_zero_padding_is_caught():
+    group = build_group()
+    for seq, rows in enumerate(group["distill_token_ids"]):
+        for pos, row in enumerate(rows):
+            if not row:
+                rows[pos] = [0]
+                group["distill_logprobs"][seq][pos] = [0.0]
+    violations = validate_group(group)
+    assert kinds(violations) == {"zero_padding"}
+    assert all(v.seq is not None and v.pos is not None for v in violations)
+
+
+def test_turn_with_invalid_provenance_is_reported():
+    group = build_group()
+    opd = group["overrides"][1]["opd"]
+    opd["format_version"] = 2
+    opd["turns"][0]["teacher_prompt_len"] += 1
+    messages = [v.message for v in validate_group(group) if v.kind == "provenance" and v.seq == 1]
+    assert any("format_version" in m for m in messages)
+    assert any("teacher_prompt_len" in m for m in messages)
+
+
+def test_missing_overrides_is_one_group_level_violation():
+    group = build_group()
+    del group["overrides"]
+    violations = validate_group(group)
+    assert [v for v in violations if v.kind == "provenance"][0].seq is None
+    assert "provenance" in kinds(violations)
+
+
+# --- property tests ----------------------------------------------------------------------------
+
+
+@st.composite
+def teacher_distribution(draw, student: int | None = None):
+    """vLLM-like input: a distribution over distinct ids (the student's token included), of which
+    the top-m are passed as candidates in shuffled order, plus the student's own logprob."""
+    size = draw(st.integers(1, 40))
+    ids = draw(st.lists(st.integers(0, 10_000), min_size=size, max_size=size, unique=True))
+    if student is not None and student not in ids:
+        ids[draw(st.integers(0, size - 1))] = student
+    student = ids[draw(st.integers(0, size - 1))] if student is None else student
+    logits = np.array(draw(st.lists(st.floats(-30, 30, width=32), min_size=size, max_size=size)))
+    lps = _log_softmax(logits).tolist()
+    ranked = sorted(range(size), key=lambda i: -lps[i])[: draw(st.integers(1, size))]
+    shuffled = draw(st.permutations(ranked))
+    return [ids[i] for i in shuffled], [lps[i] for i in shuffled], student, lps[ids.index(student)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(teacher_distribution(), st.integers(1, 12))
+def test_normalize_row_properties(case, k):
+    ids, lps, student, student_lp = case
+    row_ids, row_lps = normalize_row(ids, lps, student, student_lp, k)
+    assert student in row_ids
+    assert len(row_ids) == len(row_lps) <= k + 1
+    assert len(set(row_ids)) == len(row_ids)
+    assert all(math.isfinite(v) and v <= 0 for v in row_lps)
+    top = row_lps[: min(k, len(row_lps))]
+    assert top == sorted(top, reverse=True)
+    assert round_logprobs(row_lps) == row_lps
+    assert all(json.loads(json.dumps(v)) == v for v in row_lps)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=8),
+    st.integers(0, 3),
+    st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+    st.integers(1, 4),
+)
+def test_normalize_row_rejects_or_returns_a_valid_row(values, student, student_lp, k):
+    ids = list(range(len(values)))
+    try:
+        row_ids, row_lps = normalize_row(ids, values, student, student_lp, k)
+    except ValueError:
+        return
+    group = {
+        "tokens": [[9, student]],
+        "masks": [[MASKED, student]],
+        "scores": [0.0],
+        "inference_logprobs": [[1.0, -0.5]],
+        "distill_token_ids": [[[], row_ids]],
+        "distill_logprobs": [[[], row_lps]],
+        "overrides": [{"opd": make_opd_block(MODE_TOPK, k, [(1, 2)], [_scored_turn(1, 2)])}],
+    }
+    assert validate_group(group) == []
+
+
+def _scored_turn(start: int, end: int) -> dict:
+    return {
+        "span": [start, end],
+        "message_index": 2,
+        "status": "scored",
+        "next_state_role": "tool",
+        "hint": "check the output",
+        "votes": {"n": 1, "positive": 1},
+        "hint_insert_at": 0,
+        "hint_token_ids": [1, 2],
+        "teacher_prompt_len": start + 2,
+    }
+
+
+@st.composite
+def packed_sequences(draw):
+    """A sequence with random generated spans and random teacher candidates in scored turns."""
+    prompt = draw(st.integers(1, 6))
+    n_turns = draw(st.integers(1, 3))
+    k = draw(st.integers(1, 6))
+    tokens, masks, inference, spans = [], [], [], []
+    for _ in range(n_turns):
+        gap = draw(st.lists(st.integers(0, 500), min_size=prompt, max_size=prompt))
+        tokens += gap
+        masks += [MASKED] * len(gap)
+        inference += [PROMPT_LOGPROB] * len(gap)
+        turn = draw(st.lists(st.integers(0, 500), min_size=1, max_size=6))
+        spans.append((len(tokens), len(tokens) + len(turn)))
+        tokens += turn
+        masks += turn
+        inference += draw(st.lists(st.floats(-20, 0), min_size=len(turn), max_size=len(turn)))
+    ids_rows, lp_rows = empty_rows(len(tokens))
+    turns = []
+    for index, (start, end) in enumerate(spans):
+        scored = draw(st.booleans())
+        turn = {"span": [start, end], "message_index": 2 * index + 2, "status": "skipped"}
+        if scored:
+            turn = _scored_turn(start, end)
+            row_ids, row_lps = [], []
+            for pos in range(start, end):
+                ids, lps, student, student_lp = draw(teacher_distribution(student=tokens[pos]))
+                ids, lps = normalize_row(ids, lps, student, student_lp, k)
+                row_ids.append(ids)
+                row_lps.append(lps)
+            place_turn_rows(ids_rows, lp_rows, start, row_ids, row_lps)
+        turns.append(turn)
+    return {
+        "tokens": [tokens],
+        "masks": [masks],
+        "scores": [0.0],
+        "inference_logprobs": [inference],
+        "distill_token_ids": [ids_rows],
+        "distill_logprobs": [lp_rows],
+        "overrides": [{"opd": make_opd_block(MODE_TOPK, k, spans, turns)}],
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(packed_sequences())
+def test_pack_then_validate_is_clean_in_both_modes(group):
+    assert validate_group(group) == []
+    assert validate_group(json.loads(json.dumps(group))) == []
+    for rows_lp in group["distill_logprobs"][0]:
+        assert all(math.isfinite(v) and v <= 0 for v in rows_lp)
+    for pos, row in enumerate(group["distill_token_ids"][0]):
+        assert not row or group["tokens"][0][pos] in row
+    assert validate_group(to_dense_group(group)) == []
+
+
+def test_validate_group_is_fast_on_a_large_group():
+    import time
+
+    rng = np.random.default_rng(0)
+    n, k, group_size = 8192, 50, 4
+    tokens = rng.integers(1, 50_000, n).tolist()
+    generated = np.zeros(n, dtype=bool)
+    generated[200:] = True
+    masks = [t if g else MASKED for t, g in zip(tokens, generated, strict=True)]
+    lps_matrix = np.sort(np.log(rng.dirichlet(np.ones(k + 5), size=n))[:, :k], axis=1)[:, ::-1]
+    ids_rows = [[tokens[p]] + list(range(60_000, 60_000 + k - 1)) if generated[p] else [] for p in range(n)]
+    lp_rows = [lps_matrix[p].tolist() if generated[p] else [] for p in range(n)]
+    inference = [-0.5 if g else 1.0 for g in generated]
+    opd = make_opd_block(
+        MODE_TOPK,
+        k,
+        [(200, n)],
+        [
+            {
+                "span": [200, n],
+                "status": "scored",
+                "message_index": 2,
+                "next_state_role": "user",
+                "hint": "h",
+                "votes": {},
+                "hint_insert_at": 100,
+                "hint_token_ids": [5],
+                "teacher_prompt_len": 201,
+            }
+        ],
+    )
+    group = {
+        "tokens": [tokens] * group_size,
+        "masks": [masks] * group_size,
+        "scores": [0.0] * group_size,
+        "inference_logprobs": [inference] * group_size,
+        "distill_token_ids": [ids_rows] * group_size,
+        "distill_logprobs": [lp_rows] * group_size,
+        "overrides": [{"opd": opd}] * group_size,
+    }
+    started = time.perf_counter()
+    violations = validate_group(group)
+    elapsed = time.perf_counter() - started
+    assert violations == []
+    assert elapsed < 5.0, f"validate_group took {elapsed:.2f}s for {group_size}x{n} positions, K={k}"

@@ -1,0 +1,164 @@
+"""Vote policies and hint choice."""
+
+from __future__ import annotations
+
+import pytest
+
+from judge.parsing import Vote
+from judge.votes import choose_longest, choose_representative, decide, jaccard, representativeness, word_set
+
+HINT_A = "Run pytest on the tests directory before you say the fix works."
+HINT_B = "Check that the config file path exists before you open it."
+
+
+def pos(hint: str | None = HINT_A) -> Vote:
+    return Vote(score=1, hint=hint, raw="")
+
+
+def neg() -> Vote:
+    return Vote(score=-1, hint=None, raw="")
+
+
+def unparsed() -> Vote:
+    return Vote(score=None, hint=None, raw="garbage")
+
+
+def failed() -> Vote:
+    return Vote.failure("APITimeoutError: timed out")
+
+
+def test_one_of_three_positive_rejected_by_majority_accepted_by_any():
+    votes = [pos(), neg(), neg()]
+    majority = decide(votes, "majority")
+    assert not majority.accepted and majority.hint is None
+    assert (majority.positive, majority.negative, majority.unparsed) == (1, 2, 0)
+    assert majority.agreement == pytest.approx(2 / 3)
+
+    any_ = decide(votes, "any")
+    assert any_.accepted and any_.hint == HINT_A
+    assert any_.agreement == pytest.approx(1 / 3)
+
+
+def test_two_of_three_positive_accepted():
+    outcome = decide([pos(), neg(), pos(HINT_B)], "majority")
+    assert outcome.accepted
+    assert outcome.hint in (HINT_A, HINT_B)
+    assert outcome.agreement == pytest.approx(2 / 3)
+
+
+def test_exact_half_is_not_a_majority():
+    assert not decide([pos(), neg()], "majority").accepted
+    assert not decide([pos(), pos(), neg(), neg()], "majority").accepted
+
+
+def test_unparsed_votes_are_not_in_the_denominator():
+    outcome = decide([pos(), unparsed(), failed()], "majority")
+    assert outcome.accepted
+    assert (outcome.n, outcome.positive, outcome.negative, outcome.unparsed) == (3, 1, 0, 2)
+    assert outcome.agreement == 1.0
+
+    assert not decide([pos(), neg(), unparsed()], "majority").accepted
+
+
+def test_all_unparsed_is_rejected_under_every_policy():
+    votes = [unparsed(), failed(), unparsed()]
+    for policy in ("majority", "any"):
+        outcome = decide(votes, policy)
+        assert not outcome.accepted
+        assert outcome.hint is None
+        assert outcome.unparsed == 3
+        assert outcome.agreement == 0.0
+
+
+def test_no_votes_is_rejected():
+    outcome = decide([], "majority")
+    assert not outcome.accepted and outcome.n == 0
+
+
+def test_positive_without_hint_counts_but_cannot_supply_the_hint():
+    # Two positives (one hintless) of three parseable: a majority, and the one hint is used.
+    outcome = decide([pos(None), pos(HINT_B), neg()], "majority")
+    assert outcome.accepted and outcome.hint == HINT_B
+    assert outcome.positive == 2 and outcome.positive_with_hint == 1
+    # A positive majority with no hint at all has nothing to give the teacher.
+    outcome = decide([pos(None), pos(None), neg()], "majority")
+    assert not outcome.accepted and outcome.hint is None
+    # `any` needs a positive WITH a hint.
+    assert not decide([pos(None), neg(), neg()], "any").accepted
+
+
+def test_hints_of_negative_votes_are_never_used():
+    negative_with_hint = Vote(score=-1, hint=HINT_B, raw="")
+    outcome = decide([pos(HINT_A), pos(HINT_A), negative_with_hint], "majority", "longest")
+    assert outcome.hint == HINT_A
+
+
+def test_longest_hint_choice():
+    short, long_ = "Use python3, not python.", "Use python3 instead of python; python is not installed here."
+    outcome = decide([pos(short), pos(long_), pos(short)], "majority", "longest")
+    assert outcome.hint == long_
+    assert choose_longest(["abc def gh", "abcdefghijk", "xyz"]) == "abcdefghijk"
+    assert choose_longest(["same length a", "same length b"]) == "same length a"
+
+
+def test_representative_picks_the_consensus_not_the_longest():
+    consensus_1 = "Install the missing numpy package with pip before running the script."
+    consensus_2 = "Install numpy with pip before running the script."
+    outlier = (
+        "Consider rewriting the entire project in Rust for performance and also add many more unit tests."
+    )
+    hints = [outlier, consensus_1, consensus_2]
+    chosen = choose_representative(hints)
+    assert chosen in (consensus_1, consensus_2)
+    assert chosen != outlier
+    scores = representativeness(hints)
+    assert scores[0] < min(scores[1], scores[2])
+    # The reference policy would take the outlier.
+    assert choose_longest(hints) == outlier
+    outcome = decide([pos(h) for h in hints], "majority", "representative")
+    assert outcome.hint == chosen
+
+
+def test_representative_hand_computed_scores():
+    a, b, c = "alpha beta gamma delta", "alpha beta gamma", "alpha zeta"
+    # J(a,b)=3/4, J(a,c)=1/5, J(b,c)=1/4
+    assert representativeness([a, b, c]) == pytest.approx(
+        [(0.75 + 0.2) / 2, (0.75 + 0.25) / 2, (0.2 + 0.25) / 2]
+    )
+    assert choose_representative([a, b, c]) == b
+
+
+def test_representative_ties_go_to_the_shorter_then_earlier_hint():
+    # With two hints both scores are equal by symmetry: the shorter wins.
+    assert choose_representative(["Check the path of the file.", "Check the path."]) == "Check the path."
+    # Identical length and identical scores: the earlier one.
+    assert choose_representative(["Use flag -x here.", "Use flag -y here."]) == "Use flag -x here."
+    # A single hint is chosen.
+    assert choose_representative([HINT_A]) == HINT_A
+
+
+def test_word_sets_are_lowercased_and_punctuation_free():
+    assert word_set("Run PyTest, then run pytest!") == {"run", "pytest", "then"}
+    assert jaccard(frozenset(), frozenset()) == 0.0
+    assert jaccard(word_set("a b"), word_set("b c")) == pytest.approx(1 / 3)
+
+
+def test_as_dict_is_provenance_ready():
+    outcome = decide([pos(), neg(), failed()], "majority", "longest")
+    d = outcome.as_dict()
+    assert d == {
+        "n": 3,
+        "positive": 1,
+        "negative": 1,
+        "unparsed": 1,
+        "policy": "majority",
+        "accepted": False,
+        "agreement": 0.5,
+        "hint_choice": "longest",
+        "positive_with_hint": 1,
+    }
+
+
+def test_unknown_policy_is_an_error():
+    with pytest.raises(ValueError):
+        decide([pos()], "plurality")  # type: ignore[arg-type]
