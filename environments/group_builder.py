@@ -87,7 +87,12 @@ def build_group(
                 ids_rows, lp_rows = to_dense_k1(
                     traj.tokens, traj.masks, traj.inference_logprobs, ids_rows, lp_rows
                 )
-            opd = make_opd_block(distill_mode, distill_topk, spans, [])
+            skipped = [
+                {"span": [t.start, t.end], "message_index": t.message_index, "next_state_role": None,
+                 "status": "skipped"}
+                for t in traj.turns
+            ]  # fmt: skip
+            opd = make_opd_block(distill_mode, distill_topk, spans, skipped)
         group["distill_token_ids"].append(ids_rows)
         group["distill_logprobs"].append(lp_rows)
         group["overrides"].append({"turn_spans": spans, "opd": opd, **rollout.info})

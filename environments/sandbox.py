@@ -554,13 +554,16 @@ class Sandbox:
         SandboxError if the sandbox is closed or the process cannot be started."""
         self._check_open()
         timeout = self._limits.command_timeout_s if timeout_s is None else timeout_s
-        argv = [*self._isolation.wrapper(self._uid, self._gid), BASH, "-c", command]
+        argv = [
+            *self._isolation.wrapper(self._uid, self._gid),
+            *_shell(command, self._isolation.pid_namespace),
+        ]
         privileges = {}
         if self._isolation.drop_privileges and not self._isolation.unshare_flags:
             privileges = {"user": self._uid, "group": self._gid, "extra_groups": []}
         started = time.monotonic()
-        try:
-            proc = await asyncio.create_subprocess_exec(
+        creating = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -571,6 +574,17 @@ class Sandbox:
                 preexec_fn=_make_preexec(self._limits),
                 **privileges,
             )
+        )
+        try:
+            proc = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            # Cancelled while asyncio was still wiring up the pipes: the process exists already,
+            # and asyncio's own cleanup would kill only the first process, not the tree.
+            with contextlib.suppress(Exception):
+                orphan = await creating
+                kill_process_tree(orphan.pid)
+                await orphan.wait()
+            raise
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxError(f"could not start command: {exc}") from exc
         self._procs.add(proc)
@@ -641,6 +655,15 @@ class Sandbox:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return flooded
+
+
+def _shell(command: str, pid_namespace: bool) -> list[str]:
+    """argv running `command` with bash. In a PID namespace the first process is the namespace's
+    init, which the kernel shields from its own default-action signals; so an outer bash stays
+    init (and reaps orphans) while the command runs in a child, and its status is passed on."""
+    if not pid_namespace:
+        return [BASH, "-c", command]
+    return [BASH, "-c", '"$0" -c "$1"; exit $?', BASH, command]
 
 
 def _make_dirs(

@@ -364,7 +364,7 @@ class ReportBuilder:
             f"<div class='stat'><b>{value}</b><span>{label}</span></div>" for value, label in cards
         )
         legend = "".join(
-            f'<span class="tok {cls}">&nbsp;{label}&nbsp;</span>'
+            f'<span class="swatch {cls}">{label}</span>'
             for cls, label in [
                 ("n4", "\u2264\u22123"),
                 ("n3", "\u22121.5"),
@@ -382,7 +382,7 @@ class ReportBuilder:
             f'<div class="stats">{stats_html}</div>'
             f'<div class="plots">{self._plots_html()}</div>'
             '<div class="legend">A<sub>t</sub> = teacher_lp \u2212 inference_lp: '
-            f'{legend}<span class="tok gen">&nbsp;no teacher data&nbsp;</span></div>'
+            f'{legend}<span class="swatch gen">no teacher data</span></div>'
             '<div class="controls"><label><input type="checkbox" id="only-scored"> '
             "show only turns with teacher data</label> \u00b7 hover a coloured token for the teacher's "
             "alternatives</div>"

@@ -83,7 +83,9 @@ async def test_runs_a_command_in_its_own_directory():
 async def test_commands_run_as_nobody_and_can_write_their_directory():
     async with Sandbox.create() as sb:
         assert sb.uid == NOBODY_UID
-        result = await sb.run("id -u; id -G; echo data > f.txt && cat f.txt; touch /etc/hermes-test 2>&1; echo $?")
+        result = await sb.run(
+            "id -u; id -G; echo data > f.txt && cat f.txt; touch /etc/hermes-test 2>&1; echo $?"
+        )
         lines = result.output.splitlines()
         assert lines[0] == str(NOBODY_UID)
         assert lines[1] == str(NOBODY_UID)  # no supplementary groups (root's are dropped)
@@ -114,7 +116,9 @@ async def test_per_call_timeout_overrides_default():
 @needs_pidns
 async def test_background_processes_die_with_their_command():
     async with Sandbox.create() as sb:
-        result = await sb.run("sleep 92.2201 & setsid sleep 92.2202 & nohup sleep 92.2203 >/dev/null 2>&1 & echo started")
+        result = await sb.run(
+            "sleep 92.2201 & setsid sleep 92.2202 & nohup sleep 92.2203 >/dev/null 2>&1 & echo started"
+        )
         assert result.output.strip() == "started" and not result.timed_out
         assert await wait_until(lambda: not processes_matching("92.220"), 3), processes_matching("92.220")
 

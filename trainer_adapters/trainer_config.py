@@ -132,7 +132,9 @@ class CheckpointConfig(_Strict):
 class LoggingConfig(_Strict):
     """Metrics output."""
 
-    metrics_path: str = Field("runs/torch/metrics.jsonl", description="One JSON object per step is appended.")
+    metrics_path: str | None = Field(
+        "runs/torch/metrics.jsonl", description="One JSON object per step is appended; null: no file."
+    )
     stdout: bool = Field(True, description="Also print a one-line summary per step.")
 
 

@@ -1,0 +1,103 @@
+"""Shared helpers of the benchmarks: timing, medians over repeated runs, result objects, machine info."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+@contextmanager
+def stopwatch() -> Iterator[dict[str, float]]:
+    """`with stopwatch() as t: ...` then `t["s"]` holds the elapsed wall time in seconds."""
+    box: dict[str, float] = {}
+    started = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box["s"] = time.perf_counter() - started
+
+
+def with_headline(result: dict[str, Any], key: str, value: float) -> dict[str, Any]:
+    """`result` with `key: value` moved to the END (the headline ratio, larger is better)."""
+    out = {k: v for k, v in result.items() if k != key}
+    out[key] = value
+    return out
+
+
+def rounded(value: Any, digits: int = 4) -> Any:
+    """Round floats (recursively) for printing; ints, strings and bools are left alone."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return value
+        if value == 0.0:
+            return 0.0
+        magnitude = math.floor(math.log10(abs(value)))
+        return round(value, max(digits - 1 - magnitude, 0))
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v, digits) for v in value]
+    return value
+
+
+def median_result(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Element-wise median of several result objects with the same keys, in the first run's key order.
+
+    Numbers get the median (ints stay ints when every run agrees); strings, bools and lists keep the
+    first run's value; nested objects are merged recursively. The headline (last key) stays last.
+    """
+    if len(runs) == 1:
+        return runs[0]
+    first = runs[0]
+    out: dict[str, Any] = {}
+    for key, value in first.items():
+        values = [run.get(key) for run in runs]
+        if isinstance(value, dict):
+            out[key] = median_result([v for v in values if isinstance(v, dict)])
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            out[key] = value
+        else:
+            numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+            med = statistics.median(numbers)
+            out[key] = int(med) if isinstance(value, int) and all(isinstance(v, int) for v in values) else med
+    return out
+
+
+def machine_info() -> dict[str, Any]:
+    """What the figures were measured on."""
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        info["load_avg_1m"] = os.getloadavg()[0]
+    except OSError:
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def percent(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole > 0 else 0.0

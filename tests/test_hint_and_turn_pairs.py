@@ -1,0 +1,94 @@
+"""Hint insertion (format pinned), teacher input splicing, and turn-pair extraction."""
+
+from __future__ import annotations
+
+import pytest
+
+from hermes_opd.hint import HINT_SEPARATOR, build_teacher_input, enhance_messages, hint_text
+from hermes_opd.trajectory import MASKED, Trajectory, TurnSpan
+from hermes_opd.turn_pairs import extract_turn_pairs, truncate_text
+
+
+def test_hint_format_is_pinned():
+    # Part of the data contract: every teacher distribution depends on these exact characters.
+    assert HINT_SEPARATOR == "\n\n[user's hint / instruction]\n"
+    assert hint_text("  Run the tests first.  ") == "\n\n[user's hint / instruction]\nRun the tests first."
+
+
+def test_enhance_messages_appends_to_last_user_message_and_deep_copies():
+    context = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "second"},
+        {"role": "tool", "content": "out"},
+    ]
+    enhanced = enhance_messages(context, "Check the edge case.")
+    assert enhanced[3]["content"] == "second\n\n[user's hint / instruction]\nCheck the edge case."
+    assert context[3]["content"] == "second", "the original context must not change"
+    assert [m["content"] for i, m in enumerate(enhanced) if i != 3] == ["sys", "first", "a", "out"]
+
+
+def test_enhance_messages_without_user_uses_last_message():
+    enhanced = enhance_messages([{"role": "system", "content": "sys"}], "hint text here")
+    assert enhanced[0]["content"] == "sys\n\n[user's hint / instruction]\nhint text here"
+    with pytest.raises(ValueError, match="empty context"):
+        enhance_messages([], "x")
+
+
+def make_trajectory() -> Trajectory:
+    # [sys 0-2][user 3-5 content ends at 5][gen 6-8][tool 9-10][gen 11-12][user 13-14]
+    tokens = list(range(100, 115))
+    turns = [TurnSpan(6, 9, 2), TurnSpan(11, 13, 4)]
+    masks = [t if any(s.start <= i < s.end for s in turns) else MASKED for i, t in enumerate(tokens)]
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "terminal", "arguments": {}}}]},
+        {"role": "tool", "name": "terminal", "content": "x" * 50},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "tests fail", "name": "verifier"},
+    ]
+    return Trajectory(
+        tokens=tokens, masks=masks, inference_logprobs=[1.0 if m == MASKED else -0.5 for m in masks],
+        messages=messages, turns=turns, content_ends={0: 2, 1: 5, 3: 10},
+    )  # fmt: skip
+
+
+def test_teacher_input_splices_hint_into_exact_prefix():
+    traj = make_trajectory()
+    span = traj.turns[1]
+    teacher = build_teacher_input(traj, span, [7, 8, 9])
+    assert teacher.hint_insert_at == 5, "after the content of the last user message before the turn"
+    assert teacher.ids == traj.tokens[:5] + [7, 8, 9] + traj.tokens[5:13]
+    assert teacher.prompt_len == len(teacher.ids) - 2
+    assert teacher.ids[teacher.prompt_len :] == traj.tokens[11:13]
+
+
+def test_turn_pairs_cover_tool_call_turns_and_verifier_feedback():
+    pairs = extract_turn_pairs(make_trajectory(), max_next_state_chars=10)
+    assert [p.next_state_role for p in pairs] == ["tool", "user"]
+    assert pairs[0].next_state_text.startswith("[terminal]\n" + "x" * 10)
+    assert "truncated 40 characters" in pairs[0].next_state_text
+    assert pairs[1].next_state_text == "tests fail"
+    assert [m["role"] for m in pairs[1].context_messages] == ["system", "user", "assistant", "tool"]
+
+
+def test_last_turn_without_next_state():
+    traj = make_trajectory()
+    traj.messages = traj.messages[:5]
+    pairs = extract_turn_pairs(traj)
+    assert pairs[-1].next_state_role is None and not pairs[-1].has_next_state
+
+
+def test_truncate_text():
+    assert truncate_text("abc", 5) == "abc"
+    assert truncate_text("abcdef", 2) == "ab\n[... truncated 4 characters ...]"
+
+
+def test_trajectory_invariants_are_checked():
+    traj = make_trajectory()
+    with pytest.raises(ValueError, match="outside every turn span but unmasked"):
+        Trajectory(tokens=traj.tokens, masks=[5] * 15, inference_logprobs=[0.0] * 15, turns=traj.turns)
+    with pytest.raises(ValueError, match="lengths differ"):
+        Trajectory(tokens=[1, 2], masks=[MASKED], inference_logprobs=[1.0, 1.0])
