@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from atroposlib.envs.base import BaseEnvConfig
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from hermes_opd.opd_config import OPDConfig, TeacherConfig
 from judge.config import JudgeConfig
@@ -13,6 +13,8 @@ from judge.config import JudgeConfig
 
 class AgenticOPDConfig(BaseEnvConfig):
     """Tool-using coding rollouts with hindsight-guided on-policy distillation."""
+
+    model_config = ConfigDict(extra="forbid")
 
     # -- tasks -----------------------------------------------------------------------------------
     task_source: Literal["builtin", "jsonl", "hf"] = Field(

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import random
@@ -25,14 +26,15 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 NOBODY_UID = 65534
 NOBODY_GID = 65534
@@ -41,6 +43,8 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _DRAIN_GRACE_S = 0.25
 """After the command's main process exits, how long to keep reading output that is still buffered."""
 _READ_CHUNK = 64 * 1024
+TIMEOUT_EXIT_CODE = 124
+KILLED_EXIT_CODE = 128 + signal.SIGKILL
 
 
 class SandboxLimits(BaseModel):
@@ -106,7 +110,8 @@ class CommandResult:
     """What one command did."""
 
     exit_code: int
-    """The exit status; 128 + N when killed by signal N (shell convention)."""
+    """The exit status; 128 + N when killed by signal N (shell convention); 124 when it timed out
+    (as coreutils `timeout`); 137 when killed for flooding output."""
     output: str
     """stdout and stderr merged, decoded as UTF-8 with replacement, possibly truncated."""
     timed_out: bool
@@ -300,19 +305,17 @@ def descendants(pid: int) -> list[int]:
 
 
 def pids_of_uid(uid: int) -> list[int]:
-    """Processes whose real uid is `uid`."""
+    """Live (not zombie) processes whose real uid is `uid`."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/status") as f:
-                for line in f:
-                    if line.startswith("Uid:"):
-                        if int(line.split()[1]) == uid:
-                            found.append(int(entry.name))
-                        break
-        except (OSError, ValueError):
+                status = dict(line.split(":", 1) for line in f if line.startswith(("State:", "Uid:")))
+            if int(status["Uid"].split()[0]) == uid and status["State"].split()[0] not in ("Z", "X"):
+                found.append(int(entry.name))
+        except (OSError, ValueError, KeyError, IndexError):
             continue
     return found
 
@@ -324,13 +327,32 @@ def _signal_quietly(pid: int, sig: int, group: bool = False) -> None:
 
 def kill_process_tree(pid: int) -> None:
     """SIGKILL the process group led by `pid` and every descendant of `pid` (including ones that
-    moved to another session or process group). With a PID namespace, killing its first process
-    makes the kernel kill everything inside."""
+    moved to another session or process group), at once. Prefer `terminate_process_tree`, which
+    lets `pid` reap its children first, so that no orphaned zombies are left to init."""
     tree = descendants(pid)
     _signal_quietly(pid, signal.SIGKILL, group=True)
     for p in tree:
         _signal_quietly(p, signal.SIGKILL)
     _signal_quietly(pid, signal.SIGKILL)
+
+
+async def terminate_process_tree(proc: asyncio.subprocess.Process, grace_s: float = 0.5) -> None:
+    """Kill everything `proc` started, then `proc` itself, and reap `proc`.
+
+    Descendants die first, so `proc` (the `unshare` wrapper, or bash) can reap them itself; with a
+    PID namespace, killing its first process makes the kernel kill everything inside. After
+    `grace_s`, or on cancellation, the whole process group is killed outright.
+    """
+    for pid in descendants(proc.pid):
+        _signal_quietly(pid, signal.SIGKILL)
+    try:
+        await asyncio.wait_for(proc.wait(), grace_s)
+    except TimeoutError:
+        pass
+    finally:
+        if proc.returncode is None:
+            kill_process_tree(proc.pid)
+    await proc.wait()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,6 +438,7 @@ class Sandbox:
         self._uid = uid
         self._gid = gid
         self._procs: set[asyncio.subprocess.Process] = set()
+        self._offloaded: set[asyncio.Future[Any]] = set()
         self._closed = False
 
     # -- construction and teardown ------------------------------------------------------------
@@ -467,13 +490,11 @@ class Sandbox:
         if self._closed:
             return
         self._closed = True
-        for proc in list(self._procs):
-            kill_process_tree(proc.pid)
-        for proc in list(self._procs):
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
-                await proc.wait()
+        await asyncio.gather(*(terminate_process_tree(p) for p in list(self._procs)), return_exceptions=True)
+        # File operations still running in threads use `dir_fd`: let them finish before closing it.
+        await asyncio.gather(*list(self._offloaded), return_exceptions=True)
         if self._uid is not None and self._limits.user == "per_sandbox":
-            for _ in range(10):  # a fork bomb may race the first passes
+            for _ in range(100):  # a fork bomb may race the first passes
                 leftovers = pids_of_uid(self._uid)
                 if not leftovers:
                     break
@@ -523,6 +544,18 @@ class Sandbox:
     def _check_open(self) -> None:
         if self._closed:
             raise SandboxError("sandbox is closed")
+
+    # -- work in threads ----------------------------------------------------------------------
+
+    async def offload(self, fn: Callable[..., T], /, *args: Any) -> T:
+        """Run `fn(*args)` in a worker thread, off the event loop. `dir_fd` stays open until `fn`
+        returns, even if the caller is cancelled or the sandbox is closed meanwhile (so the
+        descriptor number can never be reused under a running file operation)."""
+        self._check_open()
+        future = asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
+        self._offloaded.add(future)
+        future.add_done_callback(_retire_offloaded(self._offloaded))
+        return await asyncio.shield(future)
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -581,9 +614,7 @@ class Sandbox:
             # Cancelled while asyncio was still wiring up the pipes: the process exists already,
             # and asyncio's own cleanup would kill only the first process, not the tree.
             with contextlib.suppress(Exception):
-                orphan = await creating
-                kill_process_tree(orphan.pid)
-                await orphan.wait()
+                await terminate_process_tree(await creating)
             raise
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxError(f"could not start command: {exc}") from exc
@@ -600,18 +631,23 @@ class Sandbox:
             # Timeout, flood or cancellation: kill the whole tree. Normal exit: with a PID
             # namespace the kernel has already killed everything inside; without one, kill what is
             # left in the command's process group (background jobs).
-            if proc.returncode is None:
-                kill_process_tree(proc.pid)
-            elif not self._isolation.pid_namespace:
-                _signal_quietly(proc.pid, signal.SIGKILL, group=True)
-            await proc.wait()
-            self._procs.discard(proc)
+            try:
+                if proc.returncode is None:
+                    await terminate_process_tree(proc)
+                elif not self._isolation.pid_namespace:
+                    _signal_quietly(proc.pid, signal.SIGKILL, group=True)
+            finally:
+                self._procs.discard(proc)
         text = output.render()
         if flooded:
             text += f"\n[command killed: output exceeded {self._limits.kill_output_bytes} bytes]"
         if timed_out:
             text += f"\n[command timed out after {timeout:g}s and was killed]"
-        code = proc.returncode if proc.returncode is not None else -1
+        code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+        if timed_out:
+            code = TIMEOUT_EXIT_CODE
+        elif flooded:
+            code = KILLED_EXIT_CODE
         return CommandResult(
             exit_code=code if code >= 0 else 128 - code,
             output=text,
@@ -633,7 +669,7 @@ class Sandbox:
                 output.feed(chunk)
                 if output.total > self._limits.kill_output_bytes:
                     flooded = True
-                    kill_process_tree(proc.pid)
+                    await terminate_process_tree(proc)
                     return
 
         async def write_stdin() -> None:
@@ -655,6 +691,15 @@ class Sandbox:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return flooded
+
+
+def _retire_offloaded(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    def done(future: asyncio.Future[Any]) -> None:
+        pending.discard(future)
+        if not future.cancelled():
+            future.exception()  # retrieved: a caller that was cancelled no longer will
+
+    return done
 
 
 def _shell(command: str, pid_namespace: bool) -> list[str]:

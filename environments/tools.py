@@ -9,7 +9,6 @@ hard link, or a directory swapped mid-operation.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import logging
@@ -180,6 +179,8 @@ class Jail:
 
     @classmethod
     def of(cls, sandbox: Sandbox) -> Jail:
+        """The sandbox's working directory; use it in `sandbox.offload(...)`, which keeps the
+        descriptor open for as long as the operation runs."""
         return cls(dir_fd=sandbox.dir_fd, root=sandbox.workdir, uid=sandbox.uid, gid=sandbox.gid)
 
 
@@ -388,12 +389,12 @@ async def _write_file(args: dict[str, Any], sandbox: Sandbox) -> tuple[str, bool
     data = args["content"].encode("utf-8", errors="replace")
     if len(data) > _max_file_bytes(sandbox):
         raise ToolError(f"content is {len(data)} bytes; the limit is {_max_file_bytes(sandbox)}")
-    shown = await asyncio.to_thread(write_bytes, Jail.of(sandbox), args["path"], data)
+    shown = await sandbox.offload(write_bytes, Jail.of(sandbox), args["path"], data)
     return f"Wrote {len(data)} bytes to {shown}.", False
 
 
 async def _read_file(args: dict[str, Any], sandbox: Sandbox) -> tuple[str, bool]:
-    data, size, shown = await asyncio.to_thread(read_bytes, Jail.of(sandbox), args["path"], MAX_READ_BYTES)
+    data, size, shown = await sandbox.offload(read_bytes, Jail.of(sandbox), args["path"], MAX_READ_BYTES)
     text = data.decode("utf-8", errors="replace")
     notes = []
     if "\ufffd" in text and b"\xef\xbf\xbd" not in data:
@@ -423,7 +424,7 @@ async def _patch(args: dict[str, Any], sandbox: Sandbox) -> tuple[str, bool]:
         raise ToolError("old_string is empty; give the exact text to replace")
     jail = Jail.of(sandbox)
     limit = min(MAX_READ_BYTES, _max_file_bytes(sandbox))
-    data, size, shown = await asyncio.to_thread(read_bytes, jail, args["path"], limit)
+    data, size, shown = await sandbox.offload(read_bytes, jail, args["path"], limit)
     if size > len(data):
         raise ToolError(f"{shown} is too large to patch ({size} bytes; limit {limit})")
     try:
@@ -442,7 +443,7 @@ async def _patch(args: dict[str, Any], sandbox: Sandbox) -> tuple[str, bool]:
             "exactly once"
         )
     updated = text.replace(old, new, 1).encode("utf-8", errors="replace")
-    await asyncio.to_thread(write_bytes, jail, args["path"], updated)
+    await sandbox.offload(write_bytes, jail, args["path"], updated)
     return (
         f"Patched {shown}: replaced 1 occurrence ({old.count(chr(10)) + 1} line(s) -> {new.count(chr(10)) + 1}).",
         False,

@@ -19,7 +19,6 @@ unknown key anywhere is an error (with the closest valid name), not silently ign
 from __future__ import annotations
 
 import difflib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,7 +157,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: the top level must be a mapping with 'env:' and 'openai:', not {type(data).__name__}")
+        raise ConfigError(
+            f"{p}: the top level must be a mapping with 'env:' and 'openai:', not {type(data).__name__}"
+        )
     return data
 
 
@@ -203,10 +204,16 @@ def build_job_config(
         server_dicts: list[dict[str, Any]] = [{}]
     elif isinstance(openai_section, dict):
         server_dicts = [openai_section]
-    elif isinstance(openai_section, list) and openai_section and all(isinstance(s, dict) for s in openai_section):
+    elif (
+        isinstance(openai_section, list)
+        and openai_section
+        and all(isinstance(s, dict) for s in openai_section)
+    ):
         server_dicts = list(openai_section)
     else:
-        raise ConfigError(f"{source}: 'openai' must be a mapping (one server) or a non-empty list of mappings")
+        raise ConfigError(
+            f"{source}: 'openai' must be a mapping (one server) or a non-empty list of mappings"
+        )
     server_model = type(default_server) if isinstance(default_server, APIServerConfig) else APIServerConfig
     for i, section in enumerate(server_dicts):
         where = f"{source}: openai" if len(server_dicts) == 1 else f"{source}: openai[{i}]"
@@ -257,11 +264,20 @@ def build_job_config(
         flags[key] = value
     raw = {
         "env": env_config.model_dump(mode="json"),
-        "openai": [s.model_dump(mode="json") for s in servers],
+        "openai": [_masked(s.model_dump(mode="json")) for s in servers],
         "process": {"concurrency": concurrency},
         **flags,
     }
-    return JobConfig(env=env_config, servers=servers, source=source, concurrency=concurrency, raw=raw, **flags)
+    return JobConfig(
+        env=env_config, servers=servers, source=source, concurrency=concurrency, raw=raw, **flags
+    )
+
+
+def _masked(server: dict[str, Any]) -> dict[str, Any]:
+    """A server dict fit to print: a real API key is replaced by '***'."""
+    if server.get("api_key") not in (None, "", "EMPTY", "x"):
+        server = {**server, "api_key": "***"}
+    return server
 
 
 def load_job_config(
@@ -269,9 +285,6 @@ def load_job_config(
 ) -> JobConfig:
     """Read `path` (None: defaults only) and apply `overrides`. Raises ConfigError."""
     data = read_yaml(path) if path is not None else {}
-    return build_job_config(data, overrides, source=str(path) if path is not None else "<defaults>", env_cls=env_cls)
-
-
-def expand_path(value: str | None) -> str | None:
-    """`~` and `$VAR` expanded (paths in configs are relative to the working directory)."""
-    return os.path.expandvars(os.path.expanduser(value)) if value else value
+    return build_job_config(
+        data, overrides, source=str(path) if path is not None else "<defaults>", env_cls=env_cls
+    )

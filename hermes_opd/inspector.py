@@ -77,7 +77,10 @@ def load_token_text(tokenizer_dir: str) -> TokenText:
 
     def text(token_id: int) -> str:
         if token_id not in cache:
-            cache[token_id] = tokenizer.decode([token_id], skip_special_tokens=False)
+            try:
+                cache[token_id] = tokenizer.decode([token_id], skip_special_tokens=False)
+            except (TypeError, ValueError, OverflowError, IndexError):  # an id the tokenizer lacks
+                cache[token_id] = ids_as_text(token_id)
         return cache[token_id]
 
     return text
@@ -155,8 +158,10 @@ class _Sequence:
             scored = scored_positions(group, seq)
         except (TypeError, ValueError, IndexError, KeyError):
             scored = np.zeros(n, dtype=bool)
-        if len(scored) != n:
-            scored = np.resize(scored, n) if len(scored) else np.zeros(n, dtype=bool)
+        if len(scored) != n:  # a row list of the wrong length: keep what lines up
+            fitted = np.zeros(n, dtype=bool)
+            fitted[: min(n, len(scored))] = scored[:n]
+            scored = fitted
         return cls(
             tokens=tokens,
             masks=field_of("masks", MASKED),

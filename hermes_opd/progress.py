@@ -116,14 +116,18 @@ class Progress:
     On a terminal: a tqdm bar (groups, rollouts, hints, tokens scored, ETA). Elsewhere (a log
     file, CI, a test's pipe): one line per finished group with the same numbers."""
 
-    def __init__(self, target: int, done: int, stream: TextIO | None = None, bar: bool | None = None) -> None:
+    def __init__(self, target: int, done: int, stream: TextIO | None = None, mode: str = "auto") -> None:
+        """`mode`: auto (a bar on a terminal, else lines), bar, lines or none (messages only)."""
+        if mode not in ("auto", "bar", "lines", "none"):
+            raise ValueError(f"progress mode must be auto, bar, lines or none, not {mode!r}")
         self.stream = stream or sys.stderr
+        self.mode = mode
         self.target = target
         self.done_at_start = done
         self.done = done
         self.totals = RunTotals()
         self.started = time.monotonic()
-        use_bar = self.stream.isatty() if bar is None else bar
+        use_bar = mode == "bar" or (mode == "auto" and self.stream.isatty())
         self._bar = None
         if use_bar:
             from tqdm import tqdm
@@ -135,10 +139,7 @@ class Progress:
 
     def _postfix(self) -> str:
         t = self.totals
-        return (
-            f"rollouts {t.sequences}, hints {t.hints}/{t.judged_turns}, "
-            f"tokens scored {t.tokens_scored:,}"
-        )
+        return f"rollouts {t.sequences}, hints {t.hints}/{t.judged_turns}, tokens scored {t.tokens_scored:,}"
 
     def eta_s(self) -> float | None:
         made = self.done - self.done_at_start
@@ -157,6 +158,8 @@ class Progress:
         if self._bar is not None:
             self._bar.update(1)
             self._bar.set_postfix_str(self._postfix(), refresh=True)
+            return
+        if self.mode == "none":
             return
         eta = self.eta_s()
         scores = ",".join(f"{s:.2f}" for s in summary.scores)

@@ -126,3 +126,14 @@ async def test_dense_k1_mode_emits_one_entry_everywhere(dev_server, tmp_path):
             if pos not in scored:
                 assert lps[pos][0] == group["inference_logprobs"][seq][pos], "advantage exactly 0 where unscored"
     assert validate_group(group) == []
+
+
+async def test_evaluate_reports_pass_at_1_and_mean_score(dev_server, tmp_path):
+    env = make_env(dev_server, tmp_path, max_turns=2, opd_enabled=False)
+    await env.setup()
+    assert env.eval_tasks and not {t.task_id for t in env.eval_tasks} & {t.task_id for t in env.train_tasks}
+    metrics = await env.evaluate()
+    assert metrics["eval/tasks"] == len(env.eval_tasks)
+    assert 0.0 <= metrics["eval/pass@1"] <= metrics["eval/mean_score"] + 1e-9 <= 1.0 + 1e-9
+    logged = (tmp_path / "metrics.jsonl").read_text()
+    assert '"kind": "eval"' in logged and '"eval/pass@1"' in logged

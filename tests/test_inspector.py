@@ -217,3 +217,16 @@ def test_advantage_class(advantage, expected):
 def test_unreadable_input_exits_two(tmp_path, capsys):
     assert main([str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "r.html")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_ragged_row_lists_and_max_groups(tmp_path, topk_groups):
+    broken = build_group(seed=8)
+    del broken["distill_token_ids"][0][-3:]
+    del broken["distill_logprobs"][0][-3:]
+    page = render_report([(0, 1, broken)])
+    assert parse(page).scored == count_nonempty_rows([broken])
+    assert "shape" in page
+    source = write_groups(tmp_path / "groups.jsonl", topk_groups)
+    out = tmp_path / "report.html"
+    assert main([str(source), "--out", str(out), "--max-groups", "2"]) == 0
+    assert parse(out.read_text(encoding="utf-8")).scored == count_nonempty_rows(topk_groups[:2])

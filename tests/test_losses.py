@@ -196,6 +196,20 @@ def test_grpo_ignores_masked_positions_and_uses_given_denominator():
     torch.testing.assert_close(grad, torch.tensor([[-0.5, -0.5, 0.0]]))
 
 
+def test_grpo_caps_absurd_log_ratios():
+    # A sampler logprob 30 nats below the current one (stale data, tokenizer mismatch): exp(30)
+    # times a negative advantage would dominate the batch; such a token is left out entirely.
+    lp = torch.tensor([[-0.1, -1.0]], requires_grad=True)
+    old = torch.tensor([[-30.1, -1.0]])
+    adv = torch.tensor([[-1.0, -1.0]])
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    term = grpo_loss(lp, old, adv, mask)
+    assert term.value.item() == pytest.approx(0.5)  # only the sane token: -(1 * -1) / 2
+    (grad,) = torch.autograd.grad(term.value, lp)
+    torch.testing.assert_close(grad, torch.tensor([[0.0, 0.5]]))
+    assert term.metrics["grpo/ratio_capped_frac"].item() == pytest.approx(0.5)
+
+
 # --- token-level OPD --------------------------------------------------------------------------
 
 

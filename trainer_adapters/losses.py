@@ -31,6 +31,12 @@ MIN_LOGPROB = -1e4
 """Floor for student logprobs inside the KL: exp(-1e4) is 0 in float32, and the floor keeps
 0 * (-inf) out of the graph when a model emits -inf logits."""
 
+LOG_RATIO_CAP = 20.0
+"""Tokens with |log(pi / pi_behaviour)| above this are left out of the PPO objectives: a sampler
+logprob that disagrees that wildly (stale data, a tokenizer mismatch) would otherwise make the
+ratio inf and, with a negative advantage, the loss -inf. They are counted in
+`grpo/ratio_capped_frac`, which should stay 0 in a healthy run."""
+
 KLDirection = Literal["reverse", "forward"]
 
 
@@ -73,10 +79,12 @@ def ppo_clipped_objective(
     """Per-token PPO objective min(r A, clip(r, 1-clip_low, 1+clip_high) A), r = exp(lp - lp_behaviour).
 
     Returns (objective_BT, ratio_BT, clipped_BT) with 0 / 1 / False at masked positions. The log
-    ratio is taken only where `mask_BT` holds, so padding can never overflow exp().
+    ratio is taken only where `mask_BT` holds; a token beyond +-LOG_RATIO_CAP is left out (objective
+    0, no gradient), so exp() never overflows and one absurd token cannot dominate the loss.
     """
     log_ratio = torch.where(mask_BT, logprobs_BT - behaviour_logprobs_BT, torch.zeros_like(logprobs_BT))
-    ratio = torch.exp(log_ratio)
+    mask_BT = mask_BT & (log_ratio.detach().abs() <= LOG_RATIO_CAP)
+    ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CAP, LOG_RATIO_CAP))
     clipped_ratio = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     unclipped = ratio * advantages_BT
     clipped = clipped_ratio * advantages_BT
@@ -107,8 +115,10 @@ def grpo_loss(
     loss = -objective.sum() / denominator
     with torch.no_grad():
         log_ratio = torch.log(ratio)
+        capped = mask_BT & ((logprobs_BT - behaviour_logprobs_BT).abs() > LOG_RATIO_CAP)
         metrics = {
             "grpo/clip_frac": was_clipped.sum() / denominator,
+            "grpo/ratio_capped_frac": capped.sum() / denominator,
             "grpo/ratio_mean": _masked_mean(ratio, mask_BT, denominator),
             # k3 estimator of KL(sampler || current), >= 0 per token.
             "grpo/approx_kl": _masked_mean(ratio - 1.0 - log_ratio, mask_BT, denominator),

@@ -428,9 +428,9 @@ TASKS: list[Task] = [
                     if c + 1 < n:
                         edges[(r, c + 1)] = 1 + (r * 5 + c * 11) % 5
                     graph[(r, c)] = edges
-            start = time.perf_counter()
+            start = time.process_time()
             cost, path = shortest_path(graph, (0, 0), (n - 1, n - 1))
-            assert time.perf_counter() - start < 3.0
+            assert time.process_time() - start < 3.0, "too slow"
             assert path[0] == (0, 0) and path[-1] == (n - 1, n - 1) and len(path) == 2 * n - 1
             assert cost == sum(graph[u][v] for u, v in zip(path, path[1:]))
             assert cost == 474

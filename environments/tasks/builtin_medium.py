@@ -202,11 +202,11 @@ TASKS: list[Task] = [
 
         def test_large_is_fast():
             import time
-            data = [i // 3 for i in range(3_000_000)]
-            start = time.perf_counter()
-            for target in range(0, 1_000_000, 997):
+            data = [i // 3 for i in range(1_500_000)]
+            start = time.process_time()
+            for target in range(0, 500_000, 250):
                 assert leftmost_index(data, target) == target * 3
-            assert time.perf_counter() - start < 2.0
+            assert time.process_time() - start < 1.0, "too slow for O(log n)"
         """,
         solution="""
         def leftmost_index(items, target):
@@ -400,8 +400,8 @@ TASKS: list[Task] = [
         """
         Write a function `edit_distance(a: str, b: str) -> int` that returns the Levenshtein
         distance between `a` and `b`: the minimum number of single-character insertions, deletions
-        and substitutions that turn `a` into `b`. Strings may be up to 2000 characters long, so use
-        dynamic programming rather than recursion.
+        and substitutions that turn `a` into `b`. Strings may be over a thousand characters long, so
+        use dynamic programming rather than recursion.
         """,
         tests="""
         from solution import edit_distance
@@ -420,10 +420,10 @@ TASKS: list[Task] = [
             assert edit_distance("abcdef", "azced") == edit_distance("azced", "abcdef") == 3
 
         def test_long_strings():
-            a = "ab" * 1000
-            b = "ba" * 1000
+            a = "ab" * 300
+            b = "ba" * 300
             assert edit_distance(a, b) == 2
-            assert edit_distance("a" * 2000, "b" * 2000) == 2000
+            assert edit_distance("a" * 700, "b" * 600) == 700
         """,
         solution="""
         def edit_distance(a, b):
@@ -498,11 +498,11 @@ TASKS: list[Task] = [
         def test_many_operations_fast():
             import time
             cache = LRUCache(1000)
-            start = time.perf_counter()
+            start = time.process_time()
             for i in range(200_000):
                 cache.put(i, i)
                 assert cache.get(i) == i
-            assert time.perf_counter() - start < 3.0
+            assert time.process_time() - start < 2.0, "too slow for O(1) get/put"
             assert len(cache) == 1000
             assert cache.get(199_000) == 199_000
             assert cache.get(198_999) == -1

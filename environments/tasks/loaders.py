@@ -169,7 +169,8 @@ def load_hf_tasks(
             loaded = datasets.load_dataset(source, split=split)
     except TaskLoadError:
         raise
-    except (ValueError, KeyError, FileNotFoundError) as exc:
-        raise TaskLoadError(f"could not load dataset {source!r} (split {split!r}): {exc}") from exc
+    except Exception as exc:  # `datasets` raises many types (even StopIteration for an empty file)
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise TaskLoadError(f"could not load dataset {source!r} (split {split!r}): {detail}") from exc
     where = f"{source}[{split}]"
     return tasks_from_records(((f"{where} row {i}", row) for i, row in enumerate(loaded)), field_map, where)

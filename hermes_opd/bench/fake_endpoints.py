@@ -109,7 +109,7 @@ class TeacherBodyBuilder:
         self._joined: dict[tuple[int, int], tuple[str, dict[int, str]]] = {}
 
     def _fragment(self, token: int, rank: int) -> str:
-        return f'"{token}":{{"logprob":{self.rank_logprob[rank - 1]},"rank":{rank},"decoded_token":{self.decoded[token]}}}'
+        return f'"{token}":{{"logprob":{self.rank_logprob[rank - 1]},"rank":{rank},"decoded_token":{self.decoded[token % self.vocab]}}}'
 
     def _variant(self, v: int, k: int) -> tuple[str, dict[int, str]]:
         key = (v, k)
@@ -128,7 +128,7 @@ class TeacherBodyBuilder:
             rest = joined.replace(own + ",", "", 1) if not joined.endswith(own) else joined[: -len(own) - 1]
             return "{" + own + ("," + rest if rest else "") + "}"
         rank = k + 1 + (actual * 7919 + pos) % max(1, self.vocab - k - 1)
-        return "{" + self._fragment(actual % self.vocab, rank) + "," + joined + "}"
+        return "{" + self._fragment(actual, rank) + "," + joined + "}"
 
     def body(self, prompt_ids: list[int], k: int, model: str) -> bytes:
         if not 1 <= k <= MAX_K:

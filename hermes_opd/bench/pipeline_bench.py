@@ -1,0 +1,290 @@
+"""`hermes-opd bench pipeline`: the reference's OPD schedule against ours, on the same groups and endpoints.
+
+For each teacher back-end (`remote`: a local endpoint in vLLM's exact format answering after a
+fixed latency with high parallelism; `real`: the dev vLLM server, compute-bound) it runs:
+1. a teacher probe: every teacher request of the group sent raw (HTTP only, body read, not parsed),
+   first one at a time (each request's service time; their sum S), then all at once (wall C). The
+   teacher's measured parallelism is P = S / C;
+2. the reference schedule (`reference_schedule.py`) once the whole group has finished generating;
+3. our `OPDPipeline` with every rollout finished at once (the OPD phase alone, worst-case contention);
+4. our pipeline as the env runs it: each rollout's OPD starts when that rollout finishes.
+Rollout completion is modelled: rollout i of n finishes at gen_time * (0.5 + 0.5 * i / (n - 1)).
+
+The judge is a local OpenAI-compatible endpoint with a fixed latency (`fake_endpoints.py`) that
+always votes +1 with a hint, so every turn is judged AND scored. Lower bound of the OPD phase:
+max(longest single judge-then-teacher chain, S / P), with each chain = that turn's judge time in the
+reference run + its teacher service time from the probe. Our client's parsing is NOT part of the
+bound, so time spent parsing shows up as distance from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from hermes_opd.bench.common import machine_info, with_headline
+from hermes_opd.bench.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSettings
+from hermes_opd.bench.reference_schedule import reference_process_group
+from hermes_opd.bench.synth import SynthSpec, synth_group
+from hermes_opd.hint import build_teacher_input, hint_text
+from hermes_opd.opd_config import OPDConfig, TeacherConfig
+from hermes_opd.opd_pipeline import OPDPipeline
+from hermes_opd.trajectory import Trajectory
+from hermes_opd.turn_pairs import extract_turn_pairs
+from hermes_opd.vllm_client import VLLMCompletionsClient
+from judge.config import JudgeConfig
+from judge.llm_backend import LLMJudgeBackend
+from scoring.teacher import TeacherScorer
+
+BACKENDS = ("remote", "real")
+
+
+@dataclass
+class PipelineBenchConfig:
+    spec: SynthSpec = field(default_factory=SynthSpec)
+    backends: tuple[str, ...] = BACKENDS
+    tokenizer_dir: str = "/tmp/devmodel"
+    real_base_url: str = "http://127.0.0.1:8123/v1"
+    real_model: str = "dev-model"
+    judge_latency_s: float = 0.3
+    teacher_latency_s: float = 0.15
+    gen_time_s: float = 10.0
+    k: int = 50
+    judge_m: int = 3
+    judge_concurrency: int = OPDConfig().judge_concurrency
+    teacher_concurrency: int = TeacherConfig().concurrency
+    teacher_timeout_s: float = 300.0
+
+
+def _progress(message: str) -> None:
+    print(f"[bench pipeline] {message}", file=sys.stderr, flush=True)
+
+
+def finish_times(n: int, gen_time_s: float) -> list[float]:
+    """When each rollout of the group finishes generating: spread evenly over [gen/2, gen]."""
+    if n == 1:
+        return [gen_time_s]
+    return [gen_time_s * (0.5 + 0.5 * i / (n - 1)) for i in range(n)]
+
+
+def teacher_inputs(trajectories: list[Trajectory], tokenizer: Any, hint: str) -> list[tuple[int, int, list[int]]]:
+    """(sequence, turn, teacher ids) of every judged turn, with the hint the fake judge gives."""
+    hint_ids = tokenizer.encode(hint_text(hint), add_special_tokens=False)
+    out = []
+    for seq, trajectory in enumerate(trajectories):
+        for pair in extract_turn_pairs(trajectory):
+            if pair.has_next_state and len(pair.span):
+                out.append((seq, pair.turn_index, build_teacher_input(trajectory, pair.span, hint_ids).ids))
+    return out
+
+
+async def probe_teacher(base_url: str, model: str, inputs: list[list[int]], k: int) -> dict[str, Any]:
+    """Raw service times: each request alone (sequentially), then all of them at once."""
+    url = base_url.rstrip("/") + "/completions"
+
+    async def one(session: aiohttp.ClientSession, ids: list[int]) -> tuple[float, int]:
+        payload = {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
+        started = time.perf_counter()
+        async with session.post(url, data=json.dumps(payload), headers={"Content-Type": "application/json"}) as r:
+            body = await r.read()
+            if r.status != 200:
+                raise RuntimeError(f"teacher probe: {r.status} {body[:200]!r}")
+        return time.perf_counter() - started, len(body)
+
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=512)) as session:
+        await one(session, inputs[0])  # warm-up (connection, server's first request)
+        sequential = [await one(session, ids) for ids in inputs]
+        started = time.perf_counter()
+        await asyncio.gather(*(one(session, ids) for ids in inputs))
+        concurrent_s = time.perf_counter() - started
+    service = [s for s, _ in sequential]
+    total = sum(service)
+    return {
+        "service_s": service,
+        "bytes": [b for _, b in sequential],
+        "total_s": total,
+        "concurrent_s": concurrent_s,
+        "parallelism": total / concurrent_s if concurrent_s > 0 else float("inf"),
+    }
+
+
+class _Backend:
+    """The objects one run needs, built fresh for each schedule (same endpoints)."""
+
+    def __init__(self, cfg: PipelineBenchConfig, judge_url: str, teacher_url: str, teacher_model: str):
+        self.judge_config = JudgeConfig(base_url=judge_url, model="fake-judge", m=cfg.judge_m, timeout_s=120.0,
+                                        turn_deadline_s=None)  # fmt: skip
+        self.opd_config = OPDConfig(
+            distill_topk=cfg.k,
+            judge_concurrency=cfg.judge_concurrency,
+            judge_timeout_s=600.0,
+            judge=self.judge_config,
+            teacher=TeacherConfig(base_url=teacher_url, model=teacher_model, concurrency=cfg.teacher_concurrency,
+                                  timeout_s=cfg.teacher_timeout_s),  # fmt: skip
+        )
+        self.judge = LLMJudgeBackend(self.judge_config, base_url=judge_url, model="fake-judge")
+        self.client = VLLMCompletionsClient(teacher_url, teacher_model, timeout_s=cfg.teacher_timeout_s)
+        self.teacher = TeacherScorer(self.client, k=cfg.k, concurrency=cfg.teacher_concurrency,
+                                     timeout_s=cfg.teacher_timeout_s)  # fmt: skip
+
+    async def aclose(self) -> None:
+        await self.judge.aclose()
+        await self.client.close()
+
+
+def _stats(fake: FakeEndpoints | None) -> dict[str, Any]:
+    return fake.stats() if fake is not None else {}
+
+
+async def run_backend(
+    name: str, cfg: PipelineBenchConfig, trajectories: list[Trajectory], tokenizer: Any, fake: FakeEndpoints
+) -> dict[str, Any]:
+    remote = name == "remote"
+    teacher_url = fake.base_url if remote else cfg.real_base_url
+    teacher_model = "fake-teacher" if remote else cfg.real_model
+    judge_url = fake.base_url
+    teacher_fake = fake if remote else None
+    inputs = teacher_inputs(trajectories, tokenizer, DEFAULT_HINT)
+    probe = await probe_teacher(teacher_url, teacher_model, [ids for _, _, ids in inputs], cfg.k)
+    _progress(f"{name}: teacher probe: {len(inputs)} requests, {probe['total_s']:.2f}s one at a time, "
+              f"{probe['concurrent_s']:.2f}s all at once")  # fmt: skip
+    finishes = finish_times(len(trajectories), cfg.gen_time_s)
+
+    # -- (a) the reference schedule: OPD after the whole group, one turn at a time -----------------
+    backend = _Backend(cfg, judge_url, teacher_url, teacher_model)
+    await backend.teacher.score(inputs[0][2])  # warm-up: connections (not timed)
+    fake.reset_stats()
+    started = time.perf_counter()
+    await asyncio.gather(*(asyncio.sleep(t) for t in finishes))
+    generated = time.perf_counter()
+    reference = await reference_process_group(trajectories, tokenizer, backend.judge, backend.judge_config,
+                                              backend.teacher)  # fmt: skip
+    ended = time.perf_counter()
+    ref_stats = fake.stats()
+    await backend.aclose()
+    reference_opd_s = ended - generated
+    reference_group_s = ended - started
+    generation_s = generated - started
+    _progress(f"{name}: reference schedule: OPD {reference_opd_s:.2f}s after {generation_s:.2f}s of generation")
+
+    # -- (b) ours, every rollout finished at once: the OPD phase alone --------------------------------
+    backend = _Backend(cfg, judge_url, teacher_url, teacher_model)
+    pipeline = OPDPipeline(tokenizer, backend.judge, backend.teacher, backend.opd_config)
+    await backend.teacher.score(inputs[0][2])
+    fake.reset_stats()
+    started = time.perf_counter()
+    ours = await asyncio.gather(*(pipeline.process(t) for t in trajectories))
+    ours_opd_s = time.perf_counter() - started
+    ours_stats = fake.stats()
+    await backend.aclose()
+    _progress(f"{name}: ours, all rollouts finished at once: OPD {ours_opd_s:.2f}s")
+
+    # -- (b') ours as the env runs it: each rollout's OPD starts when it finishes ---------------------
+    backend = _Backend(cfg, judge_url, teacher_url, teacher_model)
+    pipeline = OPDPipeline(tokenizer, backend.judge, backend.teacher, backend.opd_config)
+    await backend.teacher.score(inputs[0][2])
+
+    async def rollout_then_opd(trajectory: Trajectory, finish_s: float):
+        await asyncio.sleep(finish_s)
+        return await pipeline.process(trajectory)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(rollout_then_opd(t, f) for t, f in zip(trajectories, finishes, strict=True)))
+    ours_group_s = time.perf_counter() - started
+    await backend.aclose()
+    _progress(f"{name}: ours as the env runs it: group {ours_group_s:.2f}s")
+
+    # -- bounds and checks -------------------------------------------------------------------------
+    judge_s = {(t.sequence, t.turn_index): t.judge_s for t in reference.turns}
+    chains = [judge_s.get((seq, turn), 0.0) + service for (seq, turn, _), service in
+              zip(inputs, probe["service_s"], strict=True)]  # fmt: skip
+    longest_chain_s = max(chains)
+    bound_s = max(longest_chain_s, probe["total_s"] / probe["parallelism"])
+    scored_ref = sum(1 for t in reference.turns if t.scored)
+    scored_ours = sum(1 for d in ours for r in d.turns if r.status == "scored")
+    result: dict[str, Any] = {
+        "teacher": f"remote-like, {cfg.teacher_latency_s * 1000:.0f} ms latency" if remote
+        else f"real vLLM at {cfg.real_base_url}",
+        "teacher_requests": len(inputs),
+        "teacher_prompt_tokens_mean": sum(len(ids) for _, _, ids in inputs) / len(inputs),
+        "teacher_body_mb_mean": sum(probe["bytes"]) / len(probe["bytes"]) / 1e6,
+        "scored_turns_reference": scored_ref,
+        "scored_turns_ours": scored_ours,
+        "identical_rows_share": identical_rows_share(reference, ours, trajectories, cfg.k),
+        "teacher_service_s_total": probe["total_s"],
+        "teacher_service_s_max": max(probe["service_s"]),
+        "teacher_all_at_once_s": probe["concurrent_s"],
+        "teacher_parallelism": probe["parallelism"],
+        "longest_chain_s": longest_chain_s,
+        "lower_bound_s": bound_s,
+        "reference_opd_s": reference_opd_s,
+        "ours_opd_s": ours_opd_s,
+        "ours_over_lower_bound": ours_opd_s / bound_s,
+        "generation_s": generation_s,
+        "reference_group_s": reference_group_s,
+        "ours_group_s": ours_group_s,
+        "reference_group_over_generation": reference_group_s / generation_s,
+        "ours_group_over_generation": ours_group_s / generation_s,
+        "judge_max_in_flight_reference": ref_stats["judge"]["max_in_flight"],
+        "judge_max_in_flight_ours": ours_stats["judge"]["max_in_flight"],
+    }
+    if teacher_fake is not None:
+        result["teacher_max_in_flight_reference"] = ref_stats["teacher"]["max_in_flight"]
+        result["teacher_max_in_flight_ours"] = ours_stats["teacher"]["max_in_flight"]
+    result["reference_over_ours_opd"] = reference_opd_s / ours_opd_s
+    return result
+
+
+def identical_rows_share(reference, ours, trajectories: list[Trajectory], k: int) -> float:
+    """Share of scored positions where our top-K row equals the reference's dense row (a sanity check
+    that both schedules did the same work; a real CPU server may batch differently and differ in the
+    last float bit)."""
+    same = total = 0
+    for seq, distill in enumerate(ours):
+        for pos, row in enumerate(distill.ids_rows):
+            if not row:
+                continue
+            total += 1
+            ids = row[:k] + [0] * (k - len(row[:k]))
+            lps = distill.lp_rows[pos][:k] + [0.0] * (k - len(row[:k]))
+            same += int(reference.token_ids[seq][pos] == ids and reference.logprobs[seq][pos] == lps)
+    return same / total if total else 0.0
+
+
+async def run(cfg: PipelineBenchConfig) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    started = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_dir)
+    trajectories = synth_group(tokenizer, cfg.spec)
+    _progress(f"{len(trajectories)} trajectories synthesized in {time.perf_counter() - started:.1f}s")
+    settings = FakeSettings(judge_latency_s=cfg.judge_latency_s, teacher_latency_s=cfg.teacher_latency_s,
+                            vocab_size=len(tokenizer), tokenizer_dir=cfg.tokenizer_dir)  # fmt: skip
+    result: dict[str, Any] = {
+        "bench": "pipeline",
+        "config": {
+            "rollouts": cfg.spec.rollouts,
+            "turns_per_rollout": cfg.spec.turns,
+            "sequence_tokens_mean": sum(len(t.tokens) for t in trajectories) / len(trajectories),
+            "k": cfg.k,
+            "judge_m": cfg.judge_m,
+            "judge_latency_s": cfg.judge_latency_s,
+            "teacher_latency_s": cfg.teacher_latency_s,
+            "gen_time_s": cfg.gen_time_s,
+            "judge_concurrency": cfg.judge_concurrency,
+            "teacher_concurrency": cfg.teacher_concurrency,
+        },
+        "machine": machine_info(),
+    }
+    with FakeEndpoints(settings) as fake:
+        for name in cfg.backends:
+            result[name] = await run_backend(name, cfg, trajectories, tokenizer, fake)
+    first = cfg.backends[0]
+    return with_headline(result, f"{first}_reference_over_ours_opd", result[first]["reference_over_ours_opd"])

@@ -1,0 +1,224 @@
+"""`hermes-opd demo [--out DIR] [--groups N]`: the whole pipeline on a laptop CPU, end to end.
+
+1. builds the tiny dev model (or reuses it: `hermes_opd.paths.default_dev_model_dir()`),
+2. starts a local CPU vLLM on a free port (or uses `--server-url`),
+3. collects a few groups with `AgenticOPDEnv`: real sandboxed tools, the hidden-test verifier, the
+   rules judge and real teacher scoring (top-50 prompt logprobs),
+4. writes DIR/groups.jsonl, DIR/metrics.jsonl and DIR/report.html (the inspector), runs the
+   validator over the groups, prints a summary, and stops the server, also on Ctrl-C or an error.
+
+The settings are those of configs/local-cpu.yaml (DEMO_ENV below; tests/test_configs.py keeps the
+two equal). DIR is the demo's own: each run starts it afresh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hermes_opd.progress import format_duration
+
+DEFAULT_OUT = "runs/demo"
+DEMO_ENV: dict[str, Any] = {
+    "group_size": 4,
+    "max_turns": 4,
+    "max_tokens_per_turn": 256,
+    "max_token_length": 2048,
+    "temperature": 1.0,
+    "seed": 0,
+    "judge_backend": "rules",
+    "judge_votes": 3,
+    "distill_topk": 50,
+    "distill_mode": "topk",
+    "opd_enabled": True,
+    "include_messages": True,
+    "use_wandb": False,
+}
+"""The env settings of the demo; configs/local-cpu.yaml holds the same values."""
+DEMO_CONCURRENCY = 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hermes-opd demo",
+        description="Build the dev model, start a local CPU vLLM, collect a few OPD groups with real tools "
+        "and teacher scoring, and write groups, metrics and an HTML report.",
+    )
+    parser.add_argument(
+        "--out", default=DEFAULT_OUT, help=f"output directory, started afresh (default {DEFAULT_OUT})"
+    )
+    parser.add_argument("--groups", type=int, default=3, help="groups to collect (default 3)")
+    parser.add_argument(
+        "--group-size", type=int, default=DEMO_ENV["group_size"], help="rollouts per group (4)"
+    )
+    parser.add_argument(
+        "--max-turns", type=int, default=DEMO_ENV["max_turns"], help="assistant turns per rollout"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=DEMO_CONCURRENCY, help="groups in flight (default 2)"
+    )
+    parser.add_argument(
+        "--model-dir", default=None, help="dev model directory (default: the cache's dev-model)"
+    )
+    parser.add_argument(
+        "--server-url", default=None, help="use this running vLLM (…/v1) instead of starting one"
+    )
+    parser.add_argument("--model-name", default="dev-model", help="served model name (default dev-model)")
+    parser.add_argument(
+        "--port", type=int, default=0, help="port of the vLLM the demo starts (0: a free one)"
+    )
+    return parser
+
+
+def _raise_on_sigterm(signum, frame) -> None:  # noqa: ARG001
+    raise SystemExit(143)
+
+
+def _step(text: str) -> None:
+    print(f"==> {text}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from hermes_opd.process_job import configure_logging
+
+    configure_logging()
+    if args.groups < 1 or args.group_size < 1 or args.concurrency < 1 or args.max_turns < 1:
+        print(
+            "hermes-opd demo: --groups, --group-size, --max-turns and --concurrency must be >= 1",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    # SIGTERM must unwind through the `finally` that stops vLLM (it runs in its own session).
+    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("\nhermes-opd demo: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - one clear line; the server is already stopped
+        print(f"hermes-opd demo: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from hermes_opd.dev_model import build_dev_model, is_built
+    from hermes_opd.paths import default_dev_model_dir
+
+    started = time.monotonic()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model_dir = Path(args.model_dir) if args.model_dir else default_dev_model_dir()
+    if is_built(model_dir):
+        _step(f"dev model: reusing {model_dir}")
+    else:
+        _step(f"dev model: building {model_dir} (tokenizer + 1.3M-parameter Qwen2, about 20 s)")
+        build_dev_model(model_dir)
+    server = None
+    try:
+        if args.server_url:
+            base_url = args.server_url.rstrip("/")
+            _step(f"vLLM: using {base_url} (model {args.model_name})")
+        else:
+            from hermes_opd.dev_server import DevServer
+
+            server = DevServer(str(model_dir), served_model_name=args.model_name, port=args.port,
+                               log_path=str(out_dir / "vllm.log"))  # fmt: skip
+            _step(f"vLLM: starting a CPU server for {model_dir} (about a minute; log {server.log_path})")
+            t0 = time.monotonic()
+            server.start()
+            base_url = server.base_url
+            _step(f"vLLM: ready at {base_url} in {time.monotonic() - t0:.0f}s (pid {server.process.pid})")
+        return _collect_and_report(args, model_dir, base_url, out_dir, started)
+    finally:
+        signal.signal(signal.SIGTERM, _raise_on_sigterm)  # asyncio may have reset it to the default
+        if server is not None:
+            _step("vLLM: stopping")
+            server.stop()
+
+
+def _collect_and_report(
+    args: argparse.Namespace, model_dir: Path, base_url: str, out_dir: Path, started: float
+) -> int:
+    from hermes_opd.config_loading import build_job_config
+    from hermes_opd.process_job import run_job
+    from hermes_opd.validate_file import validate_jsonl
+
+    groups_path = out_dir / "groups.jsonl"
+    metrics_path = out_dir / "metrics.jsonl"
+    report_path = out_dir / "report.html"
+    env = {**DEMO_ENV, "group_size": args.group_size, "max_turns": args.max_turns, "total_steps": args.groups,
+           "tokenizer_name": str(model_dir), "metrics_path": str(metrics_path)}  # fmt: skip
+    server = {"base_url": base_url, "model_name": args.model_name, "tokenizer_name": str(model_dir),
+              "api_key": "EMPTY", "timeout": 300}  # fmt: skip
+    job = build_job_config({"env": env, "openai": server}, source="demo")
+    _step(f"collecting {args.groups} group(s) of {args.group_size} rollouts ({args.concurrency} at a time)")
+    with contextlib.suppress(FileNotFoundError):
+        report_path.unlink()
+    result, _stop = asyncio.run(
+        run_job(job, groups_path, args.groups, concurrency=args.concurrency, fresh=True)
+    )
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)  # asyncio restored the default handler
+    if result.interrupted:
+        print(
+            f"hermes-opd demo: stopped by {result.interrupted} after {result.written} group(s)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    report_ok = False
+    if result.written:
+        from hermes_opd import inspector
+
+        _step(f"report: {report_path}")
+        with contextlib.redirect_stdout(sys.stderr):
+            report_ok = (
+                inspector.main([str(groups_path), "--out", str(report_path), "--tokenizer", str(model_dir)])
+                == 0
+            )
+    validation = validate_jsonl(groups_path)
+    _print_summary(result, validation, groups_path, metrics_path, report_path if report_ok else None, started)
+    ok = result.complete and validation.clean and report_ok
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _print_summary(result, validation, groups_path, metrics_path, report_path, started) -> None:
+    t = result.totals
+    scores = sorted(t.scores)
+    verdict = (
+        "clean"
+        if validation.clean
+        else f"{validation.violation_count} violation(s), {validation.invalid_line_count} unreadable line(s)"
+    )
+    print()
+    print(f"demo finished in {format_duration(time.monotonic() - started)} "
+          f"(collection {format_duration(result.collect_s)}, {result.groups_per_min:.2f} groups/min)")  # fmt: skip
+    print(f"  groups          {result.present}/{result.target} ({len(result.failed)} failed)")
+    print(f"  sequences       {t.sequences}")
+    if scores:
+        print(f"  scores          mean {t.mean_score:.3f}, min {scores[0]:.2f}, max {scores[-1]:.2f}")
+    print(f"  hint rate       {t.hints}/{t.judged_turns} judged turns ({100 * t.hint_rate:.0f}%), "
+          f"{t.scored_turns} turns scored by the teacher")  # fmt: skip
+    print(f"  tokens scored   {t.tokens_scored:,} of {t.tokens_generated:,} generated")
+    print(
+        f"  validator       {verdict} ({validation.groups} groups, {validation.positions_scored:,} scored positions)"
+    )
+    print(f"  groups          {groups_path}")
+    print(f"  metrics         {metrics_path}")
+    print(f"  report          {report_path if report_path else '(not written)'}")
+    for index in result.failed[:3]:
+        print(f"  group {index} failed: {result.errors.get(index, '?')[:200]}")
+    if result.aborted:
+        print(f"  stopped early: {result.aborted}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

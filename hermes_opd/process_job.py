@@ -1,0 +1,769 @@
+"""`hermes-opd process --config FILE [--out PATH] [--groups N] [--env.KEY VALUE ...] [--openai.KEY VALUE ...]`
+
+A batch job over `AgenticOPDEnv` that writes OPD groups to disk: one ScoredDataGroup per JSON line,
+written whole, flushed and fsynced; a rerun with the same output resumes (no duplicate, no missing
+group); Ctrl-C stops cleanly without losing a finished group. See docs/process.md.
+
+We drive `env.setup()` and `env.collect_trajectories()` ourselves instead of atroposlib's
+`process_manager`: that one opens a new file name on every run (no resume), writes through a
+buffered writer without fsync, turns wandb on by default, has no progress display and no signal
+handling, and runs one group at a time.
+
+Line format: `{"group_index": i, "task_id": "...", <ScoredDataGroup fields>}`. Group `i` is the
+task the env's deterministic order puts at cursor position `i`; `group_index` and `task_id` come
+first so that a resume reads them without parsing the (large) rest of each line.
+
+Exit codes: 0 every group up to the target is present; 1 the run failed (preflight, setup, groups
+that failed every attempt); 2 a usage or config error (bad YAML, unknown key, missing file, an
+output file this job did not write); 130 stopped by SIGINT, 143 by SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hermes_opd.config_loading import ConfigError, JobConfig, load_job_config, split_overrides
+from hermes_opd.progress import GroupSummary, Progress, RunTotals, format_duration
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+DEFAULT_OUT = "runs/process/groups.jsonl"
+HEAD_PATTERN = re.compile(rb'^\{\s*"group_index"\s*:\s*(\d+)\s*,\s*"task_id"\s*:\s*')
+PERMANENT_ERRORS = ("ModelNotServedError", "MaxLogprobsTooLowError", "TeacherTokenizerMismatchError")
+
+
+class OutputError(RuntimeError):
+    """The output file cannot be resumed (not ours, or written with another task order)."""
+
+
+class PreflightError(RuntimeError):
+    """A server the job needs is unreachable or misconfigured."""
+
+
+class Interrupted(Exception):
+    """A stop signal arrived before the job could start collecting."""
+
+
+# -- the output file ------------------------------------------------------------------------------
+@dataclass
+class ExistingOutput:
+    """What a previous run left in the output file."""
+
+    tasks: dict[int, str] = field(default_factory=dict)
+    """group_index -> task_id of every complete line."""
+    lines: dict[int, int] = field(default_factory=dict)
+    """group_index -> 1-based line number."""
+    truncated_bytes: int = 0
+    """Size of the torn last line that was cut off (0: none)."""
+
+
+def _head_of(line: bytes) -> tuple[int, str] | None:
+    match = HEAD_PATTERN.match(line)
+    if match:
+        with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
+            task_id, _ = json.JSONDecoder().raw_decode(
+                line[match.end() : match.end() + 4096].decode("utf-8", "replace")
+            )
+            if isinstance(task_id, str):
+                return int(match.group(1)), task_id
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if isinstance(record, dict) and isinstance(record.get("group_index"), int):
+        return record["group_index"], str(record.get("task_id"))
+    return None
+
+
+def scan_output(path: Path, repair: bool = True) -> ExistingOutput:
+    """Read the `group_index`/`task_id` of every complete line of `path`; cut off a torn last line.
+
+    A torn line (a last line without its newline that starts like one of ours) is what a kill in
+    the middle of a write leaves; its group is collected again. Raises OutputError for any other
+    unreadable line, a line without `group_index`, or a duplicate index: a file this job did not
+    write is never modified."""
+    existing = ExistingOutput()
+    if not path.exists():
+        return existing
+    if not path.is_file():
+        raise OutputError(f"output {path} exists and is not a file")
+    good_end = 0
+    with path.open("rb") as handle:
+        number = 0
+        while True:
+            line = handle.readline()
+            if not line:
+                break
+            number += 1
+            if not line.endswith(b"\n"):
+                if line.strip() and not HEAD_PATTERN.match(line):
+                    raise OutputError(
+                        f"{path} line {number} does not end with a newline and is not a group written by "
+                        "`hermes-opd process`; give this job another --out, or --overwrite to start over"
+                    )
+                break  # the torn tail of an interrupted write
+            if line.strip():
+                head = _head_of(line)
+                if head is None:
+                    raise OutputError(
+                        f"{path} line {number} is not a group written by `hermes-opd process` (no readable "
+                        "group_index); give this job another --out, or --overwrite to start over"
+                    )
+                index, task_id = head
+                if index in existing.tasks:
+                    raise OutputError(
+                        f"{path}: group_index {index} appears twice (lines {existing.lines[index]} and {number})"
+                    )
+                existing.tasks[index] = task_id
+                existing.lines[index] = number
+            good_end += len(line)
+    size = path.stat().st_size
+    if size > good_end:
+        existing.truncated_bytes = size - good_end
+        if repair:
+            with path.open("r+b") as handle:
+                handle.truncate(good_end)
+                handle.flush()
+                os.fsync(handle.fileno())
+    return existing
+
+
+class GroupWriter:
+    """Appends one group per line, whole: the line is written completely, then fsynced. A write
+    that fails part-way (disk full) is cut back, so the file never holds half a line in the middle."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        created = not path.exists()
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if created:
+            with contextlib.suppress(OSError):
+                dir_fd = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+
+    def write(self, group_index: int, task_id: str, group: dict[str, Any]) -> int:
+        record = {"group_index": group_index, "task_id": task_id}
+        record.update((k, v) for k, v in group.items() if k not in record)
+        data = json.dumps(record, allow_nan=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        start = os.fstat(self._fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            os.fsync(self._fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            raise
+        return len(data)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+# -- stopping -------------------------------------------------------------------------------------
+class StopController:
+    """SIGINT: finish the groups in flight, start no new one; a second SIGINT abandons them.
+    SIGTERM (schedulers, `kill`): abandon the groups in flight at once. Abandoned groups are not
+    written; a rerun collects them."""
+
+    def __init__(self, progress: Progress | None = None) -> None:
+        self.signal_name: str | None = None
+        self.stopping = asyncio.Event()
+        self.abandon = asyncio.Event()
+        self.progress = progress
+        self.in_flight = 0
+        self._installed: list[int] = []
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.on_signal, sig)
+                self._installed.append(sig)
+
+    def uninstall(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self._installed:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+        self._installed.clear()
+
+    def _say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.message(text)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def on_signal(self, sig: int) -> None:
+        name = signal.Signals(sig).name
+        first = self.signal_name is None
+        if first or sig == signal.SIGTERM:
+            self.signal_name = name
+        self.stopping.set()
+        if sig == signal.SIGTERM or not first:
+            if not self.abandon.is_set():
+                self._say(
+                    f"{name}: stopping now; {self.in_flight} unfinished group(s) abandoned (a rerun collects them)"
+                )
+            self.abandon.set()
+        elif self.in_flight:
+            self._say(
+                f"{name}: finishing {self.in_flight} group(s) in flight, starting no new one "
+                "(Ctrl-C again to abandon them)"
+            )
+        else:
+            self._say(f"{name}: stopping")
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_SIGTERM if self.signal_name == "SIGTERM" else EXIT_SIGINT
+
+
+async def _until_stopped(coro: Any, stop: StopController, event: asyncio.Event | None = None) -> Any:
+    """Run `coro`, but give up (Interrupted) as soon as `event` (default: stop.stopping) is set."""
+    event = event or stop.stopping
+    task = asyncio.ensure_future(coro)
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await asyncio.wait_for(task, timeout=30)
+    raise Interrupted(stop.signal_name or "stop")
+
+
+# -- preflight ------------------------------------------------------------------------------------
+async def _models(url: str, api_key: str | None) -> tuple[list[str], dict[str, int]] | None:
+    """Served model ids and their max_model_len at `url`; None when /models is not available."""
+    import aiohttp
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key and api_key not in ("EMPTY", "x") else {}
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session,
+            session.get(f"{url.rstrip('/')}/models", headers=headers) as response,
+        ):
+            if response.status != 200:
+                return None
+            body = await response.json(content_type=None)
+    except (aiohttp.ClientConnectorError, ConnectionError) as exc:
+        raise PreflightError(
+            f"nothing answers at {url} ({exc}); is the server running and is the URL right?"
+        ) from exc
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise PreflightError(f"{url}/models failed: {type(exc).__name__}: {exc}") from exc
+    data = body.get("data", []) if isinstance(body, dict) else []
+    ids = [str(m.get("id")) for m in data if isinstance(m, dict)]
+    lengths = {
+        str(m.get("id")): int(m["max_model_len"])
+        for m in data
+        if isinstance(m, dict) and m.get("max_model_len")
+    }
+    return ids, lengths
+
+
+async def preflight(job: JobConfig, tokenizer: Any) -> list[str]:
+    """Check every endpoint the job will use before any rollout: reachable, serving the model,
+    long enough a context, and (teacher) allowed enough logprobs. Returns warnings; raises
+    PreflightError with what to change."""
+    from hermes_opd.vllm_client import RetryPolicy, VLLMCompletionsClient
+    from hermes_opd.vllm_errors import VLLMError
+
+    env = job.env
+    policy = job.servers[0]
+    endpoints: list[tuple[str, str, str | None, str, int]] = []
+    for i, server in enumerate(job.servers):
+        name = "policy server" if len(job.servers) == 1 else f"policy server {i}"
+        endpoints.append((name, server.base_url, server.api_key, server.model_name, env.max_token_length))
+    opd = env.opd_config()
+    if env.opd_enabled:
+        teacher_url = opd.teacher.base_url or policy.base_url
+        teacher_model = opd.teacher.model or policy.model_name
+        teacher_key = opd.teacher.api_key or policy.api_key
+        endpoints.append(("teacher", teacher_url, teacher_key, teacher_model, env.max_token_length + 64))
+        if opd.judge.backend == "llm":
+            judge_url = opd.judge.base_url or policy.base_url
+            judge_model = opd.judge.model or policy.model_name
+            endpoints.append(("judge", judge_url, opd.judge.resolved_api_key(), judge_model, 0))
+    warnings: list[str] = []
+    seen: dict[str, tuple[list[str], dict[str, int]] | None] = {}
+    for role, url, key, model, needed_len in endpoints:
+        if url not in seen:
+            seen[url] = await _models(url, key)
+        listing = seen[url]
+        if listing is None:
+            warnings.append(f"{role} at {url}: no /models listing; model name and context length not checked")
+            continue
+        ids, lengths = listing
+        if ids and model not in ids:
+            raise PreflightError(
+                f"the {role} at {url} does not serve model {model!r}; it serves {ids}. Set the model name "
+                f"to one of those (or start vLLM with --served-model-name {model})"
+            )
+        if needed_len and lengths.get(model) and lengths[model] < needed_len:
+            raise PreflightError(
+                f"the {role} at {url} serves {model!r} with max_model_len={lengths[model]}, but "
+                f"env.max_token_length={env.max_token_length} needs about {needed_len}; restart vLLM with "
+                f"--max-model-len {needed_len + 256} or lower env.max_token_length"
+            )
+    if env.opd_enabled:
+        client = VLLMCompletionsClient(
+            teacher_url, teacher_model, api_key=teacher_key, timeout_s=60.0, retry=RetryPolicy(max_attempts=2)
+        )
+        probe = tokenizer.encode("def f(x):\n    return x\n", add_special_tokens=False) or [0, 1]
+        try:
+            await client.prompt_topk(list(probe), env.distill_topk)
+        except VLLMError as exc:
+            raise PreflightError(f"teacher scoring probe failed: {exc}") from exc
+        finally:
+            await client.close()
+    return warnings
+
+
+# -- the job --------------------------------------------------------------------------------------
+@dataclass
+class JobResult:
+    out: Path
+    metrics_path: Path
+    target: int
+    present_before: int = 0
+    written: int = 0
+    failed: list[int] = field(default_factory=list)
+    errors: dict[int, str] = field(default_factory=dict)
+    truncated_bytes: int = 0
+    interrupted: str | None = None
+    aborted: str | None = None
+    totals: RunTotals = field(default_factory=RunTotals)
+    elapsed_s: float = 0.0
+    collect_s: float = 0.0
+    """Wall time from the first group started to the last one written."""
+    groups_per_min: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def present(self) -> int:
+        return self.present_before + self.written
+
+    @property
+    def complete(self) -> bool:
+        return self.present >= self.target and not self.failed
+
+    def exit_code(self, stop: StopController | None = None) -> int:
+        if self.interrupted and stop is not None:
+            return stop.exit_code
+        return EXIT_OK if self.complete else EXIT_FAILED
+
+
+def group_failure(group: dict[str, Any] | None, group_size: int) -> str | None:
+    """Why `group` must not be written (None: it is fine). A rollout that died on a server error
+    would enter the data as a zero-score sequence and skew the group's advantages, so such a group
+    is collected again instead."""
+    if group is None:
+        return "collect_trajectories returned no group"
+    tokens = group.get("tokens") or []
+    if len(tokens) != group_size:
+        return f"group has {len(tokens)} sequences, expected group_size={group_size}"
+    for override in group.get("overrides") or []:
+        if (override or {}).get("stop_reason") == "generation_error":
+            return f"a rollout stopped on a generation error: {(override or {}).get('error', '?')}"
+    return None
+
+
+def _metrics_path(job: JobConfig, out: Path) -> Path:
+    if job.env.metrics_path:
+        return Path(job.env.metrics_path)
+    name = out.name[: -len(".jsonl")] if out.name.endswith(".jsonl") else out.name
+    return out.with_name(f"{name}.metrics.jsonl")
+
+
+async def _close_env(env: Any) -> None:
+    """Release the env's HTTP sessions and health-check tasks (AgenticOPDEnv has no close())."""
+    pipeline = getattr(env, "pipeline", None)
+    if pipeline is not None:
+        with contextlib.suppress(Exception):
+            await pipeline.teacher.client.close()
+        with contextlib.suppress(Exception):
+            await pipeline.judge.aclose()
+    for server in getattr(getattr(env, "server", None), "servers", []) or []:
+        task = getattr(server, "check_task", None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        for name in ("client", "openai"):
+            closer = getattr(getattr(server, name, None), "close", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer()
+
+
+async def _item_for(env: Any, index: int) -> Any:
+    """The task the env's deterministic order puts at cursor position `index`."""
+    env._task_cursor = index
+    return await env.get_next_item()
+
+
+def _task_id_at(env: Any, index: int) -> str:
+    return env.train_tasks[env._task_order[index % len(env._task_order)]].task_id
+
+
+async def run_job(
+    job: JobConfig,
+    out: str | Path,
+    groups: int,
+    *,
+    concurrency: int | None = None,
+    fresh: bool = False,
+    do_preflight: bool = True,
+    progress_mode: str = "auto",
+    max_attempts: int = 2,
+    max_consecutive_failures: int = 3,
+    stop: StopController | None = None,
+) -> tuple[JobResult, StopController]:
+    """Collect groups `0..groups-1` into `out` (resuming what is there unless `fresh`)."""
+    started = time.monotonic()
+    out = Path(out)
+    concurrency = concurrency or job.concurrency
+    metrics_path = _metrics_path(job, out)
+    result = JobResult(out=out, metrics_path=metrics_path, target=groups)
+    stop = stop or StopController()
+    stop.install()
+    env = None
+    writer: GroupWriter | None = None
+    progress: Progress | None = None
+    try:
+        if fresh:
+            for path in (out, metrics_path):
+                if path.exists():
+                    path.unlink()
+        existing = scan_output(out)
+        if existing.truncated_bytes:
+            logger.warning("cut off a torn last line (%d bytes) of %s", existing.truncated_bytes, out)
+        result.truncated_bytes = existing.truncated_bytes
+        from environments.agentic_opd_env import AgenticOPDEnv
+
+        env_config = job.env.model_copy(deep=True)
+        env_config.data_path_to_save_groups = None  # we write the file; BaseEnv would open a new name
+        env_config.metrics_path = str(metrics_path)
+        env = AgenticOPDEnv(env_config, list(job.servers), slurm=job.slurm, testing=job.testing)
+        if do_preflight:
+            result.warnings = await _until_stopped(preflight(job, env.tokenizer), stop)
+            for warning in result.warnings:
+                logger.warning("preflight: %s", warning)
+        await _until_stopped(env.setup(), stop)
+        for index, task_id in sorted(existing.tasks.items()):
+            expected = _task_id_at(env, index)
+            if task_id != expected:
+                raise OutputError(
+                    f"{out} line {existing.lines[index]}: group {index} is task {task_id!r}, but this config puts "
+                    f"task {expected!r} at index {index}: the file was written with another task order "
+                    "(seed, task source, eval_fraction). Use the same config, another --out, or --overwrite"
+                )
+        result.present_before = sum(1 for i in existing.tasks if i < groups)
+        todo = deque(i for i in range(groups) if i not in existing.tasks)
+        if env_config.use_wandb:
+            _init_wandb(env_config)
+        writer = GroupWriter(out)
+        progress = Progress(groups, result.present_before, mode=progress_mode)
+        stop.progress = progress
+        await _collect_loop(env, job, writer, progress, stop, todo, result, concurrency, max_attempts,
+                            max_consecutive_failures)  # fmt: skip
+        result.totals = progress.totals
+        result.groups_per_min = progress.groups_per_min()
+        result.collect_s = time.monotonic() - progress.started
+    except Interrupted as exc:
+        result.interrupted = str(exc)
+    finally:
+        if progress is not None:
+            progress.close()
+        if writer is not None:
+            writer.close()
+        if env is not None:
+            await _close_env(env)
+            if env.config.use_wandb:
+                with contextlib.suppress(Exception):
+                    import wandb
+
+                    wandb.finish()
+        stop.uninstall()
+        result.elapsed_s = time.monotonic() - started
+    if stop.signal_name and not result.interrupted:
+        result.interrupted = stop.signal_name
+    return result, stop
+
+
+def _init_wandb(env_config: Any) -> None:
+    import wandb
+
+    wandb.init(
+        project=os.environ.get("WANDB_PROJECT", "hermes-opd"),
+        name=env_config.wandb_name,
+        config=env_config.model_dump(mode="json"),
+    )
+
+
+async def _collect_loop(
+    env: Any,
+    job: JobConfig,
+    writer: GroupWriter,
+    progress: Progress,
+    stop: StopController,
+    todo: deque[int],
+    result: JobResult,
+    concurrency: int,
+    max_attempts: int,
+    max_consecutive_failures: int,
+) -> None:
+    group_size = env.config.group_size
+    attempts: dict[int, int] = {}
+    running: dict[asyncio.Task, int] = {}
+    consecutive_failures = 0
+
+    async def collect(index: int) -> tuple[str, dict[str, Any] | None, float]:
+        task = await _item_for(env, index)
+        t0 = time.monotonic()
+        group, _backlog = await env.collect_trajectories(task)
+        return task.task_id, group, time.monotonic() - t0
+
+    abandon_waiter = asyncio.ensure_future(stop.abandon.wait())
+    try:
+        while True:
+            while todo and len(running) < concurrency and not stop.stopping.is_set() and not result.aborted:
+                index = todo.popleft()
+                attempts[index] = attempts.get(index, 0) + 1
+                running[asyncio.ensure_future(collect(index))] = index
+            stop.in_flight = len(running)
+            if not running:
+                break
+            done, _ = await asyncio.wait({*running, abandon_waiter}, return_when=asyncio.FIRST_COMPLETED)
+            for task in [t for t in done if t in running]:
+                index = running.pop(task)
+                error: str | None = None
+                try:
+                    task_id, group, duration = task.result()
+                    error = group_failure(group, group_size)
+                    if error is None:
+                        writer.write(index, task_id, group)
+                except Exception as exc:  # noqa: BLE001 - one group's failure is reported, then retried
+                    error = f"{type(exc).__name__}: {exc}"
+                if error is None:
+                    consecutive_failures = 0
+                    result.written += 1
+                    progress.group_done(index, task_id, GroupSummary.of(group), duration)
+                    if env.config.use_wandb:
+                        env.curr_step = index
+                        with contextlib.suppress(Exception):
+                            await env.wandb_log()
+                    else:
+                        env._pending_metrics.clear()
+                    continue
+                logger.warning(
+                    "group %d failed (attempt %d/%d): %s", index, attempts[index], max_attempts, error
+                )
+                if any(name in error for name in PERMANENT_ERRORS):
+                    result.errors[index] = error
+                    result.failed.append(index)
+                    result.aborted = f"permanent error: {error}"
+                    continue
+                if attempts[index] < max_attempts:
+                    todo.appendleft(index)
+                    continue
+                result.errors[index] = error
+                result.failed.append(index)
+                consecutive_failures += 1
+                progress.message(
+                    f"group {index} failed {attempts[index]} times, left for a rerun: {error[:300]}"
+                )
+                if consecutive_failures >= max_consecutive_failures:
+                    result.aborted = f"{consecutive_failures} groups in a row failed every attempt; last error: {error[:500]}"
+            if result.aborted and not stop.stopping.is_set():
+                progress.message(f"aborting: {result.aborted}")
+                stop.stopping.set()
+            if stop.abandon.is_set():
+                break
+    finally:
+        abandon_waiter.cancel()
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=30)
+        stop.in_flight = 0
+
+
+# -- command line ---------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hermes-opd process",
+        description="Collect OPD groups to a JSONL file with progress, resume and a clean Ctrl-C. "
+        "Any --env.KEY VALUE / --openai.KEY VALUE (--openai.N.KEY for a list) overrides the config.",
+        epilog="See docs/process.md.",
+    )
+    parser.add_argument(
+        "--config", help="Atropos-style YAML (env:, openai:, process:); default: built-in defaults"
+    )
+    parser.add_argument(
+        "--out", help=f"output JSONL (default: env.data_path_to_save_groups, else {DEFAULT_OUT})"
+    )
+    parser.add_argument(
+        "--groups", type=int, help="groups the file should hold in the end (default: env.total_steps)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, help="groups in flight at once (default: process.concurrency, 1)"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="start over instead of resuming an existing output"
+    )
+    parser.add_argument(
+        "--no-preflight", action="store_true", help="skip the server checks before the first group"
+    )
+    parser.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto",
+                        help="auto: a bar on a terminal, one line per group otherwise")  # fmt: skip
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the merged config as YAML and exit"
+    )
+    parser.add_argument("--log-level", default=None, choices=("debug", "info", "warning", "error"),
+                        help="default: warning (debug with `hermes-opd -v`)")  # fmt: skip
+    return parser
+
+
+def configure_logging(level: str | None = None) -> None:
+    """Library chatter off the terminal (warnings and up), unless asked for (`hermes-opd -v`)."""
+    root = logging.getLogger()
+    if level is None:
+        level = "debug" if root.level == logging.DEBUG and root.handlers else "warning"
+    if not root.handlers:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    numeric = getattr(logging, level.upper())
+    root.setLevel(numeric)
+    for handler in root.handlers:
+        handler.setLevel(numeric)  # atroposlib sets its own loggers to DEBUG; filter at the handler
+
+
+def _print_summary(result: JobResult, stop: StopController) -> None:
+    t = result.totals
+    state = "complete" if result.complete else ("interrupted" if result.interrupted else "incomplete")
+    print(
+        f"process {state}: {result.present}/{result.target} groups in {result.out} "
+        f"({result.present_before} already there, {result.written} new, {len(result.failed)} failed) "
+        f"in {format_duration(result.elapsed_s)}"
+        + (f", {result.groups_per_min:.2f} groups/min" if result.written else "")
+    )
+    if t.groups:
+        print(
+            f"  new groups: {t.sequences} rollouts, mean score {t.mean_score:.3f}, hints {t.hints}/{t.judged_turns} "
+            f"judged turns ({100 * t.hint_rate:.0f}%), {t.scored_turns} turns scored, "
+            f"{t.tokens_scored:,} of {t.tokens_generated:,} generated tokens scored"
+        )
+    if result.truncated_bytes:
+        print(f"  cut off a torn last line ({result.truncated_bytes} bytes) left by an earlier run")
+    for index in result.failed[:5]:
+        print(f"  group {index} failed: {result.errors.get(index, '?')[:300]}")
+    if result.aborted:
+        print(f"  stopped early: {result.aborted}")
+    if result.interrupted:
+        print(f"  stopped by {result.interrupted}; rerun the same command to continue")
+    elif result.failed:
+        print("  rerun the same command to retry the failed groups")
+    print(f"  metrics: {result.metrics_path}")
+    if result.present:
+        print(f"  next: hermes-opd validate {result.out}; hermes-opd inspect {result.out} --out report.html")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # before the job's own handlers are installed (imports, config)
+        print("hermes-opd process: interrupted", file=sys.stderr)
+        return EXIT_SIGINT
+
+
+def _main(argv: list[str]) -> int:
+    parser = build_parser()
+    try:
+        overrides, rest = split_overrides(argv)
+    except ConfigError as exc:
+        print(f"hermes-opd process: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    args, unknown = parser.parse_known_args(rest)
+    if unknown:
+        print(f"hermes-opd process: unknown argument(s): {' '.join(unknown)} "
+              "(config keys go as --env.KEY VALUE or --openai.KEY VALUE)", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    configure_logging(args.log_level)
+    try:
+        job = load_job_config(args.config, overrides)
+    except ConfigError as exc:
+        print(f"hermes-opd process: config error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(job.raw, sort_keys=False), end="")
+        return EXIT_OK
+    groups = args.groups if args.groups is not None else job.env.total_steps
+    if groups < 1:
+        print(f"hermes-opd process: --groups must be >= 1 (got {groups})", file=sys.stderr)
+        return EXIT_USAGE
+    concurrency = args.concurrency or job.concurrency
+    if concurrency < 1:
+        print(f"hermes-opd process: --concurrency must be >= 1 (got {concurrency})", file=sys.stderr)
+        return EXIT_USAGE
+    out = Path(args.out or job.env.data_path_to_save_groups or DEFAULT_OUT)
+    try:
+        result, stop = asyncio.run(
+            run_job(
+                job,
+                out,
+                groups,
+                concurrency=concurrency,
+                fresh=args.overwrite,
+                do_preflight=not args.no_preflight,
+                progress_mode=args.progress,
+            )  # fmt: skip
+        )
+    except (OutputError, ConfigError) as exc:
+        print(f"hermes-opd process: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except PreflightError as exc:
+        print(f"hermes-opd process: preflight failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:  # noqa: BLE001 - setup failures get one clear line, details at -v
+        logger.debug("job failed", exc_info=True)
+        print(f"hermes-opd process: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    _print_summary(result, stop)
+    return result.exit_code(stop)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

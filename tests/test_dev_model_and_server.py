@@ -1,0 +1,89 @@
+"""The dev model builds reproducibly with a tool-aware ChatML template; the dev server CLI starts a
+real vLLM, prints its URL and leaves nothing behind on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from hermes_opd.dev_model import DevModelSpec, build_dev_model
+
+
+def test_same_seed_gives_identical_files(tmp_path):
+    spec = DevModelSpec(fit_steps=3, vocab_size=1024)
+    a = json.loads((build_dev_model(tmp_path / "a", spec) / "dev_model.json").read_text())
+    b = json.loads((build_dev_model(tmp_path / "b", spec) / "dev_model.json").read_text())
+    assert a["files"] == b["files"]
+    assert {"model.safetensors", "tokenizer.json", "config.json", "chat_template.jinja"} <= set(a["files"])
+    c = json.loads((build_dev_model(tmp_path / "c", DevModelSpec(fit_steps=3, vocab_size=1024, seed=1)) / "dev_model.json").read_text())
+    assert c["files"]["model.safetensors"] != a["files"]["model.safetensors"]
+
+
+def test_chat_template_renders_tools_calls_and_tool_results(dev_tokenizer):
+    tools = [{"type": "function", "function": {"name": "terminal", "description": "Run.", "parameters": {}}}]
+    messages = [
+        {"role": "user", "content": "list files"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "terminal", "arguments": {"command": "ls"}}}]},
+        {"role": "tool", "name": "terminal", "content": "a.py"},
+    ]  # fmt: skip
+    text = dev_tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+    assert '<tools>\n{"type": "function", "function": {"name": "terminal"' in text
+    assert '<|im_start|>assistant\n<tool_call>\n{"name": "terminal", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>' in text
+    assert "<|im_start|>tool\na.py<|im_end|>\n<|im_start|>assistant\n" in text
+    ids = dev_tokenizer.encode("<tool_call></tool_call><|im_end|>", add_special_tokens=False)
+    assert len(ids) == 3, "markup and EOS are single tokens"
+
+
+def _group_alive(pgid: int) -> bool:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    stat = (entry / "stat").read_text()
+                    if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                        return True
+            except (ProcessLookupError, FileNotFoundError, PermissionError):
+                continue
+    return False
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sig", [signal.SIGTERM])
+def test_dev_server_cli_serves_and_stops_cleanly(dev_model_dir, tmp_path, sig):
+    from hermes_opd.dev_server import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hermes_opd.cli", "dev-server", "--model", str(dev_model_dir), "--port", str(port),
+         "--log", str(tmp_path / "vllm.log")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        line = ""
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if "vLLM ready" in line or proc.poll() is not None:
+                break
+        assert f"base_url=http://127.0.0.1:{port}/v1" in line, line
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as response:
+            assert json.loads(response.read())["data"][0]["id"] == "dev-model"
+        vllm_pgid = int(line.split("pid=")[1].split()[0])
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 0
+        time.sleep(1)
+        assert not _group_alive(vllm_pgid), "vLLM processes survived the shutdown"
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

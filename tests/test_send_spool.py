@@ -1,0 +1,386 @@
+"""Groups that cannot reach the Atropos API are spooled to disk and delivered later, exactly once.
+
+Against the real atroposlib API server (`run-api`, a child process on a free loopback port): the
+API down at start, restarted mid-run, answering 503 (a small proxy in front of the real API, since
+a real server won't produce 5xx on demand), refusing a group (422, from the real schema), and a
+crash (SIGKILL) in the middle of spooling. Delivery is checked the way a trainer sees it: register
+with `/register`, pull `/batch` until it is empty, and count each group's marker token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from environments.agentic_opd_env import AgenticOPDEnv
+from environments.send_spool import GroupSpool, SpoolingSendMixin
+from hermes_opd.dev_server import free_port
+
+pytestmark = pytest.mark.reliability
+
+RUN_API = Path(sys.executable).with_name("run-api")
+GROUP_SIZE = 2
+
+
+# -- the real Atropos API as a child process -------------------------------------------------------
+class AtroposAPI:
+    """`run-api` on 127.0.0.1:`port`, in its own process group, with a watchdog that kills it."""
+
+    def __init__(self, port: int, log_path: Path, watchdog_s: float = 120.0) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        self.watchdog_s = watchdog_s
+        self.proc: subprocess.Popen | None = None
+        self._timer: threading.Timer | None = None
+
+    def start(self, wait_s: float = 60.0) -> AtroposAPI:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(
+            [str(RUN_API), "--host", "127.0.0.1", "--port", str(self.port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        self._timer = threading.Timer(self.watchdog_s, self.stop)
+        self._timer.daemon = True
+        self._timer.start()
+        deadline = time.monotonic() + wait_s
+        import urllib.request
+
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"run-api exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{self.url}/status", timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"run-api did not answer within {wait_s}s: {self.log_path.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def shared_api(tmp_path_factory):
+    api = AtroposAPI(free_port(), tmp_path_factory.mktemp("api") / "api.log", watchdog_s=600).start()
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture
+async def api(shared_api):
+    """The shared API, reset to a fresh state (no trainer, empty queue)."""
+    async with aiohttp.ClientSession() as session, session.get(f"{shared_api.url}/reset_data") as r:
+        assert r.status == 200
+    return shared_api
+
+
+# -- the trainer's side ------------------------------------------------------------------------------
+async def register_trainer(url: str) -> None:
+    registration = {
+        "wandb_group": "test", "wandb_project": "test", "batch_size": GROUP_SIZE, "max_token_len": 4096,
+        "checkpoint_dir": "/tmp/unused", "save_checkpoint_interval": 0, "starting_step": 0, "num_steps": 1000,
+    }  # fmt: skip
+    async with aiohttp.ClientSession() as session, session.post(f"{url}/register", json=registration) as r:
+        assert r.status == 200, await r.text()
+
+
+async def drain(url: str) -> list[int]:
+    """Markers of every group `/batch` hands out, until it has none left."""
+    markers: list[int] = []
+    async with aiohttp.ClientSession() as session:
+        for _ in range(1000):
+            async with session.get(f"{url}/batch") as r:
+                assert r.status == 200, await r.text()
+                body = await r.json()
+            assert body.get("status") != "error", body
+            if body["batch"] is None:
+                return markers
+            markers.extend(group["tokens"][0][0] for group in body["batch"])
+    raise AssertionError("/batch never ran dry")
+
+
+def group(marker: int) -> dict:
+    return {
+        "tokens": [[marker, 5, 6], [marker, 7, 8]],
+        "masks": [[-100, 5, 6], [-100, 7, 8]],
+        "scores": [1.0, 0.0],
+        "inference_logprobs": [[1.0, -0.5, -0.25], [1.0, -1.0, -2.0]],
+    }
+
+
+class SpoolingEnv(SpoolingSendMixin, AgenticOPDEnv):
+    """What AgenticOPDEnv becomes once the mixin is in its bases."""
+
+
+def make_env(dev_model_dir, spool_dir: Path, api_url: str) -> SpoolingEnv:
+    config, servers = SpoolingEnv.config_init()
+    config.tokenizer_name = str(dev_model_dir)
+    config.group_size = GROUP_SIZE
+    config.rollout_server_url = api_url
+    config.use_wandb = False
+    servers[0].tokenizer_name = str(dev_model_dir)
+    env = SpoolingEnv(config, servers)
+    env.spool_dir = str(spool_dir)
+    env.spool_send_attempts = 3
+    env.spool_backoff_s = 0.02
+    env.spool_backoff_max_s = 0.1
+    env.spool_request_timeout_s = 10
+    return env
+
+
+async def send(env: SpoolingEnv, marker: int) -> None:
+    await env.handle_send_to_api(group(marker))
+
+
+def assert_exactly_once(markers: list[int], expected: range | list[int]) -> None:
+    counts = Counter(markers)
+    assert sorted(counts) == sorted(expected), f"missing {set(expected) - set(counts)}, extra {set(counts) - set(expected)}"
+    assert all(c == 1 for c in counts.values()), {m: c for m, c in counts.items() if c > 1}
+
+
+# -- tests ---------------------------------------------------------------------------------------------
+async def test_api_down_at_start_groups_are_spooled_then_delivered_once(dev_model_dir, tmp_path):
+    port = free_port()
+    env = make_env(dev_model_dir, tmp_path / "spool", f"http://127.0.0.1:{port}")
+    async with asyncio.timeout(90):
+        for marker in range(3):
+            await send(env, marker)
+        assert env.spool_stats.spooled == 3 and env.spool.pending_groups() == 3
+        segments = env.spool.segments()
+        assert len(segments) == 3 and all(len(GroupSpool.read(p)) == 1 for p in segments)
+        api = AtroposAPI(port, tmp_path / "api.log").start()
+        try:
+            await register_trainer(api.url)
+            await send(env, 3)  # the first send after the API is up drains the spool first
+            assert env.spool.segments() == []
+            assert_exactly_once(await drain(api.url), range(4))
+            assert env.spool_stats.resent == 4 and env.spool_stats.spooled == 4  # 3 while down, 1 queued behind them
+        finally:
+            api.stop()
+
+
+async def test_api_restarted_mid_run_loses_nothing_and_is_not_wedged(dev_model_dir, tmp_path):
+    port = free_port()
+    api = AtroposAPI(port, tmp_path / "api.log").start()
+    env = make_env(dev_model_dir, tmp_path / "spool", api.url)
+    try:
+        async with asyncio.timeout(120):
+            await register_trainer(api.url)
+            for marker in range(3):
+                await send(env, marker)
+            assert env.spool_stats.sent_direct == 3 and env.spool.segments() == []
+            delivered = await drain(api.url)  # the trainer pulled these before the restart
+            api.stop()
+            for marker in range(3, 6):  # API down: spooled
+                await send(env, marker)
+            assert env.spool.pending_groups() == 3
+            api.start()
+            # Up again but no trainer yet: posting now would wedge atroposlib's /register, so we wait.
+            await send(env, 6)
+            assert env.spool.pending_groups() == 4
+            assert "no registered trainer" in (env.spool_stats.last_error or "")
+            await register_trainer(api.url)
+            await send(env, 7)
+            assert env.spool.segments() == []
+            delivered += await drain(api.url)
+            assert_exactly_once(delivered, range(8))
+    finally:
+        api.stop()
+
+
+class FlakyProxy:
+    """Forwards everything to the real API, but answers 503 to the first `failures` POSTs of groups."""
+
+    def __init__(self, upstream: str, failures: int) -> None:
+        self.upstream = upstream
+        self.failures = failures
+        self.answered_503 = 0
+        self.forwarded_posts = 0
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if request.method == "POST" and request.path.startswith("/scored_data"):
+            if self.answered_503 < self.failures:
+                self.answered_503 += 1
+                return web.Response(status=503, text="upstream busy")
+            self.forwarded_posts += 1
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "content-encoding")}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(request.method, self.upstream + request.path_qs, data=body, headers=headers) as r,
+        ):
+            return web.Response(status=r.status, body=await r.read(), content_type=r.content_type)
+
+    async def __aenter__(self) -> FlakyProxy:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self._runner.cleanup()
+
+
+async def test_503_answers_are_retried_then_spooled_then_delivered_once(api, dev_model_dir, tmp_path):
+    async with asyncio.timeout(60), FlakyProxy(api.url, failures=5) as proxy:
+        await register_trainer(api.url)
+        env = make_env(dev_model_dir, tmp_path / "spool", proxy.url)
+        await send(env, 0)  # 3 attempts, all 503: spooled
+        assert proxy.answered_503 == 3 and env.spool.pending_groups() == 1
+        await send(env, 1)  # queued behind 0; the flush gets two more 503s, then both go through
+        await send(env, 2)  # direct
+        assert proxy.answered_503 == 5 and env.spool.segments() == []
+        stats = env.spool_stats
+        assert (stats.spooled, stats.resent, stats.sent_direct, stats.send_failures) == (2, 2, 1, 5)
+        assert_exactly_once(await drain(api.url), range(3))
+
+
+async def test_transient_503_within_retries_is_not_spooled(api, dev_model_dir, tmp_path):
+    async with asyncio.timeout(60), FlakyProxy(api.url, failures=2) as proxy:
+        await register_trainer(api.url)
+        env = make_env(dev_model_dir, tmp_path / "spool", proxy.url)
+        await send(env, 0)
+        assert proxy.answered_503 == 2 and env.spool_stats.spooled == 0 and env.spool_stats.sent_direct == 1
+        assert_exactly_once(await drain(api.url), [0])
+
+
+async def test_refused_group_goes_to_rejected_and_does_not_block_the_queue(api, dev_model_dir, tmp_path):
+    async with asyncio.timeout(60):
+        await register_trainer(api.url)
+        env = make_env(dev_model_dir, tmp_path / "spool", api.url)
+        bad = group(0)
+        bad["messages"] = [[{"role": "user"}], [{"role": "user"}]]  # no 'content': the API answers 422
+        await env.handle_send_to_api(bad)
+        await send(env, 1)
+        rejected = sorted((tmp_path / "spool" / "rejected").glob("*.jsonl"))
+        assert len(rejected) == 1 and GroupSpool.read(rejected[0])[0]["tokens"][0][0] == 0
+        reason = rejected[0].with_name(rejected[0].name + ".reason.txt").read_text()
+        assert "422" in reason
+        assert env.spool_stats.rejected == 1 and env.spool.segments() == []
+        assert_exactly_once(await drain(api.url), [1])
+
+
+async def test_posting_before_a_trainer_registers_wedges_the_atropos_api(api):
+    """Why the mixin checks /info first (atroposlib 0.4.0): after an early /scored_data, /register
+    skips its initialisation and /batch answers 'Trainer not registered' for good."""
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{api.url}/scored_data", json=group(0)) as r:
+            assert r.status == 200
+        await register_trainer(api.url)
+        async with session.get(f"{api.url}/batch") as r:
+            body = await r.json()
+    assert body["status"] == "error" and "not registered" in body["message"]
+
+
+CRASH_WRITER = """
+import sys
+from environments.send_spool import GroupSpool
+spool = GroupSpool(sys.argv[1])
+i = 0
+while True:
+    tokens = [i] + [5] * 20000
+    spool.append([{"tokens": [tokens, tokens], "masks": [tokens, tokens], "scores": [1.0, 0.0]}])
+    print(i, flush=True)
+    i += 1
+"""
+
+
+async def test_crash_while_spooling_leaves_only_complete_segments(api, dev_model_dir, tmp_path):
+    spool_dir = tmp_path / "spool"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CRASH_WRITER, str(spool_dir)],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[1],
+        start_new_session=True,
+    )
+    acknowledged: list[int] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while len(acknowledged) < 15 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            acknowledged.append(int(line))
+        time.sleep(0.013)  # land the kill somewhere inside a later append
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        if proc.stdout is not None:
+            acknowledged += [int(x) for x in proc.stdout.read().split()]
+    assert len(acknowledged) >= 15, "writer too slow"
+    spool = GroupSpool(spool_dir)  # a new process opening the spool: removes half-written temporaries
+    assert not list(spool_dir.glob(".*.tmp"))
+    on_disk = [GroupSpool.read(p)[0]["tokens"][0][0] for p in spool.segments()]  # every segment parses
+    assert on_disk == sorted(on_disk) and set(acknowledged) <= set(on_disk)
+    assert len(on_disk) <= len(acknowledged) + 1  # at most the append the kill interrupted after rename
+
+    async with asyncio.timeout(60):
+        await register_trainer(api.url)
+        env = make_env(dev_model_dir, spool_dir, api.url)
+        assert env.spool_stats.recovered_from_previous_run == len(on_disk)
+        assert await env.flush_spool() == len(on_disk)
+        assert_exactly_once(await drain(api.url), on_disk)
+
+
+async def test_two_processes_sharing_a_spool_send_each_group_once(api, dev_model_dir, tmp_path):
+    spool_dir = tmp_path / "spool"
+    writer = GroupSpool(spool_dir)
+    for marker in range(12):
+        writer.append([group(marker)])
+    async with asyncio.timeout(60):
+        await register_trainer(api.url)
+        first = make_env(dev_model_dir, spool_dir, api.url)
+        second = make_env(dev_model_dir, spool_dir, api.url)
+        delivered = await asyncio.gather(first.flush_spool(), second.flush_spool(), first.flush_spool())
+        delivered_total = sum(delivered) + await second.flush_spool()
+        assert delivered_total == 12
+        assert_exactly_once(await drain(api.url), range(12))
+
+
+async def test_spool_files_are_groups_jsonl(tmp_path):
+    spool = GroupSpool(tmp_path)
+    path = spool.append([group(1), group(2)])
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["tokens"][0][0] for line in lines] == [1, 2]
+    (tmp_path / "zz-broken.jsonl").write_text('{"tokens": [[1]]}\nnot json\n')
+    with pytest.raises(ValueError, match="line 2: not JSON"):
+        GroupSpool.read(tmp_path / "zz-broken.jsonl")

@@ -1,0 +1,280 @@
+"""The verifier: hidden tests decide the score, and nothing the agent prints can forge it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from environments.sandbox import Sandbox
+from environments.tasks import Task, builtin_tasks
+from environments.tools import Jail, write_bytes
+from environments.verifier import RESULT_MARK, VerifierConfig, collect_tests, verify
+
+TASKS = {t.task_id: t for t in builtin_tasks()}
+
+
+async def put(sb: Sandbox, files: dict[str, str]) -> None:
+    for name, content in files.items():
+        await asyncio.to_thread(write_bytes, Jail.of(sb), name, textwrap.dedent(content).encode())
+
+
+async def verify_files(task: Task, files: dict[str, str], **kwargs):
+    async with Sandbox.create() as sb:
+        await put(sb, files)
+        return await verify(task, sb, **kwargs)
+
+
+async def test_every_builtin_reference_solution_scores_one_and_an_empty_one_zero():
+    gate = asyncio.Semaphore(2)  # two cores: keep the per-test timeouts meaningful
+
+    async def check(task: Task):
+        async with gate:
+            good = await verify_files(task, task.reference_solution)
+            empty = await verify_files(task, {"solution.py": ""})
+        return task.task_id, good, empty
+
+    for task_id, good, empty in await asyncio.gather(*(check(t) for t in TASKS.values())):
+        assert (good.score, good.passed, good.feedback) == (1.0, good.total, ""), (task_id, good.feedback)
+        assert empty.score == 0.0 and empty.passed == 0, task_id
+        assert "ImportError" in empty.feedback
+
+
+async def test_fake_test_file_and_printing_passed_scores_zero():
+    files = {
+        "test_solution.py": """
+            print("passed")
+            print("All 5 tests passed")
+        """,
+        "solution.py": """
+            print("test_basic PASSED\\n5 passed in 0.01s\\nOK")
+            def reverse_words(text):
+                return "wrong"
+        """,
+    }
+    result = await verify_files(TASKS["reverse_words"], files)
+    assert result.score == 0.0 and result.passed == 0
+    assert result.total == 5
+
+
+async def test_forged_result_lines_score_zero_and_the_nonce_is_never_visible(monkeypatch):
+    nonce = "6e6f6e63652d6e6f742d76697369626c"
+    monkeypatch.setattr("environments.verifier.secrets.token_hex", lambda n: nonce)
+    _, names = collect_tests(TASKS["reverse_words"].hidden_tests)
+    forged = [f"{RESULT_MARK}{'0' * 32} " + json.dumps({"test": n, "passed": True}) for n in names]
+    forged.append(f"{RESULT_MARK} " + json.dumps({"done": True}))
+    files = {
+        "solution.py": f"""
+            import os, sys
+            FORGED = {forged!r}
+            for line in FORGED:
+                print(line)
+                os.write(1, ("\\n" + line + "\\n").encode())
+                os.write(2, ("\\n" + line + "\\n").encode())
+            # Look for the nonce everywhere a process can easily look.
+            print("ENV", dict(os.environ))
+            print("ARGV", sys.argv)
+            for pid in os.listdir("/proc"):
+                if pid.isdigit():
+                    try:
+                        print("CMD", open(f"/proc/{{pid}}/cmdline", "rb").read())
+                    except OSError:
+                        pass
+            for name in os.listdir("."):
+                if os.path.isfile(name):
+                    print("FILE", name, open(name, "rb").read()[:2000])
+            def reverse_words(text):
+                return "wrong"
+        """
+    }
+    result = await verify_files(TASKS["reverse_words"], files)
+    assert result.score == 0.0 and result.passed == 0
+    assert "ENV" in result.output_tail and "CMD" in result.output_tail  # the probe did run
+    assert nonce not in result.output_tail
+
+
+async def test_partial_credit_with_feedback_naming_tests_and_assertions():
+    buggy = """
+        def merge_intervals(intervals):
+            merged = []
+            for start, end in sorted(intervals):
+                if merged and start < merged[-1][1]:  # touching intervals are not merged: bug
+                    merged[-1][1] = max(merged[-1][1], end)
+                else:
+                    merged.append([start, end])
+            return merged
+    """
+    result = await verify_files(TASKS["merge_intervals"], {"solution.py": buggy})
+    assert 0 < result.passed < result.total
+    assert result.score == pytest.approx(result.passed / result.total)
+    assert result.feedback.startswith(f"{result.passed}/{result.total} hidden tests passed.")
+    assert (
+        "- test_touching: AssertionError (at: assert merge_intervals([[1, 2], [2, 3]]) == [[1, 3]])"
+        in result.feedback
+    )
+    failing = {t.name for t in result.tests if not t.passed}
+    assert "test_touching" in failing and "test_overlapping" not in failing
+
+
+async def test_feedback_can_hide_test_source():
+    config = VerifierConfig(show_assertion_source=False)
+    result = await verify_files(
+        TASKS["fizzbuzz"], {"solution.py": "def fizzbuzz(n):\n    return []\n"}, config=config
+    )
+    assert result.feedback.endswith("- test_first_fifteen, test_small, test_length_and_tail: AssertionError")
+    assert "(at:" not in result.feedback
+
+
+async def test_infinite_loop_costs_only_its_own_test():
+    solution = """
+        def chunk(items, size):
+            if size < 1:
+                while True:
+                    pass
+            return [list(items[i:i + size]) for i in range(0, len(items), size)]
+    """
+    config = VerifierConfig(per_test_timeout_s=1)
+    result = await verify_files(TASKS["chunk_list"], {"solution.py": solution}, config=config)
+    assert [t.name for t in result.tests if not t.passed] == ["test_bad_size"]
+    assert "timed out after 1s" in result.feedback
+    assert result.passed == result.total - 1
+
+
+async def test_whole_run_timeout_keeps_results_so_far():
+    solution = """
+        import time
+        def dedupe(items):
+            if len(items) > 1000:
+                time.sleep(60)
+            seen = []
+            return [x for x in items if not (x in seen or seen.append(x))]
+    """
+    config = VerifierConfig(timeout_s=3, per_test_timeout_s=30)
+    result = await verify_files(TASKS["dedupe"], {"solution.py": solution}, config=config)
+    assert result.timed_out
+    assert result.passed == 4 and result.total == 5
+    assert "timed out after 3s" in result.feedback
+    assert "test_large: no result: the test run was cut short (timed out)" in result.feedback
+
+
+async def test_solution_that_kills_the_run_scores_zero():
+    result = await verify_files(TASKS["dedupe"], {"solution.py": "import os\nos._exit(0)\n"})
+    assert result.score == 0.0
+    assert "cut short" in result.feedback
+
+
+async def test_noisy_solution_is_still_graded():
+    solution = (
+        TASKS["dedupe"].reference_solution["solution.py"]
+        + "\nprint('x' * 5_000_000)\nprint('END-OF-NOISE')\n"
+    )
+    result = await verify_files(TASKS["dedupe"], {"solution.py": solution})
+    assert result.score == 1.0
+    assert result.output_tail.rstrip().endswith("END-OF-NOISE")
+
+
+async def test_missing_symlinked_or_oversized_solution_scores_zero(tmp_path):
+    task = TASKS["is_palindrome"]
+    missing = await verify_files(task, {"notes.txt": "I forgot"})
+    assert missing.score == 0 and missing.missing_files == ["solution.py"]
+    assert "Missing solution file(s)" in missing.feedback and "solution.py" in missing.feedback
+
+    outside = tmp_path / "real_solution.py"
+    outside.write_text(task.reference_solution["solution.py"])
+    async with Sandbox.create() as sb:
+        (sb.workdir / "solution.py").symlink_to(outside)
+        linked = await verify(task, sb)
+    assert linked.score == 0 and linked.missing_files == ["solution.py"]
+
+    big = await verify_files(task, {"solution.py": task.reference_solution["solution.py"] + "#" * 2000})
+    assert big.score == 1.0
+    small_cap = VerifierConfig(max_solution_bytes=1000)
+    too_big = await verify_files(
+        task, {"solution.py": task.reference_solution["solution.py"] + "#" * 2000}, config=small_cap
+    )
+    assert too_big.score == 0 and too_big.missing_files == ["solution.py"]
+
+
+async def test_only_solution_files_are_copied_and_cannot_shadow_the_runner():
+    task = Task(
+        task_id="shadow",
+        prompt="p",
+        hidden_tests="from solution import f\n\ndef test_f():\n    assert f() == 1\n",
+        solution_files=("solution.py", "json.py"),
+    )
+    files = {
+        "solution.py": "def f():\n    return 1\n",
+        "json.py": "raise SystemExit('shadowed the runner')\n",  # copied: a declared solution file
+        "sitecustomize.py": "import os\nos._exit(3)\n",  # not declared: never copied
+        "conftest.py": "raise SystemExit(1)\n",
+    }
+    result = await verify_files(task, files)
+    assert result.score == 1.0, result.feedback
+
+
+async def test_hidden_tests_are_never_on_disk():
+    task = Task(
+        task_id="peek",
+        prompt="p",
+        hidden_tests=textwrap.dedent(
+            """
+            # SECRET-MARKER-7f3a
+            from solution import snapshot
+
+            def test_tests_not_readable_from_disk():
+                assert not any("SECRET-MARKER-7f3a" in content for content in snapshot())
+            """
+        ),
+    )
+    solution = """
+        import os
+
+        def snapshot():
+            found = []
+            for dirpath, _, names in os.walk(os.environ["HOME"]):
+                for name in names:
+                    with open(os.path.join(dirpath, name), errors="replace") as f:
+                        found.append(f.read())
+            return found
+    """
+    result = await verify_files(task, {"solution.py": solution, "notes.txt": "x"})
+    assert result.score == 1.0, result.feedback
+
+
+async def test_top_level_asserts_each_count_as_a_test():
+    task = Task(
+        task_id="asserts",
+        prompt="p",
+        hidden_tests="from solution import add\nassert add(1, 2) == 3\nassert add(0, 0) == 1\nassert add(-1, 1) == 0\n",
+    )
+    result = await verify_files(task, {"solution.py": "def add(a, b):\n    return a + b\n"})
+    assert (result.passed, result.total) == (2, 3)
+    assert "test_assert_line_3: AssertionError (at: assert add(0, 0) == 1)" in result.feedback
+
+
+async def test_efficiency_shaping_is_off_by_default_and_bounded():
+    task = TASKS["fizzbuzz"]
+    plain = await verify_files(task, task.reference_solution, turns_used=8, max_turns=10)
+    assert plain.score == 1.0
+    config = VerifierConfig(efficiency_weight=0.2)
+    shaped = await verify_files(task, task.reference_solution, config=config, turns_used=5, max_turns=10)
+    assert shaped.score == pytest.approx(0.9)
+    capped = await verify_files(task, task.reference_solution, config=config, turns_used=50, max_turns=10)
+    assert capped.score == pytest.approx(0.8)
+
+
+async def test_verify_accepts_a_plain_directory(tmp_path: Path):
+    task = TASKS["second_largest"]
+    (tmp_path / "solution.py").write_text(task.reference_solution["solution.py"])
+    result = await verify(task, tmp_path)
+    assert result.score == 1.0
+
+
+def test_collect_tests_rejects_sources_without_tests():
+    with pytest.raises(ValueError, match="define no test functions"):
+        collect_tests("x = 1\n")
+    with pytest.raises(ValueError, match="do not parse"):
+        collect_tests("def test_(:\n")
