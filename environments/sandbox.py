@@ -22,6 +22,7 @@ import random
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -42,7 +43,7 @@ BASH = "/bin/bash"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _DRAIN_GRACE_S = 0.25
 """After the command's main process exits, how long to keep reading output that is still buffered."""
-_READ_CHUNK = 64 * 1024
+_REAP_TIMEOUT_S = 10.0
 TIMEOUT_EXIT_CODE = 124
 KILLED_EXIT_CODE = 128 + signal.SIGKILL
 
@@ -336,23 +337,27 @@ def kill_process_tree(pid: int) -> None:
     _signal_quietly(pid, signal.SIGKILL)
 
 
-async def terminate_process_tree(proc: asyncio.subprocess.Process, grace_s: float = 0.5) -> None:
-    """Kill everything `proc` started, then `proc` itself, and reap `proc`.
+async def terminate_process_tree(pid: int, exited: asyncio.Future[None], grace_s: float = 0.5) -> None:
+    """Kill everything process `pid` started, then `pid` itself; return once `exited` is done.
 
-    Descendants die first, so `proc` (the `unshare` wrapper, or bash) can reap them itself; with a
-    PID namespace, killing its first process makes the kernel kill everything inside. After
-    `grace_s`, or on cancellation, the whole process group is killed outright.
+    Descendants die first, so `pid` (the `unshare` wrapper, or bash) can reap them itself and no
+    orphaned zombies are left to init; with a PID namespace, killing its first process makes the
+    kernel kill everything inside. After `grace_s`, or on cancellation, the whole process group
+    is killed outright.
     """
-    for pid in descendants(proc.pid):
-        _signal_quietly(pid, signal.SIGKILL)
+    for child in descendants(pid):
+        _signal_quietly(child, signal.SIGKILL)
     try:
-        await asyncio.wait_for(proc.wait(), grace_s)
+        await asyncio.wait_for(asyncio.shield(exited), grace_s)
     except TimeoutError:
         pass
     finally:
-        if proc.returncode is None:
-            kill_process_tree(proc.pid)
-    await proc.wait()
+        if not exited.done():
+            kill_process_tree(pid)
+    try:
+        await asyncio.wait_for(asyncio.shield(exited), _REAP_TIMEOUT_S)
+    except TimeoutError:
+        log.error("sandbox: process %d did not exit %ss after SIGKILL", pid, _REAP_TIMEOUT_S)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,6 +397,45 @@ class _BoundedOutput:
             return head + tail
         omitted = self.total - len(self.head) - len(self.tail)
         return f"{head}\n[... output truncated: {omitted} of {self.total} bytes omitted ...]\n{tail}"
+
+
+class _CommandProtocol(asyncio.SubprocessProtocol):
+    """Collects a command's output as it arrives (no backpressure, bounded memory) and signals
+    exit, end of output, and output floods through futures."""
+
+    def __init__(self, max_output_bytes: int, kill_output_bytes: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.output = _BoundedOutput(max_output_bytes)
+        self.kill_output_bytes = kill_output_bytes
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.output_closed: asyncio.Future[None] = loop.create_future()
+        self.flooded: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        self.output.feed(data if isinstance(data, bytes) else data.encode())
+        if self.output.total > self.kill_output_bytes and not self.flooded.done():
+            self.flooded.set_result(None)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 1 and not self.output_closed.done():
+            self.output_closed.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+@dataclass(eq=False)
+class _Running:
+    transport: asyncio.SubprocessTransport
+    protocol: _CommandProtocol
+
+    @property
+    def pid(self) -> int:
+        return self.transport.get_pid()
+
+    async def terminate(self) -> None:
+        await terminate_process_tree(self.pid, self.protocol.exited)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,7 +481,7 @@ class Sandbox:
         self._isolation = isolation
         self._uid = uid
         self._gid = gid
-        self._procs: set[asyncio.subprocess.Process] = set()
+        self._running: set[_Running] = set()
         self._offloaded: set[asyncio.Future[Any]] = set()
         self._closed = False
 
@@ -490,7 +534,7 @@ class Sandbox:
         if self._closed:
             return
         self._closed = True
-        await asyncio.gather(*(terminate_process_tree(p) for p in list(self._procs)), return_exceptions=True)
+        await asyncio.gather(*(r.terminate() for r in list(self._running)), return_exceptions=True)
         # File operations still running in threads use `dir_fd`: let them finish before closing it.
         await asyncio.gather(*list(self._offloaded), return_exceptions=True)
         if self._uid is not None and self._limits.user == "per_sandbox":
@@ -547,12 +591,12 @@ class Sandbox:
 
     # -- work in threads ----------------------------------------------------------------------
 
-    async def offload(self, fn: Callable[..., T], /, *args: Any) -> T:
-        """Run `fn(*args)` in a worker thread, off the event loop. `dir_fd` stays open until `fn`
+    async def offload(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run `fn(*args, **kwargs)` in a worker thread, off the event loop. `dir_fd` stays open until `fn`
         returns, even if the caller is cancelled or the sandbox is closed meanwhile (so the
         descriptor number can never be reused under a running file operation)."""
         self._check_open()
-        future = asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
+        future = asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args, **kwargs))
         self._offloaded.add(future)
         future.add_done_callback(_retire_offloaded(self._offloaded))
         return await asyncio.shield(future)
@@ -587,6 +631,60 @@ class Sandbox:
         SandboxError if the sandbox is closed or the process cannot be started."""
         self._check_open()
         timeout = self._limits.command_timeout_s if timeout_s is None else timeout_s
+        started = time.monotonic()
+        running = await self._start(command, with_stdin=stdin is not None)
+        protocol = running.protocol
+        self._running.add(running)
+        timed_out = flooded = False
+        try:
+            if stdin is not None:
+                pipe = running.transport.get_pipe_transport(0)
+                if pipe is not None:
+                    with contextlib.suppress(OSError, RuntimeError):
+                        pipe.write(stdin)
+                        pipe.close()
+            try:
+                async with asyncio.timeout(timeout):
+                    await asyncio.wait(
+                        {protocol.exited, protocol.flooded}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    flooded = protocol.flooded.done()
+                    if not flooded:
+                        # Output still in the pipe, or held open by a background process: read briefly.
+                        await asyncio.wait({protocol.output_closed}, timeout=_DRAIN_GRACE_S)
+            except TimeoutError:
+                timed_out = True
+        finally:
+            try:
+                if not protocol.exited.done():
+                    await running.terminate()
+                elif not self._isolation.pid_namespace:
+                    # Without a PID namespace, background jobs may still hold on: kill the group.
+                    _signal_quietly(running.pid, signal.SIGKILL, group=True)
+            finally:
+                running.transport.close()
+                self._running.discard(running)
+        text = protocol.output.render()
+        if flooded:
+            text += f"\n[command killed: output exceeded {self._limits.kill_output_bytes} bytes]"
+        if timed_out:
+            text += f"\n[command timed out after {timeout:g}s and was killed]"
+        if timed_out:
+            code = TIMEOUT_EXIT_CODE
+        elif flooded:
+            code = KILLED_EXIT_CODE
+        else:
+            code = running.transport.get_returncode()
+            code = KILLED_EXIT_CODE if code is None else code if code >= 0 else 128 - code
+        return CommandResult(
+            exit_code=code,
+            output=text,
+            timed_out=timed_out,
+            truncated=protocol.output.truncated or flooded,
+            duration_s=time.monotonic() - started,
+        )
+
+    async def _start(self, command: str, *, with_stdin: bool) -> _Running:
         argv = [
             *self._isolation.wrapper(self._uid, self._gid),
             *_shell(command, self._isolation.pid_namespace),
@@ -594,103 +692,36 @@ class Sandbox:
         privileges = {}
         if self._isolation.drop_privileges and not self._isolation.unshare_flags:
             privileges = {"user": self._uid, "group": self._gid, "extra_groups": []}
-        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        limits = self._limits
         creating = asyncio.ensure_future(
-            asyncio.create_subprocess_exec(
+            loop.subprocess_exec(
+                lambda: _CommandProtocol(limits.max_output_bytes, limits.kill_output_bytes),
                 *argv,
-                stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
+                stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 cwd=self._workdir,
                 env=self.environment(),
                 start_new_session=True,
-                preexec_fn=_make_preexec(self._limits),
+                preexec_fn=_make_preexec(limits),
                 **privileges,
             )
         )
         try:
-            proc = await asyncio.shield(creating)
+            transport, protocol = await asyncio.shield(creating)
         except asyncio.CancelledError:
             # Cancelled while asyncio was still wiring up the pipes: the process exists already,
             # and asyncio's own cleanup would kill only the first process, not the tree.
             with contextlib.suppress(Exception):
-                await terminate_process_tree(await creating)
+                transport, protocol = await creating
+                orphan = _Running(transport, protocol)
+                await orphan.terminate()
+                transport.close()
             raise
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxError(f"could not start command: {exc}") from exc
-        self._procs.add(proc)
-        output = _BoundedOutput(self._limits.max_output_bytes)
-        timed_out = flooded = False
-        try:
-            try:
-                async with asyncio.timeout(timeout):
-                    flooded = await self._pump(proc, output, stdin)
-            except TimeoutError:
-                timed_out = True
-        finally:
-            # Timeout, flood or cancellation: kill the whole tree. Normal exit: with a PID
-            # namespace the kernel has already killed everything inside; without one, kill what is
-            # left in the command's process group (background jobs).
-            try:
-                if proc.returncode is None:
-                    await terminate_process_tree(proc)
-                elif not self._isolation.pid_namespace:
-                    _signal_quietly(proc.pid, signal.SIGKILL, group=True)
-            finally:
-                self._procs.discard(proc)
-        text = output.render()
-        if flooded:
-            text += f"\n[command killed: output exceeded {self._limits.kill_output_bytes} bytes]"
-        if timed_out:
-            text += f"\n[command timed out after {timeout:g}s and was killed]"
-        code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-        if timed_out:
-            code = TIMEOUT_EXIT_CODE
-        elif flooded:
-            code = KILLED_EXIT_CODE
-        return CommandResult(
-            exit_code=code if code >= 0 else 128 - code,
-            output=text,
-            timed_out=timed_out,
-            truncated=output.truncated or flooded,
-            duration_s=time.monotonic() - started,
-        )
-
-    async def _pump(
-        self, proc: asyncio.subprocess.Process, output: _BoundedOutput, stdin: bytes | None
-    ) -> bool:
-        """Feed stdin, collect output until the command exits. Returns True if output flooded."""
-        assert proc.stdout is not None
-        flooded = False
-
-        async def read_all() -> None:
-            nonlocal flooded
-            while chunk := await proc.stdout.read(_READ_CHUNK):
-                output.feed(chunk)
-                if output.total > self._limits.kill_output_bytes:
-                    flooded = True
-                    await terminate_process_tree(proc)
-                    return
-
-        async def write_stdin() -> None:
-            assert proc.stdin is not None
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                proc.stdin.write(stdin or b"")
-                await proc.stdin.drain()
-            proc.stdin.close()
-
-        tasks = [asyncio.ensure_future(read_all())]
-        if stdin is not None:
-            tasks.append(asyncio.ensure_future(write_stdin()))
-        try:
-            await proc.wait()
-            # Output still in the pipe, or held open by a background process: read briefly.
-            await asyncio.wait(tasks, timeout=_DRAIN_GRACE_S)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        return flooded
+        return _Running(transport, protocol)
 
 
 def _retire_offloaded(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
@@ -711,6 +742,17 @@ def _shell(command: str, pid_namespace: bool) -> list[str]:
     return [BASH, "-c", '"$0" -c "$1"; exit $?', BASH, command]
 
 
+@functools.cache
+def _warn_if_not_traversable(root: Path) -> None:
+    closed = [str(p) for p in (root, *root.parents) if not p.stat().st_mode & stat.S_IXOTH]
+    if closed:
+        log.warning(
+            "sandbox: %s not searchable by other users; commands still start in their working "
+            "directory, but absolute paths to it (e.g. $HOME) fail. Choose another root_dir.",
+            ", ".join(closed),
+        )
+
+
 def _make_dirs(
     root_dir: str | os.PathLike[str] | None, uid: int | None, gid: int | None
 ) -> tuple[Path, Path, int]:
@@ -718,6 +760,8 @@ def _make_dirs(
     cannot rename or replace `work`); `work` belongs to the sandbox user, mode 0700."""
     root = Path(root_dir) if root_dir is not None else Path(tempfile.gettempdir())
     root.mkdir(parents=True, exist_ok=True)
+    if uid is not None:
+        _warn_if_not_traversable(root.resolve())
     container = Path(tempfile.mkdtemp(prefix="hermes-sbx-", dir=root)).resolve()
     try:
         os.chmod(container, 0o711)

@@ -237,7 +237,14 @@ async def verify(
     config = config or VerifierConfig()
     limits = limits or (agent_files.limits if isinstance(agent_files, Sandbox) else SandboxLimits())
     source, names = collect_tests(task.hidden_tests)
-    files, missing = await asyncio.to_thread(_collect_solution, task, agent_files, config.max_solution_bytes)
+    if isinstance(agent_files, Sandbox):
+        files, missing = await agent_files.offload(
+            _collect_solution, task, Jail.of(agent_files), config.max_solution_bytes
+        )
+    else:
+        files, missing = await asyncio.to_thread(
+            _collect_from_directory, task, agent_files, config.max_solution_bytes
+        )
     if not files:
         return _result(
             names, {}, config, missing=missing, timed_out=False, output_tail="", turns=(turns_used, max_turns)
@@ -258,13 +265,13 @@ async def verify(
     async with Sandbox.create(run_limits, root_dir=root_dir) as sandbox:
         jail = Jail.of(sandbox)
         for name, data in files.items():
-            await asyncio.to_thread(write_bytes, jail, name, data)
+            await sandbox.offload(write_bytes, jail, name, data)
         command = f"exec {shlex.quote(config.python)} -I -c {shlex.quote(RUNNER)}"
         run = await sandbox.run(command, timeout_s=config.timeout_s, stdin=json.dumps(spec).encode())
         output_tail = ""
         if config.output_tail_chars:
             with contextlib.suppress(ToolError, OSError):
-                data, _, _ = await asyncio.to_thread(
+                data, _, _ = await sandbox.offload(
                     read_bytes, jail, TEST_OUTPUT_FILE, config.output_tail_chars * 4, tail=True
                 )
                 output_tail = data.decode("utf-8", errors="replace")[-config.output_tail_chars :]
@@ -283,33 +290,31 @@ async def verify(
     )
 
 
-def _collect_solution(
-    task: Task, agent_files: Sandbox | Path, max_bytes: int
-) -> tuple[dict[str, bytes], list[str]]:
+def _collect_solution(task: Task, jail: Jail, max_bytes: int) -> tuple[dict[str, bytes], list[str]]:
     """{name: content} of the task's solution files that exist as plain files; and the missing ones."""
-    owned_fd = None
-    if isinstance(agent_files, Sandbox):
-        jail = Jail.of(agent_files)
-    else:
-        owned_fd = os.open(agent_files, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        jail = Jail(dir_fd=owned_fd, root=Path(agent_files).resolve())
     files: dict[str, bytes] = {}
     missing: list[str] = []
-    try:
-        for name in task.solution_files:
-            try:
-                data, size, _ = read_bytes(jail, name, max_bytes + 1)
-            except (ToolError, OSError):
-                missing.append(name)
-                continue
-            if size > max_bytes:
-                missing.append(name)
-                continue
-            files[name] = data
-    finally:
-        if owned_fd is not None:
-            os.close(owned_fd)
+    for name in task.solution_files:
+        try:
+            data, size, _ = read_bytes(jail, name, max_bytes + 1)
+        except (ToolError, OSError):
+            missing.append(name)
+            continue
+        if size > max_bytes:
+            missing.append(name)
+            continue
+        files[name] = data
     return files, missing
+
+
+def _collect_from_directory(
+    task: Task, directory: Path, max_bytes: int
+) -> tuple[dict[str, bytes], list[str]]:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return _collect_solution(task, Jail(dir_fd=fd, root=Path(directory).resolve()), max_bytes)
+    finally:
+        os.close(fd)
 
 
 def _result(

@@ -93,6 +93,12 @@ def _head_of(line: bytes) -> tuple[int, str] | None:
     return None
 
 
+def _looks_like_our_start(line: bytes) -> bool:
+    """True for the beginning of a line this job writes (however short the torn piece is)."""
+    lead = b'{"group_index":'
+    return line.startswith(lead) or lead.startswith(line)
+
+
 def scan_output(path: Path, repair: bool = True) -> ExistingOutput:
     """Read the `group_index`/`task_id` of every complete line of `path`; cut off a torn last line.
 
@@ -114,7 +120,7 @@ def scan_output(path: Path, repair: bool = True) -> ExistingOutput:
                 break
             number += 1
             if not line.endswith(b"\n"):
-                if line.strip() and not HEAD_PATTERN.match(line):
+                if not _looks_like_our_start(line):
                     raise OutputError(
                         f"{path} line {number} does not end with a newline and is not a group written by "
                         "`hermes-opd process`; give this job another --out, or --overwrite to start over"

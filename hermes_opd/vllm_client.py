@@ -13,6 +13,7 @@ import json
 import logging
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from hermes_opd.vllm_errors import (
     UnexpectedResponseError,
     VLLMError,
 )
-from hermes_opd.vllm_format import GeneratedSequence, PromptTopK, parse_generated, parse_prompt_topk
+from hermes_opd.vllm_format import GeneratedSequence, PromptTopK, parse_generated, parse_prompt_topk_json
 
 logger = logging.getLogger(__name__)
 
@@ -98,12 +99,15 @@ class VLLMCompletionsClient:
         self._session = None
 
     # -- requests ------------------------------------------------------------------------------
-    async def _post_once(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+    async def _post_once(
+        self, path: str, payload: dict[str, Any], decode: Callable[[bytes], Any] | None = None
+    ) -> Any:
+        """One POST. The 200 body goes through `decode` (bytes -> result), by default `json.loads`."""
         session = await self._get_session()
         url = f"{self.base_url}{path}"
         try:
             async with session.post(url, data=json.dumps(payload)) as response:
-                body_text = await response.text()
+                raw = await response.read()
                 status = response.status
         except aiohttp.ClientConnectorError as exc:
             raise ServerUnreachableError(
@@ -116,13 +120,15 @@ class VLLMCompletionsClient:
             ) from exc
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             raise TransientServerError(f"connection to vLLM at {self.base_url} broke: {exc}") from exc
-        if status >= 500:
-            raise TransientServerError(f"vLLM at {self.base_url} answered {status}: {body_text[:300]}")
         if status != 200:
+            body_text = raw.decode("utf-8", errors="replace")
+            if status >= 500:
+                raise TransientServerError(f"vLLM at {self.base_url} answered {status}: {body_text[:300]}")
             await self._raise_client_error(status, body_text, payload)
         try:
-            return json.loads(body_text)
-        except json.JSONDecodeError as exc:
+            return json.loads(raw) if decode is None else decode(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            body_text = raw.decode("utf-8", errors="replace")
             raise UnexpectedResponseError(
                 f"vLLM at {self.base_url} answered 200 with a body that is not JSON: {body_text[:200]!r}"
             ) from exc
@@ -158,13 +164,16 @@ class VLLMCompletionsClient:
             raise TransientServerError(f"vLLM at {self.base_url} is rate limiting (429): {message[:200]}")
         raise BadRequestError(f"vLLM at {self.base_url} rejected the request ({status}): {message[:500]}")
 
-    async def post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST with retries on transient errors; permanent errors are raised at once."""
+    async def post(
+        self, path: str, payload: dict[str, Any], decode: Callable[[bytes], Any] | None = None
+    ) -> Any:
+        """POST with retries on transient errors; permanent errors are raised at once. The 200 body is
+        decoded by `decode` (bytes -> result; default `json.loads`); its errors are never retried."""
         attempt = 0
         while True:
             attempt += 1
             try:
-                return await self._post_once(path, payload)
+                return await self._post_once(path, payload, decode)
             except VLLMError as exc:
                 if not exc.transient or attempt >= self.retry.max_attempts:
                     raise
@@ -217,8 +226,12 @@ class VLLMCompletionsClient:
         body = await self.post("/completions", payload)
         return parse_generated(body, expected_n=n)
 
-    async def prompt_topk(self, prompt_ids: list[int], k: int) -> PromptTopK:
-        """Top-k prompt logprobs at every position of `prompt_ids` (one forward pass, 1 token sampled)."""
+    async def prompt_topk(self, prompt_ids: list[int], k: int, *, from_pos: int = 0) -> PromptTopK:
+        """Top-k prompt logprobs at every position of `prompt_ids` (one forward pass, 1 token sampled).
+
+        `from_pos`: parse only the rows from this position on (earlier rows come back empty, their
+        shape still checked). A teacher needs only the turn's positions, the last ones of the prompt,
+        and vLLM returns rows for every position: skipping the rest saves most of the client's time."""
         if not prompt_ids:
             raise ValueError("prompt_ids is empty")
         if k < 1:
@@ -230,5 +243,7 @@ class VLLMCompletionsClient:
             "temperature": 0.0,
             "prompt_logprobs": k,
         }
-        body = await self.post("/completions", payload)
-        return parse_prompt_topk(body, prompt_ids, k)
+        ids = list(prompt_ids)
+        return await self.post(
+            "/completions", payload, lambda raw: parse_prompt_topk_json(raw, ids, k, from_pos=from_pos)
+        )

@@ -120,6 +120,25 @@ def test_missing_inference_logprobs_fall_back_to_current_policy():
     assert torch.equal(behaviour, current.detach()) and not behaviour.requires_grad
 
 
+def test_dense_k1_rows_are_read_through_their_provenance():
+    """dense_k1 puts one entry at EVERY position: the teacher's logprob inside scored turns, a copy
+    of inference_logprobs elsewhere (1.0 at masked positions). Only the scored rows are teacher data."""
+    g = _group()
+    g["distill_token_ids"] = [[[5], [6], [7], [8]], [[5], [6], [9]]]
+    g["distill_logprobs"] = [[[1.0], [1.0], [-0.1], [-0.25]], [[1.0], [1.0], [-1.0]]]
+    turns0 = [{"span": [2, 3], "status": "scored"}, {"span": [3, 4], "status": "no_hint"}]
+    turns1 = [{"span": [2, 3], "status": "teacher_error"}]
+    g["overrides"] = [{"opd": {"mode": "dense_k1", "k": 50, "turns": t}} for t in (turns0, turns1)]
+    b = collate_groups([g])
+    assert b.teacher_mask_BT.tolist() == [[False, True, False], [False, False, False]]
+    assert b.teacher_topk_ids_BTK.shape[-1] == 1
+    assert b.teacher_topk_ids_BTK[0, 1, 0].item() == 7
+    assert b.teacher_token_logprobs_BT[0, 1].item() == pytest.approx(-0.1)
+    g["overrides"][0]["opd"].pop("turns")
+    with pytest.raises(BatchValidationError, match="group 0, sequence 0: dense_k1 rows need"):
+        collate_groups([g])
+
+
 def test_group_advantages_numbers():
     adv = group_advantages([1.0, 0.0, 0.0, 1.0], eps=1e-6)
     assert adv.tolist() == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-5)  # mean .5, std .5

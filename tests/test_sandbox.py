@@ -98,7 +98,7 @@ async def test_timeout_kills_the_whole_group_and_directory_is_removed():
     async with Sandbox.create(SandboxLimits(command_timeout_s=1)) as sb:
         start = time.monotonic()
         result = await sb.run("sleep 91.1101 & sleep 91.1102; echo never")
-        assert result.timed_out
+        assert result.timed_out and result.exit_code == 124
         assert time.monotonic() - start < 5
         assert "never" not in result.output
         assert "timed out after 1s" in result.output
@@ -148,6 +148,23 @@ async def test_exception_inside_block_still_cleans_up():
             await sb.run("echo x > file")
             raise RuntimeError("boom")
     assert not workdir.exists()
+
+
+async def test_close_waits_for_offloaded_work_that_uses_the_directory():
+    sb = await Sandbox.open()
+    await sb.run("touch here.txt")
+    seen: dict[str, list[str]] = {}
+
+    def slow(dir_fd: int) -> None:
+        time.sleep(0.3)
+        seen["listing"] = os.listdir(dir_fd)
+
+    task = asyncio.create_task(sb.offload(slow, sb.dir_fd))
+    await asyncio.sleep(0.05)
+    task.cancel()  # the caller gives up; the thread goes on
+    await sb.close()  # ... and the descriptor stays valid until it is done
+    assert seen["listing"] == ["here.txt"]
+    assert not sb.workdir.exists()
 
 
 async def test_closed_sandbox_refuses_commands():

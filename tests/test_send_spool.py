@@ -64,11 +64,12 @@ class AtroposAPI:
 
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"run-api exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{self.url}/status", timeout=2) as response:
-                    if response.status == 200:
-                        return self
+                raise RuntimeError(
+                    f"run-api exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}"
+                )
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.url}/status", timeout=2) as r:
+                if r.status == 200:
+                    return self
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"run-api did not answer within {wait_s}s: {self.log_path.read_text()[-2000:]}")
@@ -166,7 +167,9 @@ async def send(env: SpoolingEnv, marker: int) -> None:
 
 def assert_exactly_once(markers: list[int], expected: range | list[int]) -> None:
     counts = Counter(markers)
-    assert sorted(counts) == sorted(expected), f"missing {set(expected) - set(counts)}, extra {set(counts) - set(expected)}"
+    assert sorted(counts) == sorted(expected), (
+        f"missing {set(expected) - set(counts)}, extra {set(counts) - set(expected)}"
+    )
     assert all(c == 1 for c in counts.values()), {m: c for m, c in counts.items() if c > 1}
 
 
@@ -186,7 +189,9 @@ async def test_api_down_at_start_groups_are_spooled_then_delivered_once(dev_mode
             await send(env, 3)  # the first send after the API is up drains the spool first
             assert env.spool.segments() == []
             assert_exactly_once(await drain(api.url), range(4))
-            assert env.spool_stats.resent == 4 and env.spool_stats.spooled == 4  # 3 while down, 1 queued behind them
+            assert (
+                env.spool_stats.resent == 4 and env.spool_stats.spooled == 4
+            )  # 3 while down, 1 queued behind them
         finally:
             api.stop()
 
@@ -238,7 +243,9 @@ class FlakyProxy:
                 self.answered_503 += 1
                 return web.Response(status=503, text="upstream busy")
             self.forwarded_posts += 1
-        headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "content-encoding")}
+        headers = {
+            k: v for k, v in request.headers.items() if k.lower() in ("content-type", "content-encoding")
+        }
         async with (
             aiohttp.ClientSession() as session,
             session.request(request.method, self.upstream + request.path_qs, data=body, headers=headers) as r,
@@ -305,9 +312,12 @@ async def test_posting_before_a_trainer_registers_wedges_the_atropos_api(api):
         async with session.post(f"{api.url}/scored_data", json=group(0)) as r:
             assert r.status == 200
         await register_trainer(api.url)
-        async with session.get(f"{api.url}/batch") as r:
-            body = await r.json()
-    assert body["status"] == "error" and "not registered" in body["message"]
+        bodies = []
+        for _ in range(3):
+            async with session.get(f"{api.url}/batch") as r:
+                bodies.append(await r.json())
+    # Depending on the API's history: 'Trainer not registered', or batch None (batch_size stays -1).
+    assert all(not body.get("batch") for body in bodies), bodies
 
 
 CRASH_WRITER = """
@@ -316,7 +326,7 @@ from environments.send_spool import GroupSpool
 spool = GroupSpool(sys.argv[1])
 i = 0
 while True:
-    tokens = [i] + [5] * 20000
+    tokens = [i] + [5] * 2000
     spool.append([{"tokens": [tokens, tokens], "masks": [tokens, tokens], "scores": [1.0, 0.0]}])
     print(i, flush=True)
     i += 1

@@ -304,6 +304,11 @@ def test_equal_score_batch_trains_opd_and_zero_weight_skips_its_call():
     TinkerOPDTrainer(_tinker_config(w_opd=0.0), client).train_step([make_group(0)])
     assert [c[0] for c in client.calls[:2]] == ["forward_backward", "optim_step"]
 
+    # nothing to train on: no optim_step (Adam's momentum would still move the weights)
+    client = FakeTrainingClient()
+    TinkerOPDTrainer(_tinker_config(w_opd=0.0), client).train_step([make_group(0, scores=[1.0, 1.0, 1.0])])
+    assert [c[0] for c in client.calls] == ["save_weights_for_sampler"]
+
 
 def test_tinker_config_rejects_a_student_temperature():
     with pytest.raises(ValueError, match="student_temperature must be 1.0"):

@@ -288,14 +288,18 @@ def test_student_logprobs_are_at_temperature_one_by_default(tiny_model_dir, tmp_
     assert TorchTrainerConfig.model_fields["loss"].default_factory().student_temperature == 1.0
 
 
-def test_gradient_does_not_depend_on_micro_batch_size(tiny_model_dir, tmp_path):
+def test_gradient_does_not_depend_on_micro_batch_size_or_chunking(tiny_model_dir, tmp_path):
     from trainer_adapters.torch_trainer import TorchTrainer
 
     rng = np.random.default_rng(8)
     groups = [make_group(rng), make_group(rng, gen_len=7)]  # ragged lengths across micro-batches
     grads = []
-    for micro in (1, 3, 8):
-        trainer = TorchTrainer(make_config(tiny_model_dir, tmp_path, optim__micro_batch_size=micro))
+    # the last variant also computes the log-softmax over T-chunks of 5 (checkpointed)
+    for micro, chunk in ((1, None), (3, None), (8, None), (3, 5)):
+        config = make_config(
+            tiny_model_dir, tmp_path, optim__micro_batch_size=micro, optim__logprob_chunk_size=chunk
+        )
+        trainer = TorchTrainer(config)
         metrics = trainer.accumulate_gradients(groups)
         grads.append(({n: p.grad.clone() for n, p in trainer.model.named_parameters()}, metrics))
     for other, metrics in grads[1:]:

@@ -19,7 +19,7 @@ TASKS = {t.task_id: t for t in builtin_tasks()}
 
 async def put(sb: Sandbox, files: dict[str, str]) -> None:
     for name, content in files.items():
-        await asyncio.to_thread(write_bytes, Jail.of(sb), name, textwrap.dedent(content).encode())
+        await sb.offload(write_bytes, Jail.of(sb), name, textwrap.dedent(content).encode())
 
 
 async def verify_files(task: Task, files: dict[str, str], **kwargs):

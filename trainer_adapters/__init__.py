@@ -1,7 +1,8 @@
 """Trainer side of hermes-opd: consume Atropos `/batch` groups with distill fields and train.
 
 Modules, one concern each:
-- collate: groups -> padded tensors (the causal shift, validation)
+- collate: groups -> padded tensors (the causal shift)
+- group_validation: reading and checking groups against docs/distill-format.md
 - losses: GRPO, token-level OPD, top-K KL (pure torch)
 - student_logprobs: one log_softmax + gather (optionally chunked over T)
 - objective: which batch tensor feeds which loss

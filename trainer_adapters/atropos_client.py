@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ class Backoff:
     factor: float = 2.0
     jitter: float = 0.1
 
-    def delays(self) -> Any:
+    def delays(self) -> Iterator[float]:
         delay = self.initial_s
         while True:
             yield delay * (1.0 + random.uniform(-self.jitter, self.jitter))

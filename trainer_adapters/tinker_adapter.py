@@ -272,7 +272,9 @@ class TinkerOPDTrainer:
             )
         if step.opd:
             opd_future = self.training_client.forward_backward_custom(step.opd, step.opd_loss_fn)
-        optim_future = self.training_client.optim_step(self.adam_params())
+        # Nothing sent (e.g. w_opd = 0 and all scores equal): no optim_step either, since Adam would
+        # still move the weights along its stale momentum.
+        optim_future = self.training_client.optim_step(self.adam_params()) if step.grpo or step.opd else None
         metrics: dict[str, float] = {}
         if grpo_future is not None:
             result = grpo_future.result()
@@ -281,7 +283,8 @@ class TinkerOPDTrainer:
         if opd_future is not None:
             opd_future.result()
             metrics.update(step.opd_loss_fn.last_metrics)
-        optim_future.result()
+        if optim_future is not None:
+            optim_future.result()
         self.step += 1
         batch = step.batch
         metrics.update(

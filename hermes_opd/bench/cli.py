@@ -51,8 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("payload", help="distill-field bytes: ours vs dense zero-padded vs dense_k1")
     _common(p)
-    p.add_argument("--groups", default=None, help="groups JSONL (or a JSON group); default: collect real groups")
-    p.add_argument("--collect", type=int, default=None, help="groups to collect from the dev server (default 2)")
+    p.add_argument(
+        "--groups", default=None, help="groups JSONL (or a JSON group); default: collect real groups"
+    )
+    p.add_argument(
+        "--collect", type=int, default=None, help="groups to collect from the dev server (default 2)"
+    )
     p.add_argument("--group-size", type=int, default=None, help="rollouts per collected group (default 4)")
     _server_args(p)
 
@@ -182,7 +186,10 @@ def main(argv: list[str]) -> int:
         runs.append(result)
         if args.repeat > 1:
             headline_key = list(result)[-1]
-            print(f"run {i + 1}/{args.repeat}: {headline_key} = {rounded(result[headline_key])}", file=sys.stderr)
+            print(
+                f"run {i + 1}/{args.repeat}: {headline_key} = {rounded(result[headline_key])}",
+                file=sys.stderr,
+            )
     result = median_result(runs)
     if args.repeat > 1:
         headline_key = list(result)[-1]

@@ -8,7 +8,7 @@ import platform
 import statistics
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 
@@ -86,10 +86,8 @@ def machine_info() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    try:
+    with suppress(OSError):
         info["load_avg_1m"] = os.getloadavg()[0]
-    except OSError:
-        pass
     try:
         import torch
 

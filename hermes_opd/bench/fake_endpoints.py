@@ -11,7 +11,9 @@ sending multi-megabyte teacher bodies never competes with the measured client fo
   top-K in rank order (K keys when the actual token is among them, else K+1). Logprobs are float32
   values printed the way vLLM prints them (the float64 repr), from a Zipf distribution over the
   vocabulary, so each row is one proper distribution. The body is assembled from pre-rendered
-  fragments, so its cost to the fake is a few milliseconds, like a remote server's.
+  fragments (a few milliseconds), the latency is counted from the request's arrival, and bodies of
+  repeated prompts are cached, so on a small machine the fake costs the measured client little CPU,
+  as a remote server would.
 - `GET /stats`, `POST /stats/reset`: request counts and the maximum number of requests in flight at
   once, per route (tests use it to prove that a schedule really is sequential).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import random
@@ -45,6 +48,7 @@ JUDGE_TEXT = (
     "\\boxed{{1}}\n[HINT_START]{hint}[HINT_END]"
 )
 MAX_K = 100
+CACHE_ENTRIES = 256
 
 
 @dataclass
@@ -157,12 +161,15 @@ def _decoded_tokens(vocab: int, tokenizer_dir: str | None) -> list[str]:
         return [json.dumps(tokenizer.decode([i], skip_special_tokens=False)) for i in range(vocab)]
     rng = random.Random(1)
     letters = "etaoinshrdlcumwfgypbvkjxqz_ ."
-    return [json.dumps("".join(rng.choice(letters) for _ in range(1 + rng.randrange(6)))) for _ in range(vocab)]
+    return [
+        json.dumps("".join(rng.choice(letters) for _ in range(1 + rng.randrange(6)))) for _ in range(vocab)
+    ]
 
 
 def make_app(settings: FakeSettings) -> web.Application:
     stats = _Stats()
     builder = TeacherBodyBuilder(settings)
+    cache: dict[tuple[tuple[int, ...], int], bytes] = {}
     judge_text = JUDGE_TEXT.format(hint=settings.hint)
 
     async def completions(request: web.Request) -> web.Response:
@@ -174,8 +181,17 @@ def make_app(settings: FakeSettings) -> web.Application:
             if not isinstance(prompt, list) or not prompt or not k:
                 return web.json_response({"error": {"message": "fake teacher: need prompt ids and prompt_logprobs"}},
                                          status=400)  # fmt: skip
-            await asyncio.sleep(settings.teacher_latency_s)
-            body = builder.body([int(t) for t in prompt], k, str(payload.get("model", "fake")))
+            # The body is built first and the latency is counted from the request's arrival, so the
+            # answer comes after max(latency, build time); a repeated prompt reuses its body.
+            started = time.perf_counter()
+            key = (tuple(int(t) for t in prompt), k)
+            body = cache.get(key)
+            if body is None:
+                body = builder.body(list(key[0]), k, str(payload.get("model", "fake")))
+                if len(cache) >= CACHE_ENTRIES:
+                    cache.pop(next(iter(cache)))
+                cache[key] = body
+            await asyncio.sleep(max(0.0, settings.teacher_latency_s - (time.perf_counter() - started)))
             stats.teacher.bytes_out += len(body)
             return web.Response(body=body, content_type="application/json")
         finally:
@@ -317,10 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer_dir=args.tokenizer,
         hint=args.hint,
     )
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(settings, args.host, args.port))
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -20,6 +20,7 @@ bound, so time spent parsing shows up as distance from it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import sys
 import time
@@ -73,14 +74,23 @@ def finish_times(n: int, gen_time_s: float) -> list[float]:
     return [gen_time_s * (0.5 + 0.5 * i / (n - 1)) for i in range(n)]
 
 
-def teacher_inputs(trajectories: list[Trajectory], tokenizer: Any, hint: str) -> list[tuple[int, int, list[int]]]:
-    """(sequence, turn, teacher ids) of every judged turn, with the hint the fake judge gives."""
+@dataclass(frozen=True)
+class TeacherRequest:
+    sequence: int
+    turn: int
+    ids: list[int]
+    prompt_len: int
+
+
+def teacher_inputs(trajectories: list[Trajectory], tokenizer: Any, hint: str) -> list[TeacherRequest]:
+    """Every judged turn's teacher input, with the hint the fake judge gives."""
     hint_ids = tokenizer.encode(hint_text(hint), add_special_tokens=False)
     out = []
     for seq, trajectory in enumerate(trajectories):
         for pair in extract_turn_pairs(trajectory):
             if pair.has_next_state and len(pair.span):
-                out.append((seq, pair.turn_index, build_teacher_input(trajectory, pair.span, hint_ids).ids))
+                built = build_teacher_input(trajectory, pair.span, hint_ids)
+                out.append(TeacherRequest(seq, pair.turn_index, built.ids, built.prompt_len))
     return out
 
 
@@ -91,7 +101,9 @@ async def probe_teacher(base_url: str, model: str, inputs: list[list[int]], k: i
     async def one(session: aiohttp.ClientSession, ids: list[int]) -> tuple[float, int]:
         payload = {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
         started = time.perf_counter()
-        async with session.post(url, data=json.dumps(payload), headers={"Content-Type": "application/json"}) as r:
+        async with session.post(
+            url, data=json.dumps(payload), headers={"Content-Type": "application/json"}
+        ) as r:
             body = await r.read()
             if r.status != 200:
                 raise RuntimeError(f"teacher probe: {r.status} {body[:200]!r}")
@@ -115,10 +127,37 @@ async def probe_teacher(base_url: str, model: str, inputs: list[list[int]], k: i
     }
 
 
+TEACHER_SCORE_TAKES_FROM_POS = "from_pos" in inspect.signature(TeacherScorer.score).parameters
+"""Whether `TeacherScorer.score` can be told the turn's first position (so the client parses only the
+turn's rows). When it cannot, the pipeline as wired parses every row of every teacher response."""
+
+
+class TurnOnlyTeacherScorer(TeacherScorer):
+    """A stand-in for the proposed wiring `pipeline -> teacher.score(ids, from_pos=prompt_len) ->
+    client.prompt_topk(ids, k, from_pos=...)`: it looks the turn's first position up in a table built
+    from the same teacher inputs, so that the effect of parsing only the turn's rows can be measured
+    before `scoring/teacher.py` and `opd_pipeline.py` pass it. Unknown inputs are parsed in full."""
+
+    def __init__(self, *args: Any, prompt_lens: dict[tuple[int, ...], int], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prompt_lens = prompt_lens
+
+    async def score(self, ids: list[int], from_pos: int | None = None):  # type: ignore[override]
+        from scoring.teacher import TeacherCallStats
+
+        from_pos = self.prompt_lens.get(tuple(ids), 0) if from_pos is None else from_pos
+        async with self.semaphore:
+            started = time.perf_counter()
+            async with asyncio.timeout(self.timeout_s):
+                result = await self.client.prompt_topk(ids, self.k, from_pos=from_pos)
+            return result, TeacherCallStats(time.perf_counter() - started, len(ids))
+
+
 class _Backend:
     """The objects one run needs, built fresh for each schedule (same endpoints)."""
 
-    def __init__(self, cfg: PipelineBenchConfig, judge_url: str, teacher_url: str, teacher_model: str):
+    def __init__(self, cfg: PipelineBenchConfig, judge_url: str, teacher_url: str, teacher_model: str,
+                 prompt_lens: dict[tuple[int, ...], int] | None = None):  # fmt: skip
         self.judge_config = JudgeConfig(base_url=judge_url, model="fake-judge", m=cfg.judge_m, timeout_s=120.0,
                                         turn_deadline_s=None)  # fmt: skip
         self.opd_config = OPDConfig(
@@ -126,21 +165,30 @@ class _Backend:
             judge_concurrency=cfg.judge_concurrency,
             judge_timeout_s=600.0,
             judge=self.judge_config,
-            teacher=TeacherConfig(base_url=teacher_url, model=teacher_model, concurrency=cfg.teacher_concurrency,
-                                  timeout_s=cfg.teacher_timeout_s),  # fmt: skip
+            teacher=TeacherConfig(
+                base_url=teacher_url,
+                model=teacher_model,
+                concurrency=cfg.teacher_concurrency,
+                timeout_s=cfg.teacher_timeout_s,
+            ),  # fmt: skip
         )
         self.judge = LLMJudgeBackend(self.judge_config, base_url=judge_url, model="fake-judge")
         self.client = VLLMCompletionsClient(teacher_url, teacher_model, timeout_s=cfg.teacher_timeout_s)
-        self.teacher = TeacherScorer(self.client, k=cfg.k, concurrency=cfg.teacher_concurrency,
-                                     timeout_s=cfg.teacher_timeout_s)  # fmt: skip
+        if prompt_lens is None:
+            self.teacher = TeacherScorer(self.client, k=cfg.k, concurrency=cfg.teacher_concurrency,
+                                         timeout_s=cfg.teacher_timeout_s)  # fmt: skip
+        else:
+            self.teacher = TurnOnlyTeacherScorer(self.client, k=cfg.k, concurrency=cfg.teacher_concurrency,
+                                                 timeout_s=cfg.teacher_timeout_s, prompt_lens=prompt_lens)  # fmt: skip
+
+    async def warm_up(self, pair: Any, teacher_ids: list[int]) -> None:
+        """Open connections and pay first-request costs outside the timed part."""
+        await self.judge.collect_votes(pair)
+        await self.teacher.score(teacher_ids)
 
     async def aclose(self) -> None:
         await self.judge.aclose()
         await self.client.close()
-
-
-def _stats(fake: FakeEndpoints | None) -> dict[str, Any]:
-    return fake.stats() if fake is not None else {}
 
 
 async def run_backend(
@@ -150,46 +198,50 @@ async def run_backend(
     teacher_url = fake.base_url if remote else cfg.real_base_url
     teacher_model = "fake-teacher" if remote else cfg.real_model
     judge_url = fake.base_url
-    teacher_fake = fake if remote else None
-    inputs = teacher_inputs(trajectories, tokenizer, DEFAULT_HINT)
-    probe = await probe_teacher(teacher_url, teacher_model, [ids for _, _, ids in inputs], cfg.k)
-    _progress(f"{name}: teacher probe: {len(inputs)} requests, {probe['total_s']:.2f}s one at a time, "
+    requests = teacher_inputs(trajectories, tokenizer, DEFAULT_HINT)
+    warm_pair = next(p for p in extract_turn_pairs(trajectories[0]) if p.has_next_state)
+    warm_ids = requests[0].ids
+    probe = await probe_teacher(teacher_url, teacher_model, [r.ids for r in requests], cfg.k)
+    _progress(f"{name}: teacher probe: {len(requests)} requests, {probe['total_s']:.2f}s one at a time, "
               f"{probe['concurrent_s']:.2f}s all at once")  # fmt: skip
     finishes = finish_times(len(trajectories), cfg.gen_time_s)
 
+    async def backend(turn_only: bool = False) -> _Backend:
+        lens = {tuple(r.ids): r.prompt_len for r in requests} if turn_only else None
+        built = _Backend(cfg, judge_url, teacher_url, teacher_model, lens)
+        await built.warm_up(warm_pair, warm_ids)
+        fake.reset_stats()
+        return built
+
     # -- (a) the reference schedule: OPD after the whole group, one turn at a time -----------------
-    backend = _Backend(cfg, judge_url, teacher_url, teacher_model)
-    await backend.teacher.score(inputs[0][2])  # warm-up: connections (not timed)
-    fake.reset_stats()
+    b = await backend()
     started = time.perf_counter()
     await asyncio.gather(*(asyncio.sleep(t) for t in finishes))
     generated = time.perf_counter()
-    reference = await reference_process_group(trajectories, tokenizer, backend.judge, backend.judge_config,
-                                              backend.teacher)  # fmt: skip
+    reference = await reference_process_group(trajectories, tokenizer, b.judge, b.judge_config, b.teacher)
     ended = time.perf_counter()
     ref_stats = fake.stats()
-    await backend.aclose()
+    await b.aclose()
     reference_opd_s = ended - generated
     reference_group_s = ended - started
     generation_s = generated - started
-    _progress(f"{name}: reference schedule: OPD {reference_opd_s:.2f}s after {generation_s:.2f}s of generation")
+    _progress(
+        f"{name}: reference schedule: OPD {reference_opd_s:.2f}s after {generation_s:.2f}s of generation"
+    )
 
     # -- (b) ours, every rollout finished at once: the OPD phase alone --------------------------------
-    backend = _Backend(cfg, judge_url, teacher_url, teacher_model)
-    pipeline = OPDPipeline(tokenizer, backend.judge, backend.teacher, backend.opd_config)
-    await backend.teacher.score(inputs[0][2])
-    fake.reset_stats()
+    b = await backend()
+    pipeline = OPDPipeline(tokenizer, b.judge, b.teacher, b.opd_config)
     started = time.perf_counter()
     ours = await asyncio.gather(*(pipeline.process(t) for t in trajectories))
     ours_opd_s = time.perf_counter() - started
     ours_stats = fake.stats()
-    await backend.aclose()
+    await b.aclose()
     _progress(f"{name}: ours, all rollouts finished at once: OPD {ours_opd_s:.2f}s")
 
     # -- (b') ours as the env runs it: each rollout's OPD starts when it finishes ---------------------
-    backend = _Backend(cfg, judge_url, teacher_url, teacher_model)
-    pipeline = OPDPipeline(tokenizer, backend.judge, backend.teacher, backend.opd_config)
-    await backend.teacher.score(inputs[0][2])
+    b = await backend()
+    pipeline = OPDPipeline(tokenizer, b.judge, b.teacher, b.opd_config)
 
     async def rollout_then_opd(trajectory: Trajectory, finish_s: float):
         await asyncio.sleep(finish_s)
@@ -198,22 +250,40 @@ async def run_backend(
     started = time.perf_counter()
     await asyncio.gather(*(rollout_then_opd(t, f) for t, f in zip(trajectories, finishes, strict=True)))
     ours_group_s = time.perf_counter() - started
-    await backend.aclose()
+    await b.aclose()
     _progress(f"{name}: ours as the env runs it: group {ours_group_s:.2f}s")
+
+    # -- (b'') ours with turn-only parsing (the proposed from_pos wiring), OPD phase alone -----------
+    turn_only_s = None
+    if not TEACHER_SCORE_TAKES_FROM_POS:
+        b = await backend(turn_only=True)
+        pipeline = OPDPipeline(tokenizer, b.judge, b.teacher, b.opd_config)
+        started = time.perf_counter()
+        ours_turn_only = await asyncio.gather(*(pipeline.process(t) for t in trajectories))
+        turn_only_s = time.perf_counter() - started
+        await b.aclose()
+        if identical_rows_share(reference, ours_turn_only, trajectories, cfg.k) != identical_rows_share(
+            reference, ours, trajectories, cfg.k
+        ):
+            _progress(f"{name}: WARNING: turn-only parsing gave different rows")
+        _progress(
+            f"{name}: ours with turn-only parsing, all rollouts finished at once: OPD {turn_only_s:.2f}s"
+        )
 
     # -- bounds and checks -------------------------------------------------------------------------
     judge_s = {(t.sequence, t.turn_index): t.judge_s for t in reference.turns}
-    chains = [judge_s.get((seq, turn), 0.0) + service for (seq, turn, _), service in
-              zip(inputs, probe["service_s"], strict=True)]  # fmt: skip
+    chains = [judge_s.get((r.sequence, r.turn), 0.0) + service for r, service in
+              zip(requests, probe["service_s"], strict=True)]  # fmt: skip
     longest_chain_s = max(chains)
     bound_s = max(longest_chain_s, probe["total_s"] / probe["parallelism"])
     scored_ref = sum(1 for t in reference.turns if t.scored)
     scored_ours = sum(1 for d in ours for r in d.turns if r.status == "scored")
     result: dict[str, Any] = {
-        "teacher": f"remote-like, {cfg.teacher_latency_s * 1000:.0f} ms latency" if remote
+        "teacher": f"remote-like, {cfg.teacher_latency_s * 1000:.0f} ms latency"
+        if remote
         else f"real vLLM at {cfg.real_base_url}",
-        "teacher_requests": len(inputs),
-        "teacher_prompt_tokens_mean": sum(len(ids) for _, _, ids in inputs) / len(inputs),
+        "teacher_requests": len(requests),
+        "teacher_prompt_tokens_mean": sum(len(r.ids) for r in requests) / len(requests),
         "teacher_body_mb_mean": sum(probe["bytes"]) / len(probe["bytes"]) / 1e6,
         "scored_turns_reference": scored_ref,
         "scored_turns_ours": scored_ours,
@@ -222,20 +292,29 @@ async def run_backend(
         "teacher_service_s_max": max(probe["service_s"]),
         "teacher_all_at_once_s": probe["concurrent_s"],
         "teacher_parallelism": probe["parallelism"],
+        "judge_turn_s_mean": sum(judge_s.values()) / max(1, len(judge_s)),
         "longest_chain_s": longest_chain_s,
         "lower_bound_s": bound_s,
         "reference_opd_s": reference_opd_s,
         "ours_opd_s": ours_opd_s,
         "ours_over_lower_bound": ours_opd_s / bound_s,
-        "generation_s": generation_s,
-        "reference_group_s": reference_group_s,
-        "ours_group_s": ours_group_s,
-        "reference_group_over_generation": reference_group_s / generation_s,
-        "ours_group_over_generation": ours_group_s / generation_s,
-        "judge_max_in_flight_reference": ref_stats["judge"]["max_in_flight"],
-        "judge_max_in_flight_ours": ours_stats["judge"]["max_in_flight"],
     }
-    if teacher_fake is not None:
+    if turn_only_s is not None:
+        result["ours_turn_only_opd_s"] = turn_only_s
+        result["ours_turn_only_over_lower_bound"] = turn_only_s / bound_s
+        result["reference_over_ours_turn_only_opd"] = reference_opd_s / turn_only_s
+    result.update(
+        {
+            "generation_s": generation_s,
+            "reference_group_s": reference_group_s,
+            "ours_group_s": ours_group_s,
+            "reference_group_over_generation": reference_group_s / generation_s,
+            "ours_group_over_generation": ours_group_s / generation_s,
+            "judge_max_in_flight_reference": ref_stats["judge"]["max_in_flight"],
+            "judge_max_in_flight_ours": ours_stats["judge"]["max_in_flight"],
+        }
+    )
+    if remote:
         result["teacher_max_in_flight_reference"] = ref_stats["teacher"]["max_in_flight"]
         result["teacher_max_in_flight_ours"] = ours_stats["teacher"]["max_in_flight"]
     result["reference_over_ours_opd"] = reference_opd_s / ours_opd_s
@@ -280,6 +359,7 @@ async def run(cfg: PipelineBenchConfig) -> dict[str, Any]:
             "gen_time_s": cfg.gen_time_s,
             "judge_concurrency": cfg.judge_concurrency,
             "teacher_concurrency": cfg.teacher_concurrency,
+            "teacher_score_takes_from_pos": TEACHER_SCORE_TAKES_FROM_POS,
         },
         "machine": machine_info(),
     }

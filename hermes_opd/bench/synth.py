@@ -94,8 +94,12 @@ def synth_trajectory(tokenizer: Any, spec: SynthSpec, index: int) -> Trajectory:
                                       "function": {"name": "terminal", "arguments": call["arguments"]}}]  # fmt: skip
         recorder.record_generation(ids, logprobs, message, raw_text)
         if turn + 1 < spec.turns:
-            result = filler(tokenizer, spec.state_tokens, rng) + "\nAssertionError: expected 3, got 4\nexit code 1"
-            recorder.extend([{"role": "tool", "name": "terminal", "tool_call_id": f"call_{turn}", "content": result}])
+            result = (
+                filler(tokenizer, spec.state_tokens, rng) + "\nAssertionError: expected 3, got 4\nexit code 1"
+            )
+            recorder.extend(
+                [{"role": "tool", "name": "terminal", "tool_call_id": f"call_{turn}", "content": result}]
+            )
     trajectory = recorder.trajectory(score=0.0, finish_reason="final_answer")
     # The verifier's word is the last turn's next state (messages only, as the env appends it).
     trajectory.messages.append(

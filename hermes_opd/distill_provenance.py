@@ -1,0 +1,204 @@
+"""Provenance of distill rows (`overrides[seq]["opd"]`, docs/distill-format.md): parse it, and derive
+which positions a sequence's scored turns cover. Pure functions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hermes_opd.distill_format import (
+    FORMAT_VERSION,
+    MODE_DENSE_K1,
+    MODE_TOPK,
+    MODES,
+    NEXT_STATE_ROLES,
+    TURN_STATUSES,
+)
+from hermes_opd.trajectory import MASKED
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _as_span(value: Any) -> tuple[int, int] | None:
+    if isinstance(value, list | tuple) and len(value) == 2 and all(_is_int(v) for v in value):
+        return int(value[0]), int(value[1])
+    return None
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One entry of `overrides[seq]["opd"]["turns"]`, parsed leniently."""
+
+    span: tuple[int, int] | None
+    status: str
+    hint: str | None = None
+    votes: dict[str, Any] | None = None
+    next_state_role: str | None = None
+    message_index: int | None = None
+    hint_insert_at: int | None = None
+    hint_token_ids: list[int] | None = None
+    teacher_prompt_len: int | None = None
+
+    @property
+    def is_scored(self) -> bool:
+        return self.status == "scored" and self.span is not None
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """A parsed `overrides[seq]["opd"]` block plus everything wrong with it."""
+
+    format_version: Any = None
+    mode: str = MODE_TOPK
+    k: int | None = None
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def scored_turns(self) -> list[TurnRecord]:
+        return [turn for turn in self.turns if turn.is_scored]
+
+
+def _parse_turn(index: int, raw: Any, problems: list[str]) -> TurnRecord | None:
+    if not isinstance(raw, dict):
+        problems.append(f"turns[{index}] is not an object")
+        return None
+    span = _as_span(raw.get("span"))
+    if span is None:
+        problems.append(f"turns[{index}].span is not [start, end]: {raw.get('span')!r}")
+    status = raw.get("status")
+    if status not in TURN_STATUSES:
+        problems.append(f"turns[{index}].status {status!r} is not one of {TURN_STATUSES}")
+        status = str(status)
+    hint = raw.get("hint")
+    votes = raw.get("votes")
+    hint_token_ids = raw.get("hint_token_ids")
+    record = TurnRecord(
+        span=span,
+        status=status,
+        hint=hint if isinstance(hint, str) else None,
+        votes=votes if isinstance(votes, dict) else None,
+        next_state_role=raw.get("next_state_role"),
+        message_index=raw.get("message_index") if _is_int(raw.get("message_index")) else None,
+        hint_insert_at=raw.get("hint_insert_at") if _is_int(raw.get("hint_insert_at")) else None,
+        hint_token_ids=hint_token_ids
+        if isinstance(hint_token_ids, list) and all(_is_int(t) for t in hint_token_ids)
+        else None,
+        teacher_prompt_len=raw.get("teacher_prompt_len") if _is_int(raw.get("teacher_prompt_len")) else None,
+    )
+    if status == "scored":
+        _check_scored_turn(index, raw, record, problems)
+    return record
+
+
+def _check_scored_turn(index: int, raw: dict[str, Any], turn: TurnRecord, problems: list[str]) -> None:
+    where = f"turns[{index}] (scored)"
+    if not turn.hint:
+        problems.append(f"{where}: hint is missing or empty")
+    if turn.votes is None:
+        problems.append(f"{where}: votes is missing")
+    if turn.next_state_role not in NEXT_STATE_ROLES:
+        problems.append(f"{where}: next_state_role {raw.get('next_state_role')!r} is not tool/user")
+    if turn.message_index is None:
+        problems.append(f"{where}: message_index is missing")
+    if turn.hint_insert_at is None or turn.hint_token_ids is None or turn.teacher_prompt_len is None:
+        problems.append(f"{where}: hint_insert_at, hint_token_ids and teacher_prompt_len are all required")
+        return
+    if turn.span is None:
+        return
+    start = turn.span[0]
+    if not 0 <= turn.hint_insert_at <= start:
+        problems.append(f"{where}: hint_insert_at {turn.hint_insert_at} is not within [0, {start}]")
+    expected = start + len(turn.hint_token_ids)
+    if turn.teacher_prompt_len != expected:
+        problems.append(
+            f"{where}: teacher_prompt_len {turn.teacher_prompt_len} != span start {start} + "
+            f"{len(turn.hint_token_ids)} hint tokens = {expected}"
+        )
+
+
+def parse_provenance(opd: Any) -> Provenance:
+    """Parse an `overrides[seq]["opd"]` block; `problems` lists every way it breaks the contract."""
+    problems: list[str] = []
+    if not isinstance(opd, dict):
+        return Provenance(problems=['overrides[seq]["opd"] is missing or not an object'])
+    version = opd.get("format_version")
+    if version != FORMAT_VERSION or not _is_int(version):
+        problems.append(f"format_version is {version!r}, expected {FORMAT_VERSION}")
+    mode = opd.get("mode")
+    if mode not in MODES:
+        problems.append(f"mode {mode!r} is not one of {MODES}; rows are checked as {MODE_TOPK}")
+        mode = MODE_TOPK
+    k = opd.get("k")
+    if not _is_int(k) or k < 1:
+        problems.append(f"k {k!r} is not a positive integer")
+        k = None
+    raw_spans = opd.get("turn_spans")
+    spans: list[tuple[int, int]] = []
+    if not isinstance(raw_spans, list):
+        problems.append("turn_spans is missing or not a list")
+    else:
+        for i, raw in enumerate(raw_spans):
+            span = _as_span(raw)
+            if span is None:
+                problems.append(f"turn_spans[{i}] is not [start, end]: {raw!r}")
+            else:
+                spans.append(span)
+        for (s0, e0), (s1, e1) in zip(spans, spans[1:], strict=False):
+            if s0 > e0 or e0 > s1 or s1 > e1:
+                problems.append(f"turn_spans are not ordered and disjoint: [{s0}, {e0}) then [{s1}, {e1})")
+    raw_turns = opd.get("turns")
+    turns: list[TurnRecord] = []
+    if not isinstance(raw_turns, list):
+        problems.append("turns is missing or not a list")
+    else:
+        for i, raw in enumerate(raw_turns):
+            turn = _parse_turn(i, raw, problems)
+            if turn is not None:
+                turns.append(turn)
+        if isinstance(raw_spans, list) and len(raw_turns) != len(raw_spans):
+            problems.append(f"{len(raw_turns)} turns but {len(raw_spans)} turn_spans (one entry per turn)")
+        elif [t.span for t in turns] != spans and len(turns) == len(spans):
+            problems.append("turns[*].span differs from turn_spans")
+    return Provenance(
+        format_version=version, mode=mode, k=k, turn_spans=spans, turns=turns, problems=problems
+    )
+
+
+def scored_position_mask(n: int, provenance: Provenance) -> np.ndarray:
+    """Boolean [n]: True inside the span of a turn whose status is `scored` (clipped to [0, n))."""
+    mask = np.zeros(n, dtype=bool)
+    for turn in provenance.scored_turns:
+        start, end = turn.span  # type: ignore[misc]
+        mask[max(start, 0) : max(min(end, n), 0)] = True
+    return mask
+
+
+def scored_positions(group: dict[str, Any], seq: int) -> np.ndarray:
+    """Boolean [n]: positions of `group` sequence `seq` that carry teacher data.
+
+    `topk`: every non-empty row. `dense_k1`: generated positions inside scored turns (the other
+    rows hold the student's own logprob, not teacher data).
+    """
+    tokens = group["tokens"][seq]
+    n = len(tokens)
+    provenance = sequence_provenance(group, seq)
+    if provenance.mode == MODE_DENSE_K1:
+        masks = np.asarray(group["masks"][seq])
+        return scored_position_mask(n, provenance) & (masks != MASKED)
+    rows = group.get("distill_token_ids") or []
+    if seq >= len(rows) or not isinstance(rows[seq], list):
+        return np.zeros(n, dtype=bool)
+    return np.array([bool(row) for row in rows[seq]], dtype=bool)
+
+
+def sequence_provenance(group: dict[str, Any], seq: int) -> Provenance:
+    overrides = group.get("overrides")
+    if isinstance(overrides, list) and seq < len(overrides) and isinstance(overrides[seq], dict):
+        return parse_provenance(overrides[seq].get("opd"))
+    return parse_provenance(None)

@@ -1,0 +1,451 @@
+"""Reading and validating Atropos groups (the checks behind collate.py), in the env's own
+(unshifted) position space.
+
+Modes
+-----
+`topk` rows are used as they are. `dense_k1` rows (one entry at every position, for stock
+tinker-atropos) are read back through their provenance: only rows inside turns whose status is
+`scored` are teacher data; the rest are copies of `inference_logprobs` or Atropos' 1.0 placeholder
+and are dropped, so dense_k1 trains like topk with K = 1.
+
+Malformed input is rejected with `BatchValidationError`, whose message names the group index,
+the sequence and the position, because a silently mis-shifted or zero-filled row trains the
+policy towards a false certainty (see docs/distill-format.md, "never zeros").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+MASKED = -100
+"""Mask value at positions the policy did not generate (Atropos convention)."""
+
+
+class BatchValidationError(ValueError):
+    """A group breaks the data contract. `group`, `sequence` and `position` say where."""
+
+    def __init__(
+        self, message: str, *, group: int, sequence: int | None = None, position: int | None = None
+    ) -> None:
+        where = f"group {group}"
+        if sequence is not None:
+            where += f", sequence {sequence}"
+        if position is not None:
+            where += f", position {position}"
+        super().__init__(f"{where}: {message}")
+        self.group = group
+        self.sequence = sequence
+        self.position = position
+
+
+@dataclass(frozen=True)
+class CollateOptions:
+    """Knobs of collation; every field has a safe default."""
+
+    pad_token_id: int = 0
+    """Id written into padded input/target positions (never trained on)."""
+    vocab_size: int | None = None
+    """When set, teacher ids and tokens must lie in [0, vocab_size)."""
+    advantage_eps: float = 1e-6
+    """Added to the group std before dividing (GRPO)."""
+    normalize_advantage_std: bool = True
+    """Divide (score - mean) by the group std; False gives the mean-centred (Dr. GRPO) variant."""
+    mass_tolerance: float = 1e-3
+    """Slack, in log space, allowed on logsumexp(row) <= 0 before a row is rejected as > 1 mass."""
+
+
+def group_advantages(scores: Sequence[float], *, eps: float = 1e-6, normalize_std: bool = True) -> np.ndarray:
+    """GRPO advantages of one group: (score - mean) / (std + eps), population std.
+
+    A group whose scores are all equal gets exactly 0 (not a rounding residue / eps): it carries no
+    preference signal, but its sequences still train the OPD term. A group of one gets 0.
+    """
+    values = np.asarray(scores, dtype=np.float64)
+    if values.size == 0 or float(values.max() - values.min()) == 0.0:
+        return np.zeros_like(values)
+    centred = values - values.mean()
+    if normalize_std:
+        centred = centred / (values.std() + eps)
+    return centred
+
+
+@dataclass
+class ValidatedSequence:
+    """Validated arrays of one sequence, still in the env's (unshifted) position space."""
+
+    tokens: np.ndarray
+    generated: np.ndarray
+    inference_logprobs: np.ndarray | None
+    advantages: np.ndarray
+    row_lengths: np.ndarray
+    row_ids: np.ndarray
+    row_logprobs: np.ndarray
+    teacher_token_logprobs: np.ndarray
+    score: float
+    group: int
+
+
+def _as_list(value: Any, name: str, group: int, seq: int | None = None) -> list:
+    if not isinstance(value, list):
+        raise BatchValidationError(
+            f"'{name}' must be a list, got {type(value).__name__}", group=group, sequence=seq
+        )
+    return value
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _float_array(values: list, what: str, group: int, seq: int) -> np.ndarray:
+    """`values` as float64; a non-number is reported at its position."""
+    for pos, value in enumerate(values):
+        if not _is_number(value):
+            raise BatchValidationError(
+                f"{what} is not a number: {value!r}", group=group, sequence=seq, position=pos
+            )
+    return np.asarray(values, dtype=np.float64)
+
+
+def _int_array(values: list, what: str, group: int, seq: int) -> np.ndarray:
+    """`values` as int64; a non-integer is reported at its position."""
+    for pos, value in enumerate(values):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise BatchValidationError(
+                f"{what} is not an integer: {value!r}", group=group, sequence=seq, position=pos
+            )
+    return np.asarray(values, dtype=np.int64)
+
+
+def _check_logprobs(
+    values: np.ndarray, where: np.ndarray, what: str, group: int, seq: int, positions: np.ndarray
+) -> None:
+    """Reject non-finite or positive logprobs among `values[where]`; `positions` maps to tokens."""
+    bad = where & ~np.isfinite(values)
+    if bad.any():
+        i = _first(bad)
+        raise BatchValidationError(
+            f"{what} {values[i]} is not finite", group=group, sequence=seq, position=int(positions[i])
+        )
+    bad = where & (values > 0.0)
+    if bad.any():
+        i = _first(bad)
+        raise BatchValidationError(
+            f"{what} {values[i]} is > 0 (a logprob is <= 0)",
+            group=group,
+            sequence=seq,
+            position=int(positions[i]),
+        )
+
+
+def _flatten_rows(
+    ids_rows: list, lp_rows: list, lengths: np.ndarray, group: int, seq: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """All entries of all rows, flat, as (int64 ids, float64 logprobs). Fast path through numpy;
+    on a bad entry, a slow pass finds its position for the error message."""
+    total = int(lengths.sum())
+    try:
+        ids = np.fromiter(chain.from_iterable(ids_rows), dtype=np.float64, count=total)
+        lps = np.fromiter(chain.from_iterable(lp_rows), dtype=np.float64, count=total)
+        integral = bool(np.all(ids == np.floor(ids)))
+    except (TypeError, ValueError):
+        integral = False
+    if not integral:
+        for pos in np.flatnonzero(lengths):
+            for value in ids_rows[pos]:
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise BatchValidationError(
+                        f"distill token id is not an integer: {value!r}",
+                        group=group,
+                        sequence=seq,
+                        position=int(pos),
+                    )
+            for value in lp_rows[pos]:
+                if not _is_number(value):
+                    raise BatchValidationError(
+                        f"distill logprob is not a number: {value!r}",
+                        group=group,
+                        sequence=seq,
+                        position=int(pos),
+                    )
+        raise BatchValidationError("distill rows hold non-numeric entries", group=group, sequence=seq)
+    return ids.astype(np.int64), lps
+
+
+def _validate_rows(
+    ids_rows: Any,
+    lp_rows: Any,
+    tokens: np.ndarray,
+    generated: np.ndarray,
+    options: CollateOptions,
+    group: int,
+    seq: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Check one sequence's distill rows; return row lengths, flat ids, flat logprobs, and the
+    teacher logprob of the student's own token per position (NaN where the row is empty)."""
+    n = len(tokens)
+    for name, rows in (("distill_token_ids", ids_rows), ("distill_logprobs", lp_rows)):
+        if not isinstance(rows, list):
+            raise BatchValidationError(f"'{name}' must be a list of rows", group=group, sequence=seq)
+        if len(rows) != n:
+            raise BatchValidationError(
+                f"'{name}' has {len(rows)} rows but tokens has {n} positions (one row per position)",
+                group=group,
+                sequence=seq,
+            )
+    lengths = np.empty(n, dtype=np.int64)
+    for pos, (ids, lps) in enumerate(zip(ids_rows, lp_rows, strict=True)):
+        if not isinstance(ids, list) or not isinstance(lps, list):
+            raise BatchValidationError(
+                "a distill row must be a list", group=group, sequence=seq, position=pos
+            )
+        if len(ids) != len(lps):
+            raise BatchValidationError(
+                f"distill row has {len(ids)} token ids but {len(lps)} logprobs",
+                group=group,
+                sequence=seq,
+                position=pos,
+            )
+        lengths[pos] = len(ids)
+    has_row = lengths > 0
+    at_masked = has_row & ~generated
+    if at_masked.any():
+        raise BatchValidationError(
+            "distill row at a position the policy did not generate (mask is -100)",
+            group=group,
+            sequence=seq,
+            position=_first(at_masked),
+        )
+    row_of_entry = np.repeat(np.arange(n), lengths)
+    flat_ids, flat_lps = _flatten_rows(ids_rows, lp_rows, lengths, group, seq)
+    if flat_ids.size == 0:
+        return lengths, flat_ids, flat_lps, np.full(n, np.nan)
+    _check_logprobs(flat_lps, np.ones_like(flat_lps, dtype=bool), "distill logprob", group, seq, row_of_entry)
+    if options.vocab_size is not None:
+        bad = (flat_ids < 0) | (flat_ids >= options.vocab_size)
+        if bad.any():
+            i = _first(bad)
+            raise BatchValidationError(
+                f"distill token id {flat_ids[i]} outside the vocabulary [0, {options.vocab_size})",
+                group=group,
+                sequence=seq,
+                position=int(row_of_entry[i]),
+            )
+    order = np.lexsort((flat_ids, row_of_entry))
+    duplicate = (row_of_entry[order][1:] == row_of_entry[order][:-1]) & (
+        flat_ids[order][1:] == flat_ids[order][:-1]
+    )
+    if duplicate.any():
+        i = order[1:][_first(duplicate)]
+        raise BatchValidationError(
+            f"distill row lists token id {flat_ids[i]} twice",
+            group=group,
+            sequence=seq,
+            position=int(row_of_entry[i]),
+        )
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))[has_row]
+    row_mass = np.full(n, -np.inf)
+    row_mass[has_row] = np.logaddexp.reduceat(flat_lps, starts)
+    heavy = row_mass > options.mass_tolerance
+    if heavy.any():
+        pos = _first(heavy)
+        raise BatchValidationError(
+            f"distill row holds probability mass {math.exp(row_mass[pos]):.6f} > 1",
+            group=group,
+            sequence=seq,
+            position=pos,
+        )
+    hit = flat_ids == tokens[row_of_entry]
+    teacher_token = np.full(n, np.nan)
+    teacher_token[row_of_entry[hit]] = flat_lps[hit]
+    missing = has_row & np.isnan(teacher_token)
+    if missing.any():
+        pos = _first(missing)
+        raise BatchValidationError(
+            f"the student's token {int(tokens[pos])} is missing from a non-empty distill row "
+            "(the env must append it as entry K+1)",
+            group=group,
+            sequence=seq,
+            position=pos,
+        )
+    return lengths, flat_ids, flat_lps, teacher_token
+
+
+_OPTIONAL_PER_SEQUENCE = (
+    "inference_logprobs",
+    "advantages",
+    "distill_token_ids",
+    "distill_logprobs",
+    "overrides",
+)
+
+
+def _dense_k1_teacher_positions(override: Any, n: int, group: int, seq: int) -> np.ndarray | None:
+    """For a `dense_k1` sequence (docs/distill-format.md, Modes), the positions whose row is real
+    teacher data: those inside the span of a turn with status `scored`. Every other dense_k1 row is
+    a copy of `inference_logprobs` (or Atropos' 1.0 placeholder) and is dropped here, so dense_k1
+    data trains exactly like the equivalent `topk` data with K = 1. None for any other mode."""
+    opd = override.get("opd") if isinstance(override, Mapping) else None
+    if not isinstance(opd, Mapping) or opd.get("mode") != "dense_k1":
+        return None
+    turns = opd.get("turns")
+    if not isinstance(turns, list):
+        raise BatchValidationError(
+            "dense_k1 rows need overrides[i]['opd']['turns'] to tell teacher rows from copies",
+            group=group,
+            sequence=seq,
+        )
+    keep = np.zeros(n, dtype=bool)
+    for turn in turns:
+        if not isinstance(turn, Mapping) or turn.get("status") != "scored":
+            continue
+        span = turn.get("span")
+        if not (isinstance(span, list | tuple) and len(span) == 2 and all(isinstance(v, int) for v in span)):
+            continue
+        start, end = int(span[0]), int(span[1])
+        keep[max(start, 0) : min(end, n)] = True
+    return keep
+
+
+def _per_sequence_fields(raw: Mapping[str, Any], group: int) -> dict[str, list]:
+    """The group's per-sequence lists (required and present optional ones), lengths checked."""
+    if not isinstance(raw, Mapping):
+        raise BatchValidationError(f"a group must be a dict, got {type(raw).__name__}", group=group)
+    for key in ("tokens", "masks", "scores"):
+        if raw.get(key) is None:
+            raise BatchValidationError(f"missing required field '{key}'", group=group)
+    present = ("tokens", "masks", "scores", *(k for k in _OPTIONAL_PER_SEQUENCE if raw.get(k) is not None))
+    fields_ = {key: _as_list(raw[key], key, group) for key in present}
+    n_seq = len(fields_["tokens"])
+    if n_seq == 0:
+        raise BatchValidationError("group has no sequences", group=group)
+    for key, value in fields_.items():
+        if len(value) != n_seq:
+            raise BatchValidationError(
+                f"'{key}' has {len(value)} entries but 'tokens' has {n_seq} sequences", group=group
+            )
+    if ("distill_token_ids" in fields_) != ("distill_logprobs" in fields_):
+        raise BatchValidationError("distill_token_ids and distill_logprobs must come together", group=group)
+    return fields_
+
+
+def _group_scores(scores: list, group: int) -> np.ndarray:
+    for seq, value in enumerate(scores):
+        if not _is_number(value) or not math.isfinite(value):
+            raise BatchValidationError(f"score {value!r} is not a finite number", group=group, sequence=seq)
+    return np.asarray(scores, dtype=np.float64)
+
+
+def _per_position(values: list, n: int, what: str, group: int, seq: int) -> np.ndarray:
+    array = _float_array(_as_list(values, what, group, seq), what, group, seq)
+    if len(array) != n:
+        raise BatchValidationError(
+            f"{what} has {len(array)} positions but tokens has {n}", group=group, sequence=seq
+        )
+    return array
+
+
+def _validate_sequence(
+    fields_: dict[str, list], seq: int, group_adv: float, score: float, group: int, options: CollateOptions
+) -> ValidatedSequence:
+    tokens = _int_array(_as_list(fields_["tokens"][seq], "tokens", group, seq), "token", group, seq)
+    n = len(tokens)
+    if n < 2:
+        raise BatchValidationError(
+            f"sequence has {n} tokens; at least 2 are needed to predict one", group=group, sequence=seq
+        )
+    if options.vocab_size is not None:
+        outside = (tokens < 0) | (tokens >= options.vocab_size)
+        if outside.any():
+            pos = _first(outside)
+            raise BatchValidationError(
+                f"token {tokens[pos]} outside the vocabulary [0, {options.vocab_size})",
+                group=group,
+                sequence=seq,
+                position=pos,
+            )
+    masks = _int_array(_as_list(fields_["masks"][seq], "masks", group, seq), "mask", group, seq)
+    if len(masks) != n:
+        raise BatchValidationError(
+            f"masks has {len(masks)} positions but tokens has {n}", group=group, sequence=seq
+        )
+    bad_mask = (masks != MASKED) & (masks != tokens)
+    if bad_mask.any():
+        pos = _first(bad_mask)
+        raise BatchValidationError(
+            f"mask {masks[pos]} is neither -100 nor the token {tokens[pos]}",
+            group=group,
+            sequence=seq,
+            position=pos,
+        )
+    generated = masks != MASKED
+
+    inference = None
+    if "inference_logprobs" in fields_:
+        inference = _per_position(fields_["inference_logprobs"][seq], n, "inference_logprobs", group, seq)
+        _check_logprobs(inference, generated, "inference logprob", group, seq, np.arange(n))
+
+    if "advantages" in fields_:
+        advantages = _per_position(fields_["advantages"][seq], n, "advantages", group, seq)
+        bad = generated & ~np.isfinite(advantages)
+        if bad.any():
+            raise BatchValidationError(
+                "advantage is not finite", group=group, sequence=seq, position=_first(bad)
+            )
+    else:
+        advantages = np.full(n, group_adv)
+
+    if "distill_token_ids" in fields_:
+        ids_rows, lp_rows = fields_["distill_token_ids"][seq], fields_["distill_logprobs"][seq]
+        overrides = fields_.get("overrides")
+        keep = _dense_k1_teacher_positions(overrides[seq] if overrides else None, n, group, seq)
+        if keep is not None and isinstance(ids_rows, list) and isinstance(lp_rows, list):
+            ids_rows = [row if k else [] for row, k in zip(ids_rows, keep, strict=False)]
+            lp_rows = [row if k else [] for row, k in zip(lp_rows, keep, strict=False)]
+        lengths, ids, lps, teacher_token = _validate_rows(
+            ids_rows,
+            lp_rows,
+            tokens,
+            generated,
+            options,
+            group,
+            seq,
+        )
+    else:
+        lengths, ids, lps = np.zeros(n, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        teacher_token = np.full(n, np.nan)
+    return ValidatedSequence(
+        tokens=tokens,
+        generated=generated,
+        inference_logprobs=inference,
+        advantages=advantages,
+        row_lengths=lengths,
+        row_ids=ids,
+        row_logprobs=lps,
+        teacher_token_logprobs=teacher_token,
+        score=score,
+        group=group,
+    )
+
+
+def validate_group(raw: Mapping[str, Any], group: int, options: CollateOptions) -> list[ValidatedSequence]:
+    """Every sequence of group `group`, validated; raises BatchValidationError on the first problem."""
+    fields_ = _per_sequence_fields(raw, group)
+    scores = _group_scores(fields_["scores"], group)
+    group_adv = group_advantages(
+        scores, eps=options.advantage_eps, normalize_std=options.normalize_advantage_std
+    )
+    return [
+        _validate_sequence(fields_, seq, float(group_adv[seq]), float(scores[seq]), group, options)
+        for seq in range(len(scores))
+    ]
