@@ -16,6 +16,10 @@ class AgenticOPDConfig(BaseEnvConfig):
 
     model_config = ConfigDict(extra="forbid")
 
+    wandb_name: str | None = Field(
+        default="agentic-opd",
+        description="Name in wandb and the env's name at the Atropos API (`/register-env` needs one).",
+    )
     # -- tasks -----------------------------------------------------------------------------------
     task_source: Literal["builtin", "jsonl", "hf"] = Field(
         default="builtin",
@@ -53,6 +57,11 @@ class AgenticOPDConfig(BaseEnvConfig):
         default=1024, ge=64, description="Address-space limit of tool commands (MiB)."
     )
     sandbox_max_processes: int = Field(default=64, ge=4, description="Process limit of the sandbox user.")
+    sandbox_user: Literal["per_sandbox", "nobody"] = Field(
+        default="per_sandbox",
+        description="`per_sandbox`: each rollout's commands run as their own unprivileged uid, so process limits "
+        "and file permissions are per rollout. `nobody`: all share uid 65534.",
+    )
     # -- reward ----------------------------------------------------------------------------------
     verifier_feedback: bool = Field(
         default=True,

@@ -191,6 +191,7 @@ class AgenticOPDEnv(BaseEnv):
             command_timeout_s=self.config.command_timeout_s,
             memory_mb=self.config.sandbox_memory_mb,
             max_processes=self.config.sandbox_max_processes,
+            user=self.config.sandbox_user,
         )
         rollout_limits = RolloutLimits(
             max_turns=self.config.max_turns,

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import dataclasses
 import functools
 import logging
 import os
@@ -40,6 +41,7 @@ T = TypeVar("T")
 NOBODY_UID = 65534
 NOBODY_GID = 65534
 BASH = "/bin/bash"
+SH = "/bin/sh"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _DRAIN_GRACE_S = 0.25
 """After the command's main process exits, how long to keep reading output that is still buffered."""
@@ -101,6 +103,11 @@ class SandboxLimits(BaseModel):
     per_sandbox_uid_count: int = Field(
         1_000_000, ge=1, description="Size of the uid range used when user='per_sandbox'."
     )
+    hide_paths: tuple[str, ...] | None = Field(
+        None,
+        description="Absolute directories that commands see as empty (hidden tests, datasets). None: "
+        "the source checkout (or installed task data) of this package. Needs private mounts (root).",
+    )
     extra_env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables given to every command."
     )
@@ -128,6 +135,40 @@ class SandboxError(RuntimeError):
 # Isolation: how commands are wrapped, detected once per process.
 
 
+_PRIVATE_MOUNTS_SETUP = r"""
+set -e
+W="$1"; T="$2"; SETPRIV="$3"; U="$4"; G="$5"; N="$6"; shift 6
+for d in /dev/shm /var/tmp /tmp; do
+  if [ -d "$d" ]; then mount --no-canonicalize --bind "$T" "$d"; fi
+done
+while [ "$N" -gt 0 ]; do
+  if [ -d "$1" ]; then mount -t tmpfs -o size=1m,mode=755,nosuid,nodev tmpfs "$1"; fi
+  shift; N=$((N - 1))
+done
+mkdir -p "$W"
+mount --no-canonicalize --bind . "$W"
+cd "$W"
+exec "$SETPRIV" --reuid="$U" --regid="$G" --clear-groups -- "$@"
+"""
+"""Runs as root inside the command's new mount namespace, before the command:
+1. the sandbox's own temp directory is bind-mounted on /dev/shm, /var/tmp and /tmp (nothing is
+   shared through them with the host or other sandboxes; it persists across the sandbox's commands);
+2. each hidden path is covered by an empty directory (e.g. the tree holding the hidden tests);
+3. the working directory is bind-mounted back at its own path (the cwd still refers to it, hence
+   `--no-canonicalize`), in case 1 or 2 covered it;
+4. the command is exec'd as the sandbox user."""
+
+
+def default_hidden_paths() -> tuple[str, ...]:
+    """What commands must not see by default: the source checkout this package runs from (its
+    built-in tasks, hidden tests and git history), or, when installed, the package's task data."""
+    package = Path(__file__).resolve().parent
+    project = package.parent
+    if (project / ".git").exists() or (project / "pyproject.toml").exists():
+        return (str(project),)
+    return (str(package / "tasks"),)
+
+
 @dataclass(frozen=True)
 class Isolation:
     """How commands are confined on this machine (detected once, see `detect_isolation`)."""
@@ -141,10 +182,20 @@ class Isolation:
     network_isolated: bool
     pid_namespace: bool
     """When the command's first process exits or is killed, the kernel kills all it started."""
+    private_tmp: bool = False
+    """/tmp, /var/tmp and /dev/shm are the sandbox's own directory, and hidden paths are hidden."""
+    setpriv_path: str = ""
 
-    def wrapper(self, uid: int | None, gid: int | None) -> list[str]:
+    def wrapper(
+        self, uid: int | None, gid: int | None, workdir: Path, tmpdir: Path, hidden: tuple[str, ...] = ()
+    ) -> list[str]:
+        """The argv prefix that confines a command; the command's own argv follows it."""
         if not self.unshare_flags:
             return []
+        if self.private_tmp and uid is not None and gid is not None:
+            setup = [SH, "-c", _PRIVATE_MOUNTS_SETUP, "sh", str(workdir), str(tmpdir), self.setpriv_path]
+            ids = [str(uid), str(gid)]
+            return [self.unshare_path, *self.unshare_flags, "--", *setup, *ids, str(len(hidden)), *hidden]
         ids = [] if uid is None or gid is None else ["--setgid", str(gid), "--setuid", str(uid)]
         return [self.unshare_path, *self.unshare_flags, *ids, "--"]
 
@@ -164,59 +215,58 @@ def detect_isolation(allow_network: bool) -> Isolation:
 def _probe_isolation(allow_network: bool) -> Isolation:
     is_root = os.geteuid() == 0
     net = () if allow_network else ("--net",)
-    if is_root:
-        ids = ["--setgid", str(NOBODY_GID), "--setuid", str(NOBODY_UID)]
-        candidates = [
-            (*net, "--pid", "--fork", "--mount-proc"),
-            (*net, "--pid", "--fork"),
-            (*net,),
-        ]
-    else:
-        ids = []
-        userns = ("--user", "--map-root-user")
-        candidates = [
-            (*userns, *net, "--pid", "--fork", "--mount-proc"),
-            (*userns, *net, "--pid", "--fork"),
-            (*userns, *net),
-        ]
     unshare = shutil.which("unshare") or ""
-    if unshare:
-        for flags in candidates:
-            if not flags:
-                continue
-            probe = [unshare, *flags, *ids, "--", BASH, "-c", "exit 0"]
-            try:
-                ok = subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode == 0
-            except (OSError, subprocess.SubprocessError):
-                ok = False
-            if ok:
-                iso = Isolation(
-                    unshare_path=unshare,
-                    unshare_flags=flags,
-                    drop_privileges=is_root,
-                    network_isolated=allow_network or "--net" in flags,
-                    pid_namespace="--pid" in flags,
+    setpriv = shutil.which("setpriv") or ""
+    candidates: list[Isolation] = []
+    if unshare and is_root:
+        full = (*net, "--pid", "--fork", "--mount-proc")
+        if setpriv and shutil.which("mount"):
+            candidates.append(
+                Isolation(unshare, full, True, True, True, private_tmp=True, setpriv_path=setpriv)
+            )
+        for flags in (full, (*net, "--pid", "--fork"), net):
+            if flags:
+                candidates.append(Isolation(unshare, flags, True, True, "--pid" in flags))
+    elif unshare:
+        userns = ("--user", "--map-root-user")
+        for flags in ((*net, "--pid", "--fork", "--mount-proc"), (*net, "--pid", "--fork"), net):
+            candidates.append(Isolation(unshare, (*userns, *flags), False, True, "--pid" in flags))
+    for iso in candidates:
+        if _works(iso, NOBODY_UID if is_root else None, NOBODY_GID if is_root else None):
+            iso = dataclasses.replace(iso, network_isolated=allow_network or "--net" in iso.unshare_flags)
+            if not iso.pid_namespace:
+                log.warning(
+                    "sandbox: no PID namespace; background processes that leave the command's "
+                    "process group may outlive their command"
                 )
-                if not iso.pid_namespace:
-                    log.warning(
-                        "sandbox: no PID namespace; background processes that leave the command's "
-                        "process group may outlive their command"
-                    )
-                return iso
-    iso = Isolation(
-        unshare_path="",
-        unshare_flags=(),
-        drop_privileges=is_root,
-        network_isolated=allow_network,
-        pid_namespace=False,
-    )
+            if not iso.private_tmp:
+                log.warning(
+                    "sandbox: /tmp, /var/tmp and /dev/shm are shared with the host and other sandboxes"
+                )
+            return iso
     if not allow_network:
         log.warning(
             "sandbox: `unshare --net` is unavailable here; commands in the sandbox HAVE NETWORK ACCESS"
         )
     if not is_root:
         log.warning("sandbox: not root; commands run as the current user (rlimits still apply)")
-    return iso
+    return Isolation("", (), is_root, allow_network, False)
+
+
+def _works(iso: Isolation, uid: int | None, gid: int | None) -> bool:
+    """Does a trivial command run under `iso` here?"""
+    with tempfile.TemporaryDirectory(prefix="hermes-sbx-probe-") as probe_dir:
+        os.chmod(probe_dir, 0o755)
+        tmpdir = Path(probe_dir) / "tmp"
+        tmpdir.mkdir()
+        argv = [*iso.wrapper(uid, gid, Path(probe_dir), tmpdir), BASH, "-c", "exit 0"]
+        try:
+            done = subprocess.run(argv, cwd=probe_dir, capture_output=True, timeout=10, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return False
+    if done.returncode != 0:
+        log.debug("sandbox: isolation %s unavailable: %s", iso.unshare_flags, done.stderr[-500:])
+    return done.returncode == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,6 +532,10 @@ class Sandbox:
         self._uid = uid
         self._gid = gid
         self._running: set[_Running] = set()
+        hidden = limits.hide_paths if limits.hide_paths is not None else default_hidden_paths()
+        self._hidden_paths = tuple(str(Path(p).resolve()) for p in hidden if os.path.isabs(p))
+        if self._hidden_paths and not isolation.private_tmp:
+            _warn_once(f"sandbox: cannot hide {', '.join(self._hidden_paths)} from commands on this machine")
         self._offloaded: set[asyncio.Future[Any]] = set()
         self._closed = False
 
@@ -609,7 +663,7 @@ class Sandbox:
         env = {
             "PATH": SANDBOX_PATH,
             "HOME": home,
-            "TMPDIR": home,
+            "TMPDIR": "/tmp" if self._isolation.private_tmp else home,
             "PWD": home,
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
@@ -685,10 +739,10 @@ class Sandbox:
         )
 
     async def _start(self, command: str, *, with_stdin: bool) -> _Running:
-        argv = [
-            *self._isolation.wrapper(self._uid, self._gid),
-            *_shell(command, self._isolation.pid_namespace),
-        ]
+        wrapper = self._isolation.wrapper(
+            self._uid, self._gid, self._workdir, self._container / "tmp", self._hidden_paths
+        )
+        argv = [*wrapper, *_shell(command, self._isolation.pid_namespace)]
         privileges = {}
         if self._isolation.drop_privileges and not self._isolation.unshare_flags:
             privileges = {"user": self._uid, "group": self._gid, "extra_groups": []}
@@ -743,6 +797,11 @@ def _shell(command: str, pid_namespace: bool) -> list[str]:
 
 
 @functools.cache
+def _warn_once(message: str) -> None:
+    log.warning(message)
+
+
+@functools.cache
 def _warn_if_not_traversable(root: Path) -> None:
     closed = [str(p) for p in (root, *root.parents) if not p.stat().st_mode & stat.S_IXOTH]
     if closed:
@@ -756,8 +815,9 @@ def _warn_if_not_traversable(root: Path) -> None:
 def _make_dirs(
     root_dir: str | os.PathLike[str] | None, uid: int | None, gid: int | None
 ) -> tuple[Path, Path, int]:
-    """Create `<root>/hermes-sbx-XXXX/work`. The container is the host user's (so the sandbox user
-    cannot rename or replace `work`); `work` belongs to the sandbox user, mode 0700."""
+    """Create `<root>/hermes-sbx-XXXX/{work,tmp}`. The container is the host user's (so the sandbox
+    user cannot rename or replace `work`); `work` belongs to the sandbox user, mode 0700; `tmp`
+    (mode 1777) becomes the commands' /tmp when the OS allows private mounts."""
     root = Path(root_dir) if root_dir is not None else Path(tempfile.gettempdir())
     root.mkdir(parents=True, exist_ok=True)
     if uid is not None:
@@ -767,6 +827,9 @@ def _make_dirs(
         os.chmod(container, 0o711)
         workdir = container / "work"
         workdir.mkdir(mode=0o700)
+        tmpdir = container / "tmp"  # /tmp, /var/tmp and /dev/shm of the commands, when private_tmp
+        tmpdir.mkdir()
+        os.chmod(tmpdir, 0o1777)
         if uid is not None and gid is not None:
             os.chown(workdir, uid, gid)
         dir_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)

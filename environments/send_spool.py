@@ -17,7 +17,10 @@ replaces that one method:
 - before any POST the mixin asks `GET /info` whether a trainer has registered. A restarted
   atroposlib API that receives `/scored_data` before the trainer's `/register` never initialises
   its state (`/register` skips it once the queue exists), and `/batch` then answers "Trainer not
-  registered" for good. While `/info` says batch_size -1, groups are spooled instead.
+  registered" for good. While `/info` says batch_size -1, groups are spooled instead;
+- `get_status` survives an API restart: a restarted API has forgotten the env (`/status-env`
+  answers 500, which ends BaseEnv's `env_manager` loop), so the mixin registers again, waiting
+  with backoff until the API and a trainer are back.
 
 Spool layout (default `./spool/<env name>`, or the config's `spool_dir`)::
 
@@ -232,6 +235,10 @@ class SpoolingSendMixin:
     spool_request_timeout_s: float = 120.0
     spool_require_trainer: bool = True
     """Check `GET /info` (a trainer has registered) before posting; see the module docstring."""
+    spool_reregister_on_api_restart: bool = True
+    """When `get_status` fails (a restarted API has forgotten this env: `/status-env` answers 500),
+    register again and carry on, instead of ending BaseEnv's `env_manager` loop."""
+    spool_reregister_max_wait_s: float = 30.0
 
     # -- state -----------------------------------------------------------------------------------
     def spool_directory(self) -> Path:
@@ -337,6 +344,30 @@ class SpoolingSendMixin:
                         delivered += len(groups)
                         stats.resent += len(groups)
                         logger.info("resent %d spooled group(s) from %s", len(groups), path.name)
+
+    async def get_status(self):
+        """BaseEnv.get_status, surviving an API restart: re-register (waiting, with backoff, until
+        the API is back and a trainer has started), then ask again. Spooled groups go out with the
+        next send, under the new env id."""
+        try:
+            return await super().get_status()
+        except Exception as exc:  # noqa: BLE001 - tenacity already retried it three times
+            if not self.spool_reregister_on_api_restart:
+                raise
+            logger.warning(
+                "Atropos API status failed (%s: %s); registering this env again", type(exc).__name__, exc
+            )
+        delay = 1.0
+        while True:
+            try:
+                await self.register_env()
+                break
+            except Exception as exc:  # noqa: BLE001 - the API is still down: keep waiting
+                logger.warning("re-registering with the Atropos API failed (%s); retry in %.0fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(self.spool_reregister_max_wait_s, delay * 2)
+        logger.info("registered again with the Atropos API as env %s", getattr(self, "env_id", None))
+        return await super().get_status()
 
     # -- helpers ---------------------------------------------------------------------------------
     async def _spool_groups(self, groups: list[dict[str, Any]], reason: str) -> None:

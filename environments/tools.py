@@ -314,8 +314,10 @@ def read_bytes(jail: Jail, user_path: str, max_bytes: int, *, tail: bool = False
             raise ToolError(f"{shown!r} is a directory, not a file")
         if not stat.S_ISREG(st.st_mode):
             raise PathRefused(f"{shown!r} is not a regular file")
-        if st.st_nlink > 1:
-            raise PathRefused(f"{shown!r} has several hard links; refused")
+        if st.st_nlink > 1 and jail.uid is not None and st.st_uid != jail.uid:
+            # A hard link to a file the sandbox user does not own (e.g. made while
+            # protected_hardlinks is off) would let us read it with our privileges.
+            raise PathRefused(f"{shown!r} is a hard link to a file the sandbox user does not own; refused")
         if tail and st.st_size > max_bytes:
             os.lseek(fd, st.st_size - max_bytes, os.SEEK_SET)
         chunks = []

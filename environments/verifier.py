@@ -360,7 +360,8 @@ def _feedback(
     lines = [f"{passed}/{total} hidden tests passed."]
     if missing:
         lines.append(
-            "Missing solution file(s) (not found, not a regular file, or too large): " + ", ".join(missing)
+            "Missing solution file(s) (not found, not a regular file, a link out of the working directory, "
+            "or too large): " + ", ".join(missing)
         )
     if timed_out:
         lines.append(f"The test run timed out after {config.timeout_s:g}s.")

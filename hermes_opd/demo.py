@@ -121,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     if is_built(model_dir):
         _step(f"dev model: reusing {model_dir}")
     else:
-        _step(f"dev model: building {model_dir} (tokenizer + 1.3M-parameter Qwen2, about 20 s)")
+        _step(f"dev model: building {model_dir} (once: tokenizer + 1.3M-parameter Qwen2, about a minute)")
         build_dev_model(model_dir)
     server = None
     try:

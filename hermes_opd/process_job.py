@@ -502,8 +502,14 @@ async def run_job(
         writer = GroupWriter(out)
         progress = Progress(groups, result.present_before, mode=progress_mode)
         stop.progress = progress
-        await _collect_loop(env, job, writer, progress, stop, todo, result, concurrency, max_attempts,
-                            max_consecutive_failures)  # fmt: skip
+        redirect = contextlib.nullcontext()
+        if progress.has_bar:
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            redirect = logging_redirect_tqdm()  # log lines above the bar, not through it
+        with redirect:
+            await _collect_loop(env, job, writer, progress, stop, todo, result, concurrency, max_attempts,
+                                max_consecutive_failures)  # fmt: skip
         result.totals = progress.totals
         result.groups_per_min = progress.groups_per_min()
         result.collect_s = time.monotonic() - progress.started

@@ -137,6 +137,10 @@ class Progress:
             )
             self._bar.set_postfix_str(self._postfix(), refresh=True)
 
+    @property
+    def has_bar(self) -> bool:
+        return self._bar is not None
+
     def _postfix(self) -> str:
         t = self.totals
         return f"rollouts {t.sequences}, hints {t.hints}/{t.judged_turns}, tokens scored {t.tokens_scored:,}"
@@ -156,8 +160,8 @@ class Progress:
         self.done += 1
         self.totals.add(summary)
         if self._bar is not None:
+            self._bar.set_postfix_str(self._postfix(), refresh=False)
             self._bar.update(1)
-            self._bar.set_postfix_str(self._postfix(), refresh=True)
             return
         if self.mode == "none":
             return

@@ -41,6 +41,14 @@ def test_demo_writes_valid_groups_metrics_and_a_report(dev_server, tmp_path):
     assert 'class="tok scored' in html, "the report shows no scored token"
     assert metrics.read_text().count('"kind": "group"') == 2
 
-    for label in ("groups ", "sequences", "scores", "hint rate", "tokens scored", "validator       clean", "report"):
+    for label in (
+        "groups ",
+        "sequences",
+        "scores",
+        "hint rate",
+        "tokens scored",
+        "validator       clean",
+        "report",
+    ):
         assert label in proc.stdout, f"summary lacks {label!r}:\n{proc.stdout}"
     assert "vLLM: using" in proc.stdout and "vLLM: starting" not in proc.stdout

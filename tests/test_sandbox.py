@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,14 +17,17 @@ from environments.sandbox import (
     Sandbox,
     SandboxError,
     SandboxLimits,
+    default_hidden_paths,
     detect_isolation,
 )
+from environments.tasks import builtin_medium
 
 IS_ROOT = os.geteuid() == 0
 ISOLATION = detect_isolation(allow_network=False)
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="privilege drop needs root")
 needs_netns = pytest.mark.skipif(not ISOLATION.network_isolated, reason="no network namespace here")
 needs_pidns = pytest.mark.skipif(not ISOLATION.pid_namespace, reason="no PID namespace here")
+needs_private_tmp = pytest.mark.skipif(not ISOLATION.private_tmp, reason="no private /tmp here")
 
 
 def processes_matching(marker: str) -> list[int]:
@@ -92,6 +97,73 @@ async def test_commands_run_as_nobody_and_can_write_their_directory():
         assert lines[2] == "data"
         assert "Permission denied" in result.output and lines[-1] != "0"
         assert not Path("/etc/hermes-test").exists()
+
+
+@needs_root
+async def test_privileges_are_fully_dropped():
+    async with Sandbox.create() as sb:
+        result = await sb.run("grep -E '^(Uid|Gid|Groups|NoNewPrivs|CapEff):' /proc/self/status")
+        fields = dict(line.split(":", 1) for line in result.output.splitlines())
+        assert fields["Uid"].split() == [str(NOBODY_UID)] * 4  # real, effective, saved, fs
+        assert fields["Gid"].split() == [str(NOBODY_UID)] * 4
+        assert fields["Groups"].strip() == ""
+        assert fields["NoNewPrivs"].strip() == "1"
+        assert int(fields["CapEff"], 16) == 0
+
+
+@needs_private_tmp
+async def test_tmp_is_private_to_the_sandbox_and_persists_across_its_commands():
+    host_file = Path(tempfile.gettempdir()) / f"hermes-host-only-{os.getpid()}.txt"
+    host_file.write_text("host secret")
+    try:
+        async with Sandbox.create() as a, Sandbox.create() as b:
+            first = await a.run(
+                f"cat {host_file}; echo note > /tmp/a.txt && echo shm > /dev/shm/s && echo ok"
+            )
+            assert "host secret" not in first.output and first.output.strip().endswith("ok")
+            assert (await a.run("cat /tmp/a.txt /dev/shm/s /var/tmp/a.txt")).output.split() == [
+                "note",
+                "shm",
+                "note",
+            ]
+            assert "No such file" in (await b.run("cat /tmp/a.txt")).output
+            py = await a.run("python3 -c 'import tempfile; print(tempfile.gettempdir())'; pwd; touch in-work")
+            assert py.output.split() == ["/tmp", str(a.workdir)]
+            assert (a.workdir / "in-work").exists()
+            container = a.workdir.parent
+        assert not container.exists()
+        assert not Path("/tmp/a.txt").exists() and not Path("/dev/shm/s").exists()
+    finally:
+        host_file.unlink()
+
+
+@needs_private_tmp
+async def test_the_source_tree_with_the_hidden_tests_is_hidden():
+    (project,) = default_hidden_paths()
+    tasks_file = Path(builtin_medium.__file__).resolve()
+    assert tasks_file.is_relative_to(project)
+    async with Sandbox.create() as sb:
+        result = await sb.run(
+            f"ls -A {project}; cat {tasks_file}; grep -rl merge_intervals {project} | head -1"
+        )
+        assert "No such file or directory" in result.output
+        assert "def test_" not in result.output and "merge_intervals" not in result.output
+
+
+@needs_private_tmp
+async def test_custom_hidden_path_and_a_workdir_inside_it():
+    secret = Path(tempfile.mkdtemp(prefix="hermes-opd-test-", dir="/var/lib"))
+    try:
+        secret.chmod(0o755)
+        (secret / "answers.txt").write_text("forty-two")
+        limits = SandboxLimits(hide_paths=(str(secret),))
+        async with Sandbox.create(limits, root_dir=secret / "sandboxes") as sb:
+            result = await sb.run(f"cat {secret}/answers.txt; ls -A {secret}; echo x > f && cat f && pwd")
+            assert "forty-two" not in result.output
+            assert result.output.split()[-2:] == ["x", str(sb.workdir)]
+            assert (sb.workdir / "f").read_text() == "x\n"
+    finally:
+        shutil.rmtree(secret, ignore_errors=True)
 
 
 async def test_timeout_kills_the_whole_group_and_directory_is_removed():

@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -153,14 +156,40 @@ async def test_closing_stdout_does_not_escape_the_timeout():
         assert result.timed_out and time.monotonic() - start < 5
 
 
-async def test_per_sandbox_users_cannot_read_each_other():
+@pytest.fixture
+def visible_root():
+    """A sandbox root outside /tmp, so other sandboxes can see the path and only permissions
+    (not the private /tmp mounts) keep them out."""
+    root = Path(tempfile.mkdtemp(prefix="hermes-opd-test-", dir="/var/lib"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_per_sandbox_users_cannot_read_each_other(visible_root):
     limits = SandboxLimits(user="per_sandbox")
-    async with Sandbox.create(limits) as a, Sandbox.create(limits) as b:
+    async with (
+        Sandbox.create(limits, root_dir=visible_root) as a,
+        Sandbox.create(limits, root_dir=visible_root) as b,
+    ):
         assert a.uid != b.uid
         await a.run("echo top-secret > secret.txt")
         result = await b.run(f"cat {a.workdir}/secret.txt; ls {a.workdir}")
         assert "top-secret" not in result.output
-        assert "Permission denied" in result.output
+        assert result.output.count("Permission denied") == 2
+
+
+async def test_other_sandboxes_are_not_even_visible_by_default():
+    async with Sandbox.create() as a, Sandbox.create() as b:
+        await a.run("echo top-secret > secret.txt")
+        result = await b.run(f"cat {a.workdir}/secret.txt")
+        assert "top-secret" not in result.output
+        if ISOLATION.private_tmp:
+            assert "No such file or directory" in result.output
+            listing = await b.run("ls -a /tmp")
+            assert listing.output.split() == [".", "..", b.workdir.parent.name]
 
 
 async def test_sandbox_user_cannot_move_or_replace_its_working_directory():

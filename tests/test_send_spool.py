@@ -225,6 +225,31 @@ async def test_api_restarted_mid_run_loses_nothing_and_is_not_wedged(dev_model_d
         api.stop()
 
 
+async def test_env_registers_again_after_an_api_restart(dev_model_dir, tmp_path):
+    """BaseEnv.env_manager calls get_status in a loop; after a restart the API answers 500 to it."""
+    api = AtroposAPI(free_port(), tmp_path / "api.log").start()
+    env = make_env(dev_model_dir, tmp_path / "spool", api.url)
+    try:
+        async with asyncio.timeout(120):
+            await register_trainer(api.url)
+            await drain(api.url)  # the trainer's first /batch lets envs register
+            await env.register_env()
+            await env.get_status()
+            api.stop()
+            api.start()
+            status = asyncio.create_task(env.get_status())
+            await asyncio.sleep(1.0)
+            assert not status.done()  # waiting for the API to have a trainer again
+            await register_trainer(api.url)
+            await drain(api.url)
+            await status
+            assert env.env_id == 0 and "queue_size" in env.status_dict
+            await send(env, 1)
+            assert_exactly_once(await drain(api.url), [1])
+    finally:
+        api.stop()
+
+
 class FlakyProxy:
     """Forwards everything to the real API, but answers 503 to the first `failures` POSTs of groups."""
 

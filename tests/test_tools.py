@@ -236,11 +236,17 @@ async def test_symlink_loops_are_refused(sb):
 async def test_hard_links_to_outside_files_are_not_read_or_written_through(sb, outside):
     os.link(outside / "secret.txt", sb.workdir / "hl.txt")  # as if the agent could make one
     read = await execute_tool_call(call("read_file", path="hl.txt"), sb)
-    assert read.is_error and "hard links" in read.content
+    assert read.is_error and "hard link to a file the sandbox user does not own" in read.content
     write = await execute_tool_call(call("write_file", path="hl.txt", content="replaced"), sb)
     assert not write.is_error
     assert (sb.workdir / "hl.txt").read_text() == "replaced"
     assert (outside / "secret.txt").read_text() == "do not read\n"  # the write replaced the link
+
+
+async def test_hard_links_the_agent_made_itself_are_fine(sb):
+    await sb.run("echo mine > a.txt && ln a.txt b.txt")
+    read = await execute_tool_call(call("read_file", path="b.txt"), sb)
+    assert not read.is_error and read.content == "mine\n"
 
 
 async def test_fifo_and_devices_are_refused_without_blocking(sb):

@@ -12,8 +12,8 @@ Rollout completion is modelled: rollout i of n finishes at gen_time * (0.5 + 0.5
 
 The judge is a local OpenAI-compatible endpoint with a fixed latency (`fake_endpoints.py`) that
 always votes +1 with a hint, so every turn is judged AND scored. Lower bound of the OPD phase:
-max(longest single judge-then-teacher chain, S / P), with each chain = that turn's judge time in the
-reference run + its teacher service time from the probe. Our client's parsing is NOT part of the
+max(longest single judge-then-teacher chain, S / P), with a chain = the median judge time of one turn
+in the reference run (isolated) + the turn's teacher service time from the probe. Our client's parsing is NOT part of the
 bound, so time spent parsing shows up as distance from it.
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -218,8 +219,10 @@ async def run_backend(
     started = time.perf_counter()
     await asyncio.gather(*(asyncio.sleep(t) for t in finishes))
     generated = time.perf_counter()
+    cpu = time.process_time()
     reference = await reference_process_group(trajectories, tokenizer, b.judge, b.judge_config, b.teacher)
     ended = time.perf_counter()
+    reference_cpu_s = time.process_time() - cpu
     ref_stats = fake.stats()
     await b.aclose()
     reference_opd_s = ended - generated
@@ -232,9 +235,10 @@ async def run_backend(
     # -- (b) ours, every rollout finished at once: the OPD phase alone --------------------------------
     b = await backend()
     pipeline = OPDPipeline(tokenizer, b.judge, b.teacher, b.opd_config)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     ours = await asyncio.gather(*(pipeline.process(t) for t in trajectories))
     ours_opd_s = time.perf_counter() - started
+    ours_cpu_s = time.process_time() - cpu
     ours_stats = fake.stats()
     await b.aclose()
     _progress(f"{name}: ours, all rollouts finished at once: OPD {ours_opd_s:.2f}s")
@@ -253,28 +257,30 @@ async def run_backend(
     await b.aclose()
     _progress(f"{name}: ours as the env runs it: group {ours_group_s:.2f}s")
 
-    # -- (b'') ours with turn-only parsing (the proposed from_pos wiring), OPD phase alone -----------
-    turn_only_s = None
-    if not TEACHER_SCORE_TAKES_FROM_POS:
+    # -- (b'') ours with turn-only parsing (the proposed from_pos wiring), OPD phase alone. Remote
+    # back-end only: against the CPU server the client's parsing hides behind the server's compute.
+    turn_only_s = turn_only_cpu_s = None
+    if remote and not TEACHER_SCORE_TAKES_FROM_POS:
         b = await backend(turn_only=True)
         pipeline = OPDPipeline(tokenizer, b.judge, b.teacher, b.opd_config)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         ours_turn_only = await asyncio.gather(*(pipeline.process(t) for t in trajectories))
         turn_only_s = time.perf_counter() - started
+        turn_only_cpu_s = time.process_time() - cpu
         await b.aclose()
-        if identical_rows_share(reference, ours_turn_only, trajectories, cfg.k) != identical_rows_share(
-            reference, ours, trajectories, cfg.k
-        ):
+        if remote and identical_rows_share(reference, ours_turn_only, trajectories, cfg.k) != 1.0:
             _progress(f"{name}: WARNING: turn-only parsing gave different rows")
         _progress(
             f"{name}: ours with turn-only parsing, all rollouts finished at once: OPD {turn_only_s:.2f}s"
         )
 
     # -- bounds and checks -------------------------------------------------------------------------
+    # Every turn's judge work is the same (m votes against a fixed-latency endpoint), so a chain is the
+    # MEDIAN judge time of the reference's (isolated) turns plus that turn's teacher service time;
+    # the median keeps one noisy judge call from loosening the bound.
     judge_s = {(t.sequence, t.turn_index): t.judge_s for t in reference.turns}
-    chains = [judge_s.get((r.sequence, r.turn), 0.0) + service for r, service in
-              zip(requests, probe["service_s"], strict=True)]  # fmt: skip
-    longest_chain_s = max(chains)
+    judge_median_s = statistics.median(judge_s.values())
+    longest_chain_s = judge_median_s + max(probe["service_s"])
     bound_s = max(longest_chain_s, probe["total_s"] / probe["parallelism"])
     scored_ref = sum(1 for t in reference.turns if t.scored)
     scored_ours = sum(1 for d in ours for r in d.turns if r.status == "scored")
@@ -292,15 +298,18 @@ async def run_backend(
         "teacher_service_s_max": max(probe["service_s"]),
         "teacher_all_at_once_s": probe["concurrent_s"],
         "teacher_parallelism": probe["parallelism"],
-        "judge_turn_s_mean": sum(judge_s.values()) / max(1, len(judge_s)),
+        "judge_turn_s_median": judge_median_s,
         "longest_chain_s": longest_chain_s,
         "lower_bound_s": bound_s,
         "reference_opd_s": reference_opd_s,
         "ours_opd_s": ours_opd_s,
         "ours_over_lower_bound": ours_opd_s / bound_s,
+        "reference_client_cpu_s": reference_cpu_s,
+        "ours_client_cpu_s": ours_cpu_s,
     }
     if turn_only_s is not None:
         result["ours_turn_only_opd_s"] = turn_only_s
+        result["ours_turn_only_client_cpu_s"] = turn_only_cpu_s
         result["ours_turn_only_over_lower_bound"] = turn_only_s / bound_s
         result["reference_over_ours_turn_only_opd"] = reference_opd_s / turn_only_s
     result.update(

@@ -1,0 +1,131 @@
+"""End to end on CPU: atroposlib's API on loopback, AgenticOPDEnv in `serve` mode and the dev vLLM feed
+it, the reference torch trainer pulls batches with distill fields and trains the dev model; the OPD
+reverse KL on a fixed held-out batch goes down."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hermes_opd.dev_server import free_port
+from tests.env_factory import make_env
+from trainer_adapters.train_cli import main as train_main
+from trainer_adapters.trainer_config import parse_trainer_config
+
+pytestmark = pytest.mark.integration
+
+
+def start_process(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_http(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} did not come up")
+
+
+async def test_env_serve_feeds_reference_trainer_and_opd_kl_drops(dev_server, tmp_path):
+    # One task, so that a few steps on a tiny model can move what the held-out batch measures.
+    from environments.tasks import builtin_tasks
+
+    task = builtin_tasks()[0]
+    task_file = tmp_path / "task.jsonl"
+    task_file.write_text(
+        json.dumps({"task_id": task.task_id, "prompt": task.prompt, "hidden_tests": task.hidden_tests})
+    )
+    task_flags = ["--env.task_source", "jsonl", "--env.task_path", str(task_file), "--env.eval_fraction", "0"]
+    # A fixed held-out batch with teacher rows (same judge as the serving env), collected before training.
+    env = make_env(dev_server, tmp_path, group_size=4, max_turns=2, judge_backend="rules", task_source="jsonl",
+                   task_path=str(task_file), eval_fraction=0.0)  # fmt: skip
+    await env.setup()
+    heldout, _ = await env.collect_trajectories(await env.get_next_item())
+    assert any(rows for seq in heldout["distill_token_ids"] for rows in seq), (
+        "held-out batch has teacher rows"
+    )
+
+    api_port = free_port()
+    api_url = f"http://127.0.0.1:{api_port}"
+    api = start_process([str(Path(sys.executable).with_name("run-api")), "--host", "127.0.0.1", "--port", str(api_port)],
+                        tmp_path / "api.log")  # fmt: skip
+    env_proc = None
+    try:
+        wait_http(api_url + "/", 30)
+        config = parse_trainer_config({
+            "num_steps": 4,
+            "atropos": {"url": api_url, "batch_size": 4, "max_token_len": 4096, "poll_initial_s": 0.2,
+                        "poll_max_s": 1.0, "poll_timeout_s": 400},
+            "model": {"path": str(dev_server.model_dir), "device": "cpu"},
+            "optim": {"lr": 3e-4, "micro_batch_size": 2},
+            "loss": {"w_grpo": 1.0, "w_opd": 1.0},
+            "checkpoint": {"dir": str(tmp_path / "ckpt"), "every_steps": 4, "keep_last": 1},
+            "logging": {"metrics_path": str(tmp_path / "train.jsonl"), "stdout": False},
+        })  # fmt: skip
+        from trainer_adapters.torch_trainer import TorchTrainer
+
+        kl_before = TorchTrainer(config).evaluate([heldout])["opd/reverse_kl"]
+        config_path = tmp_path / "trainer.json"
+        config_path.write_text(json.dumps(config.model_dump(mode="json")))
+        result: dict[str, int] = {}
+        trainer = threading.Thread(
+            target=lambda: result.update(rc=train_main(["--config", str(config_path)]))
+        )
+        trainer.start()
+        deadline = time.monotonic() + 60
+        while httpx.get(api_url + "/info", timeout=5).json().get("batch_size") != 4:
+            assert time.monotonic() < deadline and trainer.is_alive(), "trainer did not register"
+            time.sleep(0.1)
+        env_proc = start_process(
+            [sys.executable, "-m", "environments.agentic_opd_env", "serve",
+             "--env.rollout_server_url", api_url, "--env.group_size", "2", "--env.max_turns", "2",
+             "--env.use_wandb", "false", "--env.tokenizer_name", str(dev_server.model_dir),
+             "--env.total_steps", "20", "--env.judge_backend", "rules",
+             "--env.metrics_path", str(tmp_path / "env_metrics.jsonl"), *task_flags,
+             "--openai.base_url", dev_server.base_url, "--openai.model_name", dev_server.model_name,
+             "--openai.tokenizer_name", str(dev_server.model_dir), "--openai.api_key", "EMPTY"],
+            tmp_path / "env.log",
+        )  # fmt: skip
+        trainer.join(timeout=480)
+        assert not trainer.is_alive(), "trainer did not finish: " + (tmp_path / "env.log").read_text()[-2000:]
+        assert result["rc"] == 0
+    finally:
+        if env_proc is not None:
+            stop_process(env_proc)
+        stop_process(api)
+
+    records = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    for record in records:
+        for key in ("loss/total", "loss/grpo", "loss/opd", "opd/reverse_kl"):
+            assert math.isfinite(record[key]), key
+    assert sum(r["batch/teacher_positions"] for r in records) > 0, "batches carried distill rows"
+    resumed = TorchTrainer(config)
+    assert resumed.step == 4
+    kl_after = resumed.evaluate([heldout])["opd/reverse_kl"]
+    assert kl_after < kl_before, (kl_before, kl_after)
