@@ -11,12 +11,13 @@ Run it with Atropos' CLI: `python -m environments.agentic_opd_env serve|process|
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
 import statistics
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +56,14 @@ class AgenticOPDEnv(BaseEnv):
         self._task_order: list[int] = []
         self._task_cursor = 0
         self.pipeline: OPDPipeline | None = None
-        self._pending_metrics: list[dict[str, Any]] = []
+        self._pending_metrics: deque[dict[str, Any]] = deque(maxlen=1000)
         self.groups_built = 0
 
     # -- Atropos hooks ---------------------------------------------------------------------------
     @classmethod
     def config_init(cls) -> tuple[AgenticOPDConfig, list[APIServerConfig]]:
-        """Defaults for the embedded local setup: the dev model on a local vLLM at :8000."""
+        """Defaults for the embedded local setup: the dev model on a local vLLM at :9001 (the Atropos API
+        keeps its default :8000)."""
         model_dir = str(default_dev_model_dir())
         env_config = AgenticOPDConfig(
             tokenizer_name=model_dir,
@@ -76,7 +78,7 @@ class AgenticOPDEnv(BaseEnv):
         servers = [
             APIServerConfig(
                 model_name="dev-model",
-                base_url="http://127.0.0.1:8000/v1",
+                base_url="http://127.0.0.1:9001/v1",
                 api_key="EMPTY",
                 tokenizer_name=model_dir,
                 server_type="vllm",
@@ -106,9 +108,33 @@ class AgenticOPDEnv(BaseEnv):
                     "on" if self.pipeline else "off")  # fmt: skip
 
     async def get_next_item(self) -> Task:
-        task = self.train_tasks[self._task_order[self._task_cursor % len(self._task_order)]]
+        task = self.task_at(self._task_cursor)
         self._task_cursor += 1
         return task
+
+    def task_at(self, index: int) -> Task:
+        """The training task at position `index` of the env's deterministic order (cycling)."""
+        return self.train_tasks[self._task_order[index % len(self._task_order)]]
+
+    def seek(self, index: int) -> None:
+        """Make `get_next_item` continue from position `index` (used to resume batch jobs)."""
+        self._task_cursor = index
+
+    async def close(self) -> None:
+        """Release HTTP sessions and health-check tasks (judge, teacher, policy servers)."""
+        if self.pipeline is not None:
+            await self.pipeline.aclose()
+        for server in getattr(self.server, "servers", []) or []:
+            task = getattr(server, "check_task", None)
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+            for name in ("client", "openai"):
+                closer = getattr(getattr(server, name, None), "close", None)
+                if closer is not None:
+                    with contextlib.suppress(Exception):
+                        await closer()
 
     async def collect_trajectories(self, item: Task) -> tuple[dict[str, Any] | None, list]:
         started = time.monotonic()

@@ -104,6 +104,16 @@ class SpoolStats:
         }
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -140,9 +150,14 @@ class GroupSpool:
         self._remove_stale_temporaries()
 
     def _remove_stale_temporaries(self) -> None:
-        """A `.tmp` file is a write that never reached its rename: its content was never spooled."""
+        """A `.tmp` file is a write that never reached its rename: its content was never spooled.
+        Only those of dead processes (the pid is in the name) or older than an hour are removed:
+        another live process sharing the directory may be writing one right now."""
         for path in self.directory.glob(".*.tmp"):
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int(path.name.lstrip(".").split("-")[1])
+                if _pid_alive(pid) and time.time() - path.stat().st_mtime < 3600:
+                    continue
                 path.unlink()
 
     # -- queue -----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ the sequence, its GRPO data and the other turns are untouched.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -95,6 +96,13 @@ class OPDPipeline:
         self.teacher = teacher
         self.config = config
         self.judge_semaphore = asyncio.Semaphore(config.judge_concurrency)
+
+    async def aclose(self) -> None:
+        """Close the judge's and the teacher's HTTP sessions."""
+        with contextlib.suppress(Exception):
+            await self.judge.aclose()
+        with contextlib.suppress(Exception):
+            await self.teacher.client.close()
 
     async def process(self, trajectory: Trajectory) -> SequenceDistill:
         started = time.perf_counter()

@@ -412,35 +412,14 @@ def _metrics_path(job: JobConfig, out: Path) -> Path:
     return out.with_name(f"{name}.metrics.jsonl")
 
 
-async def _close_env(env: Any) -> None:
-    """Release the env's HTTP sessions and health-check tasks (AgenticOPDEnv has no close())."""
-    pipeline = getattr(env, "pipeline", None)
-    if pipeline is not None:
-        with contextlib.suppress(Exception):
-            await pipeline.teacher.client.close()
-        with contextlib.suppress(Exception):
-            await pipeline.judge.aclose()
-    for server in getattr(getattr(env, "server", None), "servers", []) or []:
-        task = getattr(server, "check_task", None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        for name in ("client", "openai"):
-            closer = getattr(getattr(server, name, None), "close", None)
-            if closer is not None:
-                with contextlib.suppress(Exception):
-                    await closer()
-
-
 async def _item_for(env: Any, index: int) -> Any:
     """The task the env's deterministic order puts at cursor position `index`."""
-    env._task_cursor = index
+    env.seek(index)
     return await env.get_next_item()
 
 
 def _task_id_at(env: Any, index: int) -> str:
-    return env.train_tasks[env._task_order[index % len(env._task_order)]].task_id
+    return env.task_at(index).task_id
 
 
 async def run_job(
@@ -521,7 +500,7 @@ async def run_job(
         if writer is not None:
             writer.close()
         if env is not None:
-            await _close_env(env)
+            await env.close()
             if env.config.use_wandb:
                 with contextlib.suppress(Exception):
                     import wandb
@@ -593,11 +572,11 @@ async def _collect_loop(
                     result.written += 1
                     progress.group_done(index, task_id, GroupSummary.of(group), duration)
                     if env.config.use_wandb:
-                        env.curr_step = index
-                        with contextlib.suppress(Exception):
+                        env.curr_step = result.present_before + result.written
+                        try:
                             await env.wandb_log()
-                    else:
-                        env._pending_metrics.clear()
+                        except Exception as exc:  # noqa: BLE001 - logging must not stop the job
+                            logger.warning("wandb logging failed: %s: %s", type(exc).__name__, exc)
                     continue
                 logger.warning(
                     "group %d failed (attempt %d/%d): %s", index, attempts[index], max_attempts, error

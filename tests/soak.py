@@ -106,6 +106,7 @@ class Soak:
         self.loop_lag_max = 0.0
         self.children_max = 0
         self.zombies_max = 0
+        self.scripted_turns = 0
         self.sandbox_root = Path(tempfile.mkdtemp(prefix="hermes-soak-sbx-"))
         os.chmod(self.sandbox_root, 0o755)  # the sandbox user must reach its directory below
         self.report_path = Path(args.out)
@@ -139,7 +140,44 @@ class Soak:
                 )
             },  # fmt: skip
         }
-        return AgenticOPDEnv(job.env, list(job.servers))
+        env = AgenticOPDEnv(job.env, list(job.servers))
+        if self.args.scripted_tool_rate > 0:
+            self.script_tools(env)
+        return env
+
+    def script_tools(self, env) -> None:
+        """The random dev model almost never emits a tool call, so the sandbox would sit idle: with
+        probability `--scripted-tool-rate`, a rollout's first turn is replaced by a terminal call that
+        writes and runs solution.py and leaves a background process behind (later turns, the judge
+        and the teacher stay real). Those ids are recorded like any generation."""
+        import random
+
+        from hermes_opd.vllm_format import GeneratedSequence
+
+        tok = env.tokenizer
+        command = (
+            "printf 'def f():\\n    return 1\\n' > solution.py && python3 -c 'import solution; print(solution.f())' "
+            "&& (sleep 30 &) && ls -la"
+        )
+        call = json.dumps({"name": "terminal", "arguments": {"command": command}})
+        ids = tok.encode(f"<tool_call>{call}</tool_call>", add_special_tokens=False) + [tok.eos_token_id]
+        rng = random.Random(0)
+        original = env._sampler
+
+        def sampler(temperature: float, eval_mode: bool):
+            inner = original(temperature, eval_mode)
+            first_len: dict[str, int] = {}
+
+            async def sample(context: list[int], max_tokens: int) -> GeneratedSequence:
+                first = first_len.setdefault("n", len(context)) == len(context)
+                if first and rng.random() < self.args.scripted_tool_rate and len(ids) <= max_tokens:
+                    self.scripted_turns += 1
+                    return GeneratedSequence(list(ids), [-0.5] * len(ids), "stop", "")
+                return await inner(context, max_tokens)
+
+            return sample
+
+        env._sampler = sampler
 
     def sample(self, phase: str) -> dict[str, Any]:
         kids = descendants(os.getpid())
@@ -188,6 +226,7 @@ class Soak:
                 "stop_reasons": dict(self.stops),
                 "turn_statuses": dict(self.turn_statuses),
                 "contract_violations": self.violations,
+                "scripted_tool_turns": self.scripted_turns,
                 "failed_groups": self.failed_groups[:20],
             },
         }
@@ -268,7 +307,8 @@ class Soak:
             "rss_growth_mb": round(last["rss_mb"] - first["rss_mb"], 1),
             "fd_growth": last["fds"]["total"] - first["fds"]["total"],
             "max_children": max(max(s["children"], s["children_max_1s"]) for s in self.samples),
-            "max_zombies": max(max(s["zombies"], s["zombies_max_1s"]) for s in self.samples),
+            # zombies seen while running are children that exited a moment before asyncio reaped them
+            "max_zombies_transient": max(max(s["zombies"], s["zombies_max_1s"]) for s in self.samples),
             "max_loop_lag_s": max(s["loop_lag_max_s"] for s in self.samples),
             "children_after_close": after["children"],
             "zombies_after_close": after["zombies"],
@@ -306,6 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency", type=int, default=32, help="rollouts in flight (groups x group_size)"
     )
     parser.add_argument("--sample-s", type=float, default=30.0)
+    parser.add_argument(
+        "--scripted-tool-rate", type=float, default=0.5,
+        help="share of rollouts whose first turn is a scripted terminal call (0: the policy only)",
+    )  # fmt: skip
     parser.add_argument("--drain-s", type=float, default=300.0, help="how long in-flight groups may finish")
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
     parser.add_argument(
@@ -346,8 +390,9 @@ def test_soak_two_minutes(dev_server, tmp_path):
             "--model-dir", str(dev_server.model_dir)]  # fmt: skip
     assert main(argv) == 0
     report = json.loads((tmp_path / "soak.json").read_text())
-    assert report["verdict"]["max_zombies"] == 0
-    assert report["verdict"]["fd_growth"] < 50
+    verdict = report["verdict"]
+    assert verdict["zombies_after_close"] == 0 and verdict["children_after_close"] == 0
+    assert verdict["fd_growth"] < 50
 
 
 if __name__ == "__main__":

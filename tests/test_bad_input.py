@@ -8,6 +8,7 @@ empty files (tests/test_tasks.py), a teacher with another vocabulary (tests/test
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import subprocess
@@ -81,6 +82,7 @@ def tool_messages(group: dict) -> list[str]:
 async def test_10mb_tool_output_is_bounded_and_the_rollout_goes_on(dev_model_dir, dev_tokenizer, tmp_path):
     command = "yes 0123456789abcdef | head -c 10000000"
     async with (
+        asyncio.timeout(90),
         FakeVLLM(scripted(dev_tokenizer, command)) as fake,
         env_on(fake, dev_model_dir, tmp_path) as env,
     ):
@@ -103,6 +105,7 @@ async def test_10mb_tool_output_is_bounded_and_the_rollout_goes_on(dev_model_dir
 async def test_binary_and_invalid_utf8_output_becomes_valid_text(dev_model_dir, dev_tokenizer, tmp_path):
     command = r"head -c 400 /dev/urandom; printf '\xff\xfe\x00\xc3(\xed\xa0\x80 tail\n'"
     async with (
+        asyncio.timeout(90),
         FakeVLLM(scripted(dev_tokenizer, command)) as fake,
         env_on(fake, dev_model_dir, tmp_path) as env,
     ):
@@ -147,7 +150,8 @@ async def test_prompt_longer_than_the_budget_stops_with_token_budget(dev_server,
     long_task_file(env, tmp_path, 3 * budget)
     await env.setup()
     sampler = CapturingSampler(env)
-    group, _ = await env.collect_trajectories(await env.get_next_item())
+    async with asyncio.timeout(120):
+        group, _ = await env.collect_trajectories(await env.get_next_item())
     assert sampler.calls == []  # nothing is sent to the server
     for override, tokens, masks in zip(group["overrides"], group["tokens"], group["masks"], strict=True):
         assert override["stop_reason"] == "token_budget" and override["turns"] == 0
@@ -167,7 +171,8 @@ async def test_prompt_that_nearly_fills_the_budget_generates_only_what_fits(
     long_task_file(env, tmp_path, budget - 60)
     await env.setup()
     sampler = CapturingSampler(env)
-    group, _ = await env.collect_trajectories(await env.get_next_item())
+    async with asyncio.timeout(120):
+        group, _ = await env.collect_trajectories(await env.get_next_item())
     assert sampler.calls, "the server generated the first turn"
     for prompt, generated, _ in sampler.calls:
         assert len(prompt) + len(generated) <= budget

@@ -201,12 +201,19 @@ def _expected_task_ids(dev_server, groups: int) -> list[str]:
     from hermes_opd.config_loading import load_job_config, split_overrides
 
     overrides, _ = split_overrides(
-        ["--env.tokenizer_name", str(dev_server.model_dir), "--env.opd_enabled", "false"]
+        [
+            "--env.tokenizer_name",
+            str(dev_server.model_dir),
+            "--env.opd_enabled",
+            "false",
+            "--env.data_path_to_save_groups",
+            "null",
+        ]  # BaseEnv would open (create) that file
     )
     job = load_job_config(LOCAL_CPU, overrides)
     env = AgenticOPDEnv(job.env, job.servers)
     asyncio.run(env.setup())
-    return [env.train_tasks[env._task_order[i % len(env._task_order)]].task_id for i in range(groups)]
+    return [env.task_at(i).task_id for i in range(groups)]
 
 
 @pytest.mark.integration

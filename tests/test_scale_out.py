@@ -78,10 +78,12 @@ def _fingerprint(group: dict) -> str:
     return hashlib.sha256(json.dumps(group["tokens"]).encode()).hexdigest()
 
 
-def _worker_argv(dev_server, api_url: str, seed: int) -> list[str]:
+def _worker_argv(dev_server, api_url: str, seed: int, tmp_path: Path) -> list[str]:
+    """Worker 1 also reads configs/local-cpu.yaml (Atropos' --config), so the YAML is exercised in serve mode."""
     model_dir = str(dev_server.model_dir)
+    config = ["--config", str(REPO / "configs" / "local-cpu.yaml")] if seed == 1 else []
     return [
-        sys.executable, "-m", "environments.agentic_opd_env", "serve",
+        sys.executable, "-m", "environments.agentic_opd_env", "serve", *config,
         "--env.rollout_server_url", api_url,
         "--env.tokenizer_name", model_dir,
         "--env.group_size", str(GROUP_SIZE),
@@ -94,6 +96,8 @@ def _worker_argv(dev_server, api_url: str, seed: int) -> list[str]:
         "--env.wandb_name", "agentic-opd",
         "--env.seed", str(seed),
         "--env.metrics_path", os.devnull,
+        # BaseEnv also writes every group it sends to this file (the YAML names one under runs/)
+        "--env.data_path_to_save_groups", str(tmp_path / f"worker{seed}.jsonl"),
         "--openai.base_url", dev_server.base_url,
         "--openai.model_name", dev_server.model_name,
         "--openai.tokenizer_name", model_dir,
@@ -127,7 +131,7 @@ def test_two_workers_feed_one_trainer_every_group_once(dev_server, tmp_path):
         started = time.monotonic()
         for seed in (0, 1):
             log = tmp_path / f"worker{seed}.log"
-            procs.append(_start(_worker_argv(dev_server, api_url, seed), log))
+            procs.append(_start(_worker_argv(dev_server, api_url, seed, tmp_path), log))
         deadline = started + COLLECT_TIMEOUT_S
         while time.monotonic() < deadline:
             for worker in procs[1:]:

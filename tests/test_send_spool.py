@@ -141,8 +141,12 @@ def group(marker: int) -> dict:
     }
 
 
-class SpoolingEnv(SpoolingSendMixin, AgenticOPDEnv):
-    """What AgenticOPDEnv becomes once the mixin is in its bases."""
+if issubclass(AgenticOPDEnv, SpoolingSendMixin):
+    SpoolingEnv = AgenticOPDEnv
+else:  # until the mixin is in AgenticOPDEnv's bases
+
+    class SpoolingEnv(SpoolingSendMixin, AgenticOPDEnv):
+        """What AgenticOPDEnv is once the mixin is in its bases."""
 
 
 def make_env(dev_model_dir, spool_dir: Path, api_url: str) -> SpoolingEnv:
@@ -151,6 +155,8 @@ def make_env(dev_model_dir, spool_dir: Path, api_url: str) -> SpoolingEnv:
     config.group_size = GROUP_SIZE
     config.rollout_server_url = api_url
     config.use_wandb = False
+    if "spool_dir" in type(config).model_fields:
+        config.spool_dir = str(spool_dir)
     servers[0].tokenizer_name = str(dev_model_dir)
     env = SpoolingEnv(config, servers)
     env.spool_dir = str(spool_dir)
@@ -419,3 +425,14 @@ async def test_spool_files_are_groups_jsonl(tmp_path):
     (tmp_path / "zz-broken.jsonl").write_text('{"tokens": [[1]]}\nnot json\n')
     with pytest.raises(ValueError, match="line 2: not JSON"):
         GroupSpool.read(tmp_path / "zz-broken.jsonl")
+
+
+def test_only_temporaries_of_dead_writers_are_cleaned_up(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live_tmp = tmp_path / f".{time.time_ns():020d}-{os.getpid()}-000000.jsonl.tmp"
+    dead_tmp = tmp_path / f".{time.time_ns():020d}-{dead.pid}-000000.jsonl.tmp"
+    live_tmp.write_text("half")
+    dead_tmp.write_text("half")
+    GroupSpool(tmp_path)  # another process opening a shared spool must not break a write in progress
+    assert live_tmp.exists() and not dead_tmp.exists()

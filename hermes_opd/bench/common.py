@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import platform
 import statistics
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -95,6 +99,22 @@ def machine_info() -> dict[str, Any]:
     except ImportError:
         pass
     return info
+
+
+async def with_retries(make_call: Callable[[], Awaitable[T]], attempts: int = 3, delay_s: float = 1.0) -> T:
+    """Await `make_call()`, again after a dropped connection (a shared dev server may restart or shed
+    load); each attempt is timed on its own by the caller, so a retry never pads a measurement."""
+    import aiohttp
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return await make_call()
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            if attempt == attempts:
+                raise
+            print(f"[bench] connection problem ({exc}); retry {attempt}/{attempts - 1}", file=sys.stderr)
+            await asyncio.sleep(delay_s * attempt)
+    raise AssertionError("unreachable")
 
 
 def percent(part: float, whole: float) -> float:

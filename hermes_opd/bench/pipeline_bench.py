@@ -30,7 +30,7 @@ from typing import Any
 
 import aiohttp
 
-from hermes_opd.bench.common import machine_info, with_headline
+from hermes_opd.bench.common import machine_info, with_headline, with_retries
 from hermes_opd.bench.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSettings
 from hermes_opd.bench.reference_schedule import reference_process_group
 from hermes_opd.bench.synth import SynthSpec, synth_group
@@ -100,6 +100,9 @@ async def probe_teacher(base_url: str, model: str, inputs: list[list[int]], k: i
     url = base_url.rstrip("/") + "/completions"
 
     async def one(session: aiohttp.ClientSession, ids: list[int]) -> tuple[float, int]:
+        return await with_retries(lambda: one_attempt(session, ids))
+
+    async def one_attempt(session: aiohttp.ClientSession, ids: list[int]) -> tuple[float, int]:
         payload = {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
         started = time.perf_counter()
         async with session.post(

@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from hermes_opd.bench.common import machine_info, with_headline
+from hermes_opd.bench.common import machine_info, with_headline, with_retries
 from hermes_opd.bench.synth import filler
 from hermes_opd.vllm_errors import UnexpectedResponseError
 from hermes_opd.vllm_format import PromptTopK, _snippet, parse_prompt_topk_json
@@ -99,12 +99,8 @@ def _timed(fn) -> tuple[float, Any]:
     return time.perf_counter() - started, value
 
 
-async def one_request(
-    session: aiohttp.ClientSession, url: str, model: str, ids: list[int], k: int, turn_tokens: int
-) -> dict[str, Any]:
-    payload = json.dumps(
-        {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
-    )
+async def timed_post(session: aiohttp.ClientSession, url: str, payload: str) -> tuple[float, float, bytes]:
+    """(seconds to the response headers, seconds from there to the last body byte, body)."""
     started = time.perf_counter()
     async with session.post(url, data=payload, headers={"Content-Type": "application/json"}) as response:
         headers_at = time.perf_counter()
@@ -112,6 +108,16 @@ async def one_request(
         ended = time.perf_counter()
         if response.status != 200:
             raise RuntimeError(f"teacher answered {response.status}: {raw[:300]!r}")
+    return headers_at - started, ended - headers_at, raw
+
+
+async def one_request(
+    session: aiohttp.ClientSession, url: str, model: str, ids: list[int], k: int, turn_tokens: int
+) -> dict[str, Any]:
+    payload = json.dumps(
+        {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
+    )
+    server_s, transfer_s, raw = await with_retries(lambda: timed_post(session, url, payload))
     before_s, before = _timed(lambda: legacy_parse_prompt_topk(json.loads(raw.decode("utf-8")), ids, k))
     full_s, full = _timed(lambda: parse_prompt_topk_json(raw, ids, k))
     from_pos = len(ids) - turn_tokens
@@ -123,8 +129,8 @@ async def one_request(
         and turn.logprobs[from_pos:] == full.logprobs[from_pos:]
     )
     return {
-        "server_s": headers_at - started,
-        "transfer_s": ended - headers_at,
+        "server_s": server_s,
+        "transfer_s": transfer_s,
         "bytes": len(raw),
         "parse_before_s": before_s,
         "parse_after_full_s": full_s,
