@@ -149,7 +149,9 @@ def _rank_row(
         try:
             at = toks.index(actual)
         except ValueError:
-            raise UnexpectedResponseError(f"prompt_logprobs entry {pos} lacks the actual token {actual}") from None
+            raise UnexpectedResponseError(
+                f"prompt_logprobs entry {pos} lacks the actual token {actual}"
+            ) from None
         row_ids.append(actual)
         row_lps.append(lps[at])
     return row_ids, row_lps

@@ -122,10 +122,14 @@ async def test_unknown_model_lists_served_models(dev_server):
 
 async def test_unreachable_server_fails_fast_with_url():
     port = free_port()
-    config = APIServerConfig(base_url=f"http://127.0.0.1:{port}/v1", model_name="m", api_key="EMPTY", timeout=5)
+    config = APIServerConfig(
+        base_url=f"http://127.0.0.1:{port}/v1", model_name="m", api_key="EMPTY", timeout=5
+    )
     server = CurrentVLLMServer(config)
     server.health_wait_s = 2.0
-    with pytest.raises(ServerUnreachableError, match=rf"127\.0\.0\.1:{port}.*(not healthy|is the server running)"):
+    with pytest.raises(
+        ServerUnreachableError, match=rf"127\.0\.0\.1:{port}.*(not healthy|is the server running)"
+    ):
         await server.get_logprobs(input_ids=[1, 2, 3], top_k=5)
 
 
@@ -136,7 +140,9 @@ async def test_unreachable_without_health_check_names_url():
     )
     server = CurrentVLLMServer(config)
     server.client.retry = type(server.client.retry)(max_attempts=2, base_delay_s=0.01)
-    with pytest.raises(ServerUnreachableError, match=rf"cannot connect to vLLM at http://127\.0\.0\.1:{port}"):
+    with pytest.raises(
+        ServerUnreachableError, match=rf"cannot connect to vLLM at http://127\.0\.0\.1:{port}"
+    ):
         await server.tokens_and_logprobs_completion(input_ids=[1, 2, 3], max_tokens=2)
 
 

@@ -23,7 +23,12 @@ def test_same_seed_gives_identical_files(tmp_path):
     b = json.loads((build_dev_model(tmp_path / "b", spec) / "dev_model.json").read_text())
     assert a["files"] == b["files"]
     assert {"model.safetensors", "tokenizer.json", "config.json", "chat_template.jinja"} <= set(a["files"])
-    c = json.loads((build_dev_model(tmp_path / "c", DevModelSpec(fit_steps=3, vocab_size=1024, seed=1)) / "dev_model.json").read_text())
+    c = json.loads(
+        (
+            build_dev_model(tmp_path / "c", DevModelSpec(fit_steps=3, vocab_size=1024, seed=1))
+            / "dev_model.json"
+        ).read_text()
+    )
     assert c["files"]["model.safetensors"] != a["files"]["model.safetensors"]
 
 
@@ -34,9 +39,14 @@ def test_chat_template_renders_tools_calls_and_tool_results(dev_tokenizer):
         {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "terminal", "arguments": {"command": "ls"}}}]},
         {"role": "tool", "name": "terminal", "content": "a.py"},
     ]  # fmt: skip
-    text = dev_tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+    text = dev_tokenizer.apply_chat_template(
+        messages, tools=tools, tokenize=False, add_generation_prompt=True
+    )
     assert '<tools>\n{"type": "function", "function": {"name": "terminal"' in text
-    assert '<|im_start|>assistant\n<tool_call>\n{"name": "terminal", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>' in text
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "terminal", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>'
+        in text
+    )
     assert "<|im_start|>tool\na.py<|im_end|>\n<|im_start|>assistant\n" in text
     ids = dev_tokenizer.encode("<tool_call></tool_call><|im_end|>", add_special_tokens=False)
     assert len(ids) == 3, "markup and EOS are single tokens"

@@ -54,7 +54,9 @@ async def test_group_record_is_exact(dev_server, tmp_path, reference_model):
         masks, lps = group["masks"][seq], group["inference_logprobs"][seq]
         spans = group["overrides"][seq]["turn_spans"]
         covered = sorted(i for s, e in spans for i in range(s, e))
-        assert covered == [i for i, m in enumerate(masks) if m != MASKED], "spans cover exactly the unmasked positions"
+        assert covered == [i for i, m in enumerate(masks) if m != MASKED], (
+            "spans cover exactly the unmasked positions"
+        )
         for start, end in spans:
             # The context before each turn is exactly what was sent, and the span is what came back.
             key = (tuple(tokens[:start]), tuple(tokens[start:end]))
@@ -121,10 +123,17 @@ async def test_dense_k1_mode_emits_one_entry_everywhere(dev_server, tmp_path):
         assert [len(r) for r in rows] == [1] * len(tokens)
         assert [r[0] for r in rows] == tokens
         lps = group["distill_logprobs"][seq]
-        scored = {p for t in group["overrides"][seq]["opd"]["turns"] if t["status"] == "scored" for p in range(*t["span"])}
+        scored = {
+            p
+            for t in group["overrides"][seq]["opd"]["turns"]
+            if t["status"] == "scored"
+            for p in range(*t["span"])
+        }
         for pos in range(len(tokens)):
             if pos not in scored:
-                assert lps[pos][0] == group["inference_logprobs"][seq][pos], "advantage exactly 0 where unscored"
+                assert lps[pos][0] == group["inference_logprobs"][seq][pos], (
+                    "advantage exactly 0 where unscored"
+                )
     assert validate_group(group) == []
 
 

@@ -44,7 +44,11 @@ def make_trajectory() -> Trajectory:
     messages = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "task"},
-        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "terminal", "arguments": {}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"function": {"name": "terminal", "arguments": {}}}],
+        },
         {"role": "tool", "name": "terminal", "content": "x" * 50},
         {"role": "assistant", "content": "done"},
         {"role": "user", "content": "tests fail", "name": "verifier"},

@@ -80,7 +80,9 @@ async def test_judge_faults_leave_turns_unscored(dev_server, tmp_path, mode):
             judge_model="judge", judge_timeout_s=1.0, judge_votes=2,
         )  # fmt: skip
         await env.setup()
-        env.pipeline.judge.config = env.pipeline.judge.config.model_copy(update={"max_retries": 1, "backoff_base_s": 0.01})
+        env.pipeline.judge.config = env.pipeline.judge.config.model_copy(
+            update={"max_retries": 1, "backoff_base_s": 0.01}
+        )
         for _ in range(2):  # the run continues after a faulty group
             group, _ = await env.collect_trajectories(await env.get_next_item())
             assert len(group["tokens"]) == 2
@@ -106,7 +108,12 @@ async def test_teacher_faults_leave_turns_unscored(dev_server, tmp_path, mode):
         assert validate_group(group) == []
         found = statuses(group)
         assert "teacher_error" in found and "scored" not in found, found
-        errors = [t["error"] for o in group["overrides"] for t in o["opd"]["turns"] if t["status"] == "teacher_error"]
+        errors = [
+            t["error"]
+            for o in group["overrides"]
+            for t in o["opd"]["turns"]
+            if t["status"] == "teacher_error"
+        ]
         expected = {"teacher-400": "MaxLogprobsTooLowError", "teacher-malformed": "UnexpectedResponseError",
                     "teacher-nan": "invalid logprob nan"}[mode]  # fmt: skip
         assert all(expected in e for e in errors), errors

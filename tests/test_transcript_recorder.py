@@ -18,7 +18,9 @@ def generate(tokenizer, text: str, eos: bool = True) -> list[int]:
 
 def test_each_context_is_a_prefix_of_the_next_and_spans_are_exact(dev_tokenizer):
     recorder = TranscriptRecorder(dev_tokenizer, DEV_TOOLS)
-    first = recorder.start([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Write add."}])
+    first = recorder.start(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Write add."}]
+    )
     # The first context is exactly the template's rendering with a generation prompt.
     expected = dev_tokenizer.apply_chat_template(
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Write add."}],
@@ -32,7 +34,9 @@ def test_each_context_is_a_prefix_of_the_next_and_spans_are_exact(dev_tokenizer)
     assert second[: len(first)] == first
     assert second[span1.start : span1.end] == gen1, "generated ids are kept exactly, never re-tokenized"
     gen2 = generate(dev_tokenizer, "Done.", eos=False)  # stopped by length: no EOS
-    span2 = recorder.record_generation(gen2, [-0.25] * len(gen2), {"role": "assistant", "content": "Done."}, "Done.")
+    span2 = recorder.record_generation(
+        gen2, [-0.25] * len(gen2), {"role": "assistant", "content": "Done."}, "Done."
+    )
     third = recorder.extend([{"role": "user", "content": "Tests fail."}])
     assert third[: span2.end] == second + gen2
     # An unfinished turn is closed by the glue: the EOS appears once, as template text.
@@ -85,7 +89,9 @@ def test_template_that_rewrites_history_is_refused(dev_tokenizer):
     recorder = TranscriptRecorder(ThinkStrippingTokenizer(dev_tokenizer), None)
     recorder.start([{"role": "user", "content": "hi"}])
     gen = generate(dev_tokenizer, "<think>hmm</think>ok")
-    recorder.record_generation(gen, [-1.0] * len(gen), {"role": "assistant", "content": "ok"}, "<think>hmm</think>ok")
+    recorder.record_generation(
+        gen, [-1.0] * len(gen), {"role": "assistant", "content": "ok"}, "<think>hmm</think>ok"
+    )
     with pytest.raises(TemplateNotAppendOnlyError, match="not be a prefix of the next"):
         recorder.extend([{"role": "user", "content": "next"}])
 

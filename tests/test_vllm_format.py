@@ -78,7 +78,9 @@ async def fake_vllm(aiohttp_unused_port=None):
         if state["mode"] == "not-json":
             return web.Response(status=200, text="<html>proxy</html>")
         ids = (await request.json())["prompt"]
-        return web.json_response({"choices": [{"prompt_logprobs": [None] + [entry((t, -0.5, 1)) for t in ids[1:]]}]})
+        return web.json_response(
+            {"choices": [{"prompt_logprobs": [None] + [entry((t, -0.5, 1)) for t in ids[1:]]}]}
+        )
 
     app = web.Application()
     app.router.add_post("/v1/completions", completions)
