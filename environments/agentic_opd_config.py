@@ -115,6 +115,11 @@ class AgenticOPDConfig(BaseEnvConfig):
     check_teacher_tokenizer: bool = Field(
         default=True, description="Refuse a teacher with another tokenizer."
     )
+    spool_dir: str | None = Field(
+        default=None,
+        description="Directory where groups the Atropos API could not take are kept and resent, oldest "
+        "first (default ./spool/<env name>); see docs/reliability.md.",
+    )
     metrics_path: str | None = Field(
         default=None,
         description="Local metrics JSONL (always written). Default: next to `data_path_to_save_groups`, else ./opd_metrics.jsonl.",

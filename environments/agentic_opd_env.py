@@ -28,6 +28,7 @@ from environments.agent_loop import RolloutLimits, run_rollout
 from environments.agentic_opd_config import AgenticOPDConfig
 from environments.group_builder import FinishedRollout, build_group, has_distill_signal, trim_after_last_turn
 from environments.sandbox import Sandbox, SandboxLimits
+from environments.send_spool import SpoolingSendMixin
 from environments.tasks import Task, builtin_tasks, load_hf_tasks, load_jsonl_tasks, split_tasks
 from environments.tools import TOOL_SCHEMAS
 from environments.verifier import VerifierConfig, verify
@@ -43,7 +44,7 @@ from scoring.teacher import TeacherScorer
 logger = logging.getLogger(__name__)
 
 
-class AgenticOPDEnv(BaseEnv):
+class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
     name = "agentic-opd"
     env_config_cls = AgenticOPDConfig
     server_cls = CurrentVLLMServer
@@ -121,7 +122,10 @@ class AgenticOPDEnv(BaseEnv):
         self._task_cursor = index
 
     async def close(self) -> None:
-        """Release HTTP sessions and health-check tasks (judge, teacher, policy servers)."""
+        """Flush the send spool; release HTTP sessions and health-check tasks (judge, teacher, policy)."""
+        if "_spool_state_cache" in self.__dict__:
+            with contextlib.suppress(Exception):
+                await self.flush_spool()
         if self.pipeline is not None:
             await self.pipeline.aclose()
         for server in getattr(self.server, "servers", []) or []:
@@ -197,6 +201,8 @@ class AgenticOPDEnv(BaseEnv):
                 if values:
                     wandb_metrics[key] = statistics.fmean(values)
             self._pending_metrics.clear()
+        if "_spool_state_cache" in self.__dict__:
+            wandb_metrics.update(self.spool_stats.as_metrics(self.spool.pending_groups()))
         await super().wandb_log(wandb_metrics)
 
     # -- rollouts --------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ class CurrentVLLMServer(APIServer):
     # -- health --------------------------------------------------------------------------------
     async def check_server_status_task(self, chat_completion: bool = True):
         url = f"{root_url(self.config.base_url)}/health"
+        slow_checks = 0
         while True:
             try:
                 async with (
@@ -69,7 +70,14 @@ class CurrentVLLMServer(APIServer):
                     response.raise_for_status()
                 self.server_healthy = True
                 self.last_health_error = None
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                slow_checks = 0
+            except TimeoutError:
+                # A busy CPU server can be slow to answer /health; only repeated timeouts mean down.
+                slow_checks += 1
+                if slow_checks >= 3:
+                    self.server_healthy = False
+                    self.last_health_error = f"/health timed out {slow_checks} times in a row"
+            except (aiohttp.ClientError, OSError) as exc:
                 self.server_healthy = False
                 self.last_health_error = f"{type(exc).__name__}: {exc}"
             await asyncio.sleep(1)

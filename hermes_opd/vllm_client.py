@@ -32,6 +32,8 @@ from hermes_opd.vllm_format import GeneratedSequence, PromptTopK, parse_generate
 
 logger = logging.getLogger(__name__)
 
+_PARSE_IN_THREAD_BYTES = 256 * 1024
+
 _MAX_LOGPROBS_PATTERN = re.compile(
     r"max(imum)?[ _-]?(allowed|logprobs)|max_logprobs|greater than max", re.IGNORECASE
 )
@@ -87,7 +89,8 @@ class VLLMCompletionsClient:
             self._session = aiohttp.ClientSession(
                 headers=self._headers(),
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                connector=aiohttp.TCPConnector(limit=256),
+                # vLLM drops idle keep-alive connections after 5 s; reuse them for less than that.
+                connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=4),
             )
             self._session_loop = loop
         return self._session
@@ -126,6 +129,9 @@ class VLLMCompletionsClient:
                 raise TransientServerError(f"vLLM at {self.base_url} answered {status}: {body_text[:300]}")
             await self._raise_client_error(status, body_text, payload)
         try:
+            if len(raw) > _PARSE_IN_THREAD_BYTES:
+                # A top-50 prompt-logprobs body is megabytes; parsing it inline stalls every rollout.
+                return await asyncio.to_thread(json.loads if decode is None else decode, raw)
             return json.loads(raw) if decode is None else decode(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             body_text = raw.decode("utf-8", errors="replace")

@@ -270,8 +270,6 @@ class Soak:
                 self.zombies_max = max(self.zombies_max, sum(1 for _, s in kids if s == "Z"))
 
     async def run(self) -> dict[str, Any]:
-        from hermes_opd.process_job import _close_env
-
         env = self.build_env()
         await env.setup()
         self.sample("start")
@@ -294,7 +292,7 @@ class Soak:
             for task in workers:
                 task.cancel()
             await asyncio.gather(lag, *workers, return_exceptions=True)
-            await _close_env(env)
+            await env.close()
         await asyncio.sleep(1.0)
         after = self.sample("closed")
         return self.verdict(after, cancelled=len(pending))

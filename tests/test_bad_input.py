@@ -224,11 +224,6 @@ async def test_dataset_with_missing_fields_names_the_line_and_field(dev_model_di
         await env.setup()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="environments/tasks/loaders.py load_jsonl_tasks lets UnicodeDecodeError escape without "
-    "file or line (docs/reliability.md, open issues)",
-)
 async def test_dataset_with_invalid_utf8_names_the_file(dev_model_dir, tmp_path):
     path = tmp_path / "tasks.jsonl"
     path.write_bytes(b'{"task_id": "a", "prompt": "caf\xff", "hidden_tests": "x"}\n')

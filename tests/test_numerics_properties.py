@@ -303,18 +303,10 @@ LOSSES = {
     ),
     "opd_token": lambda lp, topk, mask, t: opd_token_loss(lp, torch.full_like(lp, -2.0), mask),
 }
-TOKEN_LOSS_INF = pytest.mark.xfail(
-    strict=True,
-    reason="trainer_adapters/losses.py opd_token_loss: a student logprob of -inf at a teacher position "
-    "makes the loss (plain variant) and the opd/token_logprob_gap metric (both variants) inf; clamp at "
-    "MIN_LOGPROB (docs/reliability.md)",
-)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize(
-    "loss", [pytest.param(n, marks=TOKEN_LOSS_INF) if n.startswith("opd_token") else n for n in LOSSES]
-)
+@pytest.mark.parametrize("loss", list(LOSSES))
 def test_masked_vocabulary_logits_give_finite_losses_and_gradients(loss, dtype):
     for seed in range(5):
         logits, targets, ids, mask, teacher = _masked_vocab_case(seed, dtype)
@@ -328,12 +320,6 @@ def test_masked_vocabulary_logits_give_finite_losses_and_gradients(loss, dtype):
             assert math.isfinite(float(value)), (seed, name, value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="trainer_adapters/losses.py topk_kl clamps student logprobs at MIN_LOGPROB but not teacher "
-    "ones: contract-valid rows with logprobs near float32's lowest make the loss inf "
-    "(docs/reliability.md)",
-)
 def test_extreme_but_valid_teacher_rows_give_a_finite_topk_loss():
     T = 16
     row_ids, row_lps = normalize_row([0, 1, 2], [-0.01, -5.0, -3.0e38], 2, None, 3)

@@ -146,10 +146,13 @@ def opd_token_loss(
     from the current student logprob and never flows a gradient.
     """
     denominator = _denominator(mask_BT, num_tokens)
-    gap = teacher_logprobs_BT - logprobs_BT.detach()
+    # A -inf student logprob (a token the student rules out) would make A_t and the loss infinite.
+    gap = teacher_logprobs_BT - logprobs_BT.detach().clamp(min=MIN_LOGPROB)
     advantage = torch.where(mask_BT, gap.clamp(-advantage_clip, advantage_clip), torch.zeros_like(gap))
     if behaviour_logprobs_BT is None:
-        surrogate = torch.where(mask_BT, advantage * logprobs_BT, torch.zeros_like(logprobs_BT))
+        surrogate = torch.where(
+            mask_BT, advantage * logprobs_BT.clamp(min=MIN_LOGPROB), torch.zeros_like(logprobs_BT)
+        )
         was_clipped = torch.zeros_like(mask_BT)
     else:
         surrogate, _, was_clipped = ppo_clipped_objective(
@@ -206,7 +209,7 @@ def topk_kl(
     Returns 0 at positions with no valid entry.
     """
     student = torch.where(valid_NK, student_logprobs_NK.float().clamp(min=MIN_LOGPROB), 0.0)
-    teacher = torch.where(valid_NK, teacher_logprobs_NK.float(), 0.0)
+    teacher = torch.where(valid_NK, teacher_logprobs_NK.float().clamp(min=MIN_LOGPROB), 0.0)
     student_tail = log_tail_mass(student, valid_NK)
     teacher_tail = log_tail_mass(teacher, valid_NK)
     if direction == "reverse":

@@ -123,8 +123,14 @@ def load_jsonl_tasks(path: str | Path, field_map: Mapping[str, str] | None = Non
         raise TaskLoadError(f"task file {str(path)!r} does not exist")
 
     def records() -> Iterable[tuple[str, Mapping[str, Any]]]:
-        with path.open(encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
+        with path.open("rb") as f:
+            for number, raw_line in enumerate(f, start=1):
+                try:
+                    line = raw_line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise TaskLoadError(
+                        f"{path}:{number}: not valid UTF-8 ({exc.reason} at byte {exc.start})"
+                    ) from None
                 if not line.strip():
                     continue
                 where = f"{path}:{number}"

@@ -12,7 +12,9 @@ import argparse
 import asyncio
 import json
 import logging
+import signal
 import sys
+import threading
 from typing import Any
 
 from hermes_opd.bench.common import median_result, rounded, with_headline
@@ -176,6 +178,18 @@ def summary_lines(result: dict[str, Any], prefix: str = "") -> list[str]:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so child processes (fake endpoints) are stopped on the way out.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        return _main(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args: argparse.Namespace) -> int:
     for name in ("hermes_opd", "httpx", "httpx2", "openai", "judge", "scoring"):
         logging.getLogger(name).setLevel(logging.WARNING)
     if args.repeat < 1:

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import random
 import socket
 import subprocess
@@ -250,8 +251,10 @@ async def serve(settings: FakeSettings, host: str, port: int) -> None:
     site = web.SockSite(runner, sock, backlog=1024)
     await site.start()
     print(f"PORT {sock.getsockname()[1]}", flush=True)
+    parent = os.getppid()
     try:
-        await asyncio.Event().wait()
+        while os.getppid() == parent:  # never outlive the benchmark that started us
+            await asyncio.sleep(1.0)
     finally:
         await runner.cleanup()
 
