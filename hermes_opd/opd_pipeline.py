@@ -168,7 +168,7 @@ class OPDPipeline:
             result.status, result.error = "skipped", str(exc)
             return result
         try:
-            topk, stats = await self.teacher.score(teacher_input.ids)
+            topk, stats = await self.teacher.score(teacher_input.ids, from_pos=teacher_input.prompt_len)
             student_ids = trajectory.tokens[pair.span.start : pair.span.end]
             ids_rows, lp_rows = turn_rows(topk, teacher_input.prompt_len, student_ids, self.teacher.k)
         except Exception as exc:  # noqa: BLE001 - a teacher failure leaves the turn unscored

@@ -235,9 +235,9 @@ class VLLMCompletionsClient:
     async def prompt_topk(self, prompt_ids: list[int], k: int, *, from_pos: int = 0) -> PromptTopK:
         """Top-k prompt logprobs at every position of `prompt_ids` (one forward pass, 1 token sampled).
 
-        `from_pos`: parse only the rows from this position on (earlier rows come back empty, their
-        shape still checked). A teacher needs only the turn's positions, the last ones of the prompt,
-        and vLLM returns rows for every position: skipping the rest saves most of the client's time."""
+        `from_pos`: parse only the rows from this position on (earlier rows come back empty and are
+        not inspected). A teacher needs only the turn's positions, the last ones of the prompt, and
+        vLLM returns rows for every position: skipping the rest saves most of the client's time."""
         if not prompt_ids:
             raise ValueError("prompt_ids is empty")
         if k < 1:

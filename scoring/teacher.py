@@ -45,11 +45,12 @@ class TeacherScorer:
         self.timeout_s = timeout_s
         self.semaphore = asyncio.Semaphore(concurrency)
 
-    async def score(self, ids: list[int]) -> tuple[PromptTopK, TeacherCallStats]:
+    async def score(self, ids: list[int], from_pos: int = 0) -> tuple[PromptTopK, TeacherCallStats]:
+        """Teacher top-K rows for `ids`; rows before `from_pos` (the context) are not parsed."""
         async with self.semaphore:
             started = time.perf_counter()
             async with asyncio.timeout(self.timeout_s):
-                result = await self.client.prompt_topk(ids, self.k)
+                result = await self.client.prompt_topk(ids, self.k, from_pos=from_pos)
             return result, TeacherCallStats(time.perf_counter() - started, len(ids))
 
     async def check_tokenizer(self, tokenizer: Any) -> None:

@@ -1,4 +1,4 @@
-"""Shared helpers of the benchmarks: timing, medians over repeated runs, result objects, machine info."""
+"""Shared helpers of the benchmarks: the headline ratio, medians over repeated runs, retries, machine info."""
 
 from __future__ import annotations
 
@@ -8,23 +8,11 @@ import os
 import platform
 import statistics
 import sys
-import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-
-
-@contextmanager
-def stopwatch() -> Iterator[dict[str, float]]:
-    """`with stopwatch() as t: ...` then `t["s"]` holds the elapsed wall time in seconds."""
-    box: dict[str, float] = {}
-    started = time.perf_counter()
-    try:
-        yield box
-    finally:
-        box["s"] = time.perf_counter() - started
 
 
 def with_headline(result: dict[str, Any], key: str, value: float) -> dict[str, Any]:
@@ -115,7 +103,3 @@ async def with_retries(make_call: Callable[[], Awaitable[T]], attempts: int = 3,
             print(f"[bench] connection problem ({exc}); retry {attempt}/{attempts - 1}", file=sys.stderr)
             await asyncio.sleep(delay_s * attempt)
     raise AssertionError("unreachable")
-
-
-def percent(part: float, whole: float) -> float:
-    return 100.0 * part / whole if whole > 0 else 0.0

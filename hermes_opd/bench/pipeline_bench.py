@@ -114,7 +114,9 @@ async def probe_teacher(base_url: str, model: str, inputs: list[list[int]], k: i
         return time.perf_counter() - started, len(body)
 
     timeout = aiohttp.ClientTimeout(total=600)
-    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=512)) as session:
+    async with aiohttp.ClientSession(
+        timeout=timeout, connector=aiohttp.TCPConnector(limit=512, keepalive_timeout=4)
+    ) as session:
         await one(session, inputs[0])  # warm-up (connection, server's first request)
         sequential = [await one(session, ids) for ids in inputs]
         started = time.perf_counter()
@@ -297,6 +299,7 @@ async def run_backend(
         "scored_turns_reference": scored_ref,
         "scored_turns_ours": scored_ours,
         "identical_rows_share": identical_rows_share(reference, ours, trajectories, cfg.k),
+        "rows_max_abs_diff": rows_max_abs_diff(reference, ours, cfg.k),
         "teacher_service_s_total": probe["total_s"],
         "teacher_service_s_max": max(probe["service_s"]),
         "teacher_all_at_once_s": probe["concurrent_s"],
@@ -336,8 +339,18 @@ async def run_backend(
 def identical_rows_share(reference, ours, trajectories: list[Trajectory], k: int) -> float:
     """Share of scored positions where our top-K row equals the reference's dense row (a sanity check
     that both schedules did the same work; a real CPU server may batch differently and differ in the
-    last float bit)."""
+    last float bits, see `rows_max_abs_diff`)."""
+    return _row_comparison(reference, ours, k)[0]
+
+
+def rows_max_abs_diff(reference, ours, k: int) -> float:
+    """Largest |logprob difference| between our rows and the reference's, over the ids both hold."""
+    return _row_comparison(reference, ours, k)[1]
+
+
+def _row_comparison(reference, ours, k: int) -> tuple[float, float]:
     same = total = 0
+    worst = 0.0
     for seq, distill in enumerate(ours):
         for pos, row in enumerate(distill.ids_rows):
             if not row:
@@ -345,8 +358,13 @@ def identical_rows_share(reference, ours, trajectories: list[Trajectory], k: int
             total += 1
             ids = row[:k] + [0] * (k - len(row[:k]))
             lps = distill.lp_rows[pos][:k] + [0.0] * (k - len(row[:k]))
-            same += int(reference.token_ids[seq][pos] == ids and reference.logprobs[seq][pos] == lps)
-    return same / total if total else 0.0
+            ref_ids, ref_lps = reference.token_ids[seq][pos], reference.logprobs[seq][pos]
+            same += int(ref_ids == ids and ref_lps == lps)
+            theirs = dict(zip(ref_ids, ref_lps, strict=True))
+            for tok, lp in zip(row[:k], distill.lp_rows[pos][:k], strict=True):
+                if tok in theirs:
+                    worst = max(worst, abs(theirs[tok] - lp))
+    return (same / total if total else 0.0), worst
 
 
 async def run(cfg: PipelineBenchConfig) -> dict[str, Any]:

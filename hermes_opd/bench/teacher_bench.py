@@ -154,7 +154,11 @@ async def run(
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     url = base_url.rstrip("/") + "/completions"
     cells: dict[str, dict[str, Any]] = {}
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+    # vLLM drops idle keep-alive connections after 5 s: never reuse one older than 4 s.
+    connector = aiohttp.TCPConnector(keepalive_timeout=4)
+    async with aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=600), connector=connector
+    ) as session:
         warm = prompt_of_length(tokenizer, min(lengths), seed=99)
         await one_request(session, url, model, warm, min(ks), min(turn_tokens, len(warm) - 1))
         for length in lengths:
