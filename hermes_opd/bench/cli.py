@@ -18,6 +18,7 @@ import threading
 from typing import Any
 
 from hermes_opd.bench.common import median_result, rounded, with_headline
+from hermes_opd.paths import default_dev_model_dir
 
 BENCHES = ("pipeline", "payload", "loss", "teacher")
 
@@ -82,7 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _server_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-url", default="http://127.0.0.1:8123/v1", help="dev vLLM server")
     parser.add_argument("--model", default="dev-model", help="served model name")
-    parser.add_argument("--tokenizer", default="/tmp/devmodel", help="tokenizer / model directory")
+    parser.add_argument(
+        "--tokenizer",
+        default=str(default_dev_model_dir()),
+        help="tokenizer / model directory (the dev model)",
+    )
 
 
 def _pick(value: Any, default: Any, quick_default: Any, quick: bool) -> Any:

@@ -37,6 +37,7 @@ from hermes_opd.bench.synth import SynthSpec, synth_group
 from hermes_opd.hint import build_teacher_input, hint_text
 from hermes_opd.opd_config import OPDConfig, TeacherConfig
 from hermes_opd.opd_pipeline import OPDPipeline
+from hermes_opd.paths import default_dev_model_dir
 from hermes_opd.trajectory import Trajectory
 from hermes_opd.turn_pairs import extract_turn_pairs
 from hermes_opd.vllm_client import VLLMCompletionsClient
@@ -51,7 +52,7 @@ BACKENDS = ("remote", "real")
 class PipelineBenchConfig:
     spec: SynthSpec = field(default_factory=SynthSpec)
     backends: tuple[str, ...] = BACKENDS
-    tokenizer_dir: str = "/tmp/devmodel"
+    tokenizer_dir: str = str(default_dev_model_dir())
     real_base_url: str = "http://127.0.0.1:8123/v1"
     real_model: str = "dev-model"
     judge_latency_s: float = 0.3
