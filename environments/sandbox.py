@@ -35,6 +35,12 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from environments.process_tree import (
+    pids_of_uid,
+    signal_quietly,
+    terminate_process_tree,
+)
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -45,7 +51,6 @@ SH = "/bin/sh"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _DRAIN_GRACE_S = 0.25
 """After the command's main process exits, how long to keep reading output that is still buffered."""
-_REAP_TIMEOUT_S = 10.0
 TIMEOUT_EXIT_CODE = 124
 KILLED_EXIT_CODE = 128 + signal.SIGKILL
 
@@ -319,95 +324,7 @@ def _make_preexec(limits: SandboxLimits):
 
 
 # ---------------------------------------------------------------------------------------------
-# Processes: find, kill and reap.
-
-
-def _parent_map() -> dict[int, int]:
-    """pid -> ppid for every process visible in /proc."""
-    parents: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1:
-            parents[int(entry.name)] = int(fields[1])
-    return parents
-
-
-def descendants(pid: int) -> list[int]:
-    """All live descendants of `pid` (children first), from a snapshot of /proc."""
-    children: dict[int, list[int]] = {}
-    for child, parent in _parent_map().items():
-        children.setdefault(parent, []).append(child)
-    found: list[int] = []
-    frontier = [pid]
-    while frontier:
-        nxt: list[int] = []
-        for p in frontier:
-            nxt.extend(children.get(p, []))
-        found.extend(nxt)
-        frontier = nxt
-    return found
-
-
-def pids_of_uid(uid: int) -> list[int]:
-    """Live (not zombie) processes whose real uid is `uid`."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/status") as f:
-                status = dict(line.split(":", 1) for line in f if line.startswith(("State:", "Uid:")))
-            if int(status["Uid"].split()[0]) == uid and status["State"].split()[0] not in ("Z", "X"):
-                found.append(int(entry.name))
-        except (OSError, ValueError, KeyError, IndexError):
-            continue
-    return found
-
-
-def _signal_quietly(pid: int, sig: int, group: bool = False) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        (os.killpg if group else os.kill)(pid, sig)
-
-
-def kill_process_tree(pid: int) -> None:
-    """SIGKILL the process group led by `pid` and every descendant of `pid` (including ones that
-    moved to another session or process group), at once. Prefer `terminate_process_tree`, which
-    lets `pid` reap its children first, so that no orphaned zombies are left to init."""
-    tree = descendants(pid)
-    _signal_quietly(pid, signal.SIGKILL, group=True)
-    for p in tree:
-        _signal_quietly(p, signal.SIGKILL)
-    _signal_quietly(pid, signal.SIGKILL)
-
-
-async def terminate_process_tree(pid: int, exited: asyncio.Future[None], grace_s: float = 0.5) -> None:
-    """Kill everything process `pid` started, then `pid` itself; return once `exited` is done.
-
-    Descendants die first, so `pid` (the `unshare` wrapper, or bash) can reap them itself and no
-    orphaned zombies are left to init; with a PID namespace, killing its first process makes the
-    kernel kill everything inside. After `grace_s`, or on cancellation, the whole process group
-    is killed outright.
-    """
-    for child in descendants(pid):
-        _signal_quietly(child, signal.SIGKILL)
-    try:
-        await asyncio.wait_for(asyncio.shield(exited), grace_s)
-    except TimeoutError:
-        pass
-    finally:
-        if not exited.done():
-            kill_process_tree(pid)
-    try:
-        await asyncio.wait_for(asyncio.shield(exited), _REAP_TIMEOUT_S)
-    except TimeoutError:
-        log.error("sandbox: process %d did not exit %ss after SIGKILL", pid, _REAP_TIMEOUT_S)
+# Processes: see environments/process_tree.py.
 
 
 # ---------------------------------------------------------------------------------------------
@@ -597,7 +514,7 @@ class Sandbox:
                 if not leftovers:
                     break
                 for pid in leftovers:
-                    _signal_quietly(pid, signal.SIGKILL)
+                    signal_quietly(pid, signal.SIGKILL)
                 await asyncio.sleep(0.01)
         with contextlib.suppress(OSError):
             os.close(self._dir_fd)
@@ -714,7 +631,7 @@ class Sandbox:
                     await running.terminate()
                 elif not self._isolation.pid_namespace:
                     # Without a PID namespace, background jobs may still hold on: kill the group.
-                    _signal_quietly(running.pid, signal.SIGKILL, group=True)
+                    signal_quietly(running.pid, signal.SIGKILL, group=True)
             finally:
                 running.transport.close()
                 self._running.discard(running)
