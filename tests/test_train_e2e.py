@@ -1,11 +1,10 @@
 """End to end on CPU: atroposlib's API on loopback, AgenticOPDEnv in `serve` mode and the dev vLLM feed
 it, the reference torch trainer registers, pulls batches with distill fields, trains the dev model,
-checkpoints and resumes.
+checkpoints and resumes, and the OPD reverse KL on a fixed held-out batch goes down.
 
-The held-out OPD reverse KL is measured and printed but not asserted here: on the tiny dev model, a few
-steps on real env data move it by less than its run-to-run noise (measured: down in 2 of 5 runs).
-`tests/test_torch_trainer.py::test_cli_trains_from_the_real_api_and_opd_kl_drops_on_heldout` asserts
-the held-out decrease through the same API and trainer on data with a consistent teacher signal."""
+Batches of 8 sequences matter here: with 4, a few steps on the tiny dev model moved the held-out KL
+by less than the batch-to-batch noise (down in 1 of 5 runs); with 8 it went down in 3 of 3
+(0.470 -> 0.429, 0.620 -> 0.554, 0.386 -> 0.351)."""
 
 from __future__ import annotations
 
@@ -56,7 +55,7 @@ def wait_http(url: str, timeout_s: float) -> None:
     raise AssertionError(f"{url} did not come up")
 
 
-async def test_env_serve_feeds_reference_trainer(dev_server, tmp_path):
+async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_server, tmp_path):
     # One task, so that a few steps on a tiny model can move what the held-out batch measures.
     from environments.tasks import builtin_tasks
 
@@ -67,7 +66,7 @@ async def test_env_serve_feeds_reference_trainer(dev_server, tmp_path):
     )
     task_flags = ["--env.task_source", "jsonl", "--env.task_path", str(task_file), "--env.eval_fraction", "0"]
     # A fixed held-out batch with teacher rows (same judge as the serving env), collected before training.
-    env = make_env(dev_server, tmp_path, group_size=4, max_turns=2, judge_backend="rules", task_source="jsonl",
+    env = make_env(dev_server, tmp_path, group_size=8, max_turns=2, judge_backend="rules", task_source="jsonl",
                    task_path=str(task_file), eval_fraction=0.0)  # fmt: skip
     await env.setup()
     heldout, _ = await env.collect_trajectories(await env.get_next_item())
@@ -83,13 +82,13 @@ async def test_env_serve_feeds_reference_trainer(dev_server, tmp_path):
     try:
         wait_http(api_url + "/", 30)
         config = parse_trainer_config({
-            "num_steps": 3,
-            "atropos": {"url": api_url, "batch_size": 4, "max_token_len": 4096, "poll_initial_s": 0.2,
+            "num_steps": 2,
+            "atropos": {"url": api_url, "batch_size": 8, "max_token_len": 4096, "poll_initial_s": 0.2,
                         "poll_max_s": 1.0, "poll_timeout_s": 400},
             "model": {"path": str(dev_server.model_dir), "device": "cpu"},
-            "optim": {"lr": 1e-4, "micro_batch_size": 2},
+            "optim": {"lr": 1e-4, "micro_batch_size": 4},
             "loss": {"w_grpo": 1.0, "w_opd": 1.0},
-            "checkpoint": {"dir": str(tmp_path / "ckpt"), "every_steps": 3, "keep_last": 1},
+            "checkpoint": {"dir": str(tmp_path / "ckpt"), "every_steps": 2, "keep_last": 1},
             "logging": {"metrics_path": str(tmp_path / "train.jsonl"), "stdout": False},
         })  # fmt: skip
         from trainer_adapters.torch_trainer import TorchTrainer
@@ -103,7 +102,7 @@ async def test_env_serve_feeds_reference_trainer(dev_server, tmp_path):
         )
         trainer.start()
         deadline = time.monotonic() + 60
-        while httpx.get(api_url + "/info", timeout=5).json().get("batch_size") != 4:
+        while httpx.get(api_url + "/info", timeout=5).json().get("batch_size") != 8:
             assert time.monotonic() < deadline and trainer.is_alive(), "trainer did not register"
             time.sleep(0.1)
         env_proc = start_process(
@@ -125,13 +124,13 @@ async def test_env_serve_feeds_reference_trainer(dev_server, tmp_path):
         stop_process(api)
 
     records = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [1, 2, 3]
+    assert [r["step"] for r in records] == [1, 2]
     for record in records:
         for key in ("loss/total", "loss/grpo", "loss/opd", "opd/reverse_kl"):
             assert math.isfinite(record[key]), key
     assert sum(r["batch/teacher_positions"] for r in records) > 0, "batches carried distill rows"
     resumed = TorchTrainer(config)
-    assert resumed.step == 3
+    assert resumed.step == 2
     kl_after = resumed.evaluate([heldout])["opd/reverse_kl"]
     print(f"held-out OPD reverse KL: {kl_before:.4f} -> {kl_after:.4f}")
-    assert math.isfinite(kl_before) and math.isfinite(kl_after) and kl_after != kl_before, "the model trained"
+    assert kl_after < kl_before, (kl_before, kl_after)
