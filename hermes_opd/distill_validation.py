@@ -127,34 +127,29 @@ def validate_group(group: dict[str, Any], group_index: int = 0) -> list[Violatio
     return out.violations
 
 
-def _int_array(values: Any) -> np.ndarray | None:
-    """`values` as int64 [len], or None unless it is a list of integers."""
+def _numeric_array(values: Any, dtype: type, kinds: str) -> np.ndarray | None:
+    """`values` as a 1-D array of `dtype`, or None unless it is a list whose numpy kind is in `kinds`."""
     if not isinstance(values, list):
         return None
     if not values:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=dtype)
     try:
         array = np.asarray(values)
     except (ValueError, OverflowError):
         return None
-    if array.ndim != 1 or array.dtype.kind not in "iu":
+    if array.ndim != 1 or array.dtype.kind not in kinds:
         return None
-    return array.astype(np.int64, copy=False)
+    return array.astype(dtype, copy=False)
+
+
+def _int_array(values: Any) -> np.ndarray | None:
+    """`values` as int64 [len], or None unless it is a list of integers."""
+    return _numeric_array(values, np.int64, "iu")
 
 
 def _float_array(values: Any) -> np.ndarray | None:
     """`values` as float64 [len], or None unless it is a list of numbers (JSON NaN/Infinity included)."""
-    if not isinstance(values, list):
-        return None
-    if not values:
-        return np.zeros(0, dtype=np.float64)
-    try:
-        array = np.asarray(values)
-    except (ValueError, OverflowError):
-        return None
-    if array.ndim != 1 or array.dtype.kind not in "iuf":
-        return None
-    return array.astype(np.float64, copy=False)
+    return _numeric_array(values, np.float64, "iuf")
 
 
 def _validate_sequence(

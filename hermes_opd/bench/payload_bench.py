@@ -83,19 +83,8 @@ async def collect_groups(
         _progress(f"group {i + 1}/{n_groups}: {len(group['tokens'])} sequences, {scored} scored positions, "
                   f"{time.perf_counter() - started:.1f}s")  # fmt: skip
         groups.append(group)
-    await _close_env(env)
+    await env.close()
     return groups
-
-
-async def _close_env(env: Any) -> None:
-    """Best effort: close the HTTP sessions the env opened (it has no close hook of its own)."""
-    clients = [getattr(server, "client", None) for server in getattr(env.server, "servers", [])]
-    if env.pipeline is not None:
-        clients.append(env.pipeline.teacher.client)
-        await env.pipeline.judge.aclose()
-    for client in clients:
-        if client is not None and hasattr(client, "close"):
-            await client.close()
 
 
 # -- the three forms --------------------------------------------------------------------------------
