@@ -16,8 +16,8 @@ from typing import Any
 from environments.sandbox import Sandbox
 from environments.tool_calls import ToolCall, parse_tool_calls
 from environments.tools import execute_tool_call
-from hermes_opd.transcript_recorder import TranscriptRecorder
-from hermes_opd.vllm_format import GeneratedSequence
+from hermes_opd.record.transcript_recorder import TranscriptRecorder
+from hermes_opd.vllm_api.wire_format import GeneratedSequence
 
 logger = logging.getLogger(__name__)
 

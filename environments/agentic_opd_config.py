@@ -7,7 +7,7 @@ from typing import Literal
 from atroposlib.envs.base import BaseEnvConfig
 from pydantic import ConfigDict, Field
 
-from hermes_opd.opd_config import OPDConfig, TeacherConfig
+from hermes_opd.pipeline.opd_config import OPDConfig, TeacherConfig
 from judge.config import JudgeConfig
 
 

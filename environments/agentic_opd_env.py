@@ -29,16 +29,19 @@ from environments.agentic_opd_config import AgenticOPDConfig
 from environments.group_builder import FinishedRollout, build_group, has_distill_signal, trim_after_last_turn
 from environments.sandbox import Sandbox, SandboxLimits
 from environments.send_spool import SpoolingSendMixin
-from environments.tasks import Task, builtin_tasks, load_hf_tasks, load_jsonl_tasks, split_tasks
+from environments.tasks.builtin import builtin_tasks
+from environments.tasks.loaders import load_hf_tasks, load_jsonl_tasks
+from environments.tasks.split import split_tasks
+from environments.tasks.task import Task
 from environments.tools import TOOL_SCHEMAS
 from environments.verifier import VerifierConfig, verify
-from hermes_opd.atropos_server import CurrentVLLMServer
-from hermes_opd.opd_metrics import group_metrics
-from hermes_opd.opd_pipeline import OPDPipeline
-from hermes_opd.paths import default_dev_model_dir
-from hermes_opd.vllm_client import RetryPolicy, VLLMCompletionsClient
-from hermes_opd.vllm_format import GeneratedSequence
-from judge.backends import make_judge_backend
+from hermes_opd.devkit.paths import default_dev_model_dir
+from hermes_opd.pipeline.opd_metrics import group_metrics
+from hermes_opd.pipeline.opd_pipeline import OPDPipeline
+from hermes_opd.vllm_api.atropos_server import CurrentVLLMServer
+from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient
+from hermes_opd.vllm_api.wire_format import GeneratedSequence
+from judge.make_backend import make_judge_backend
 from scoring.teacher import TeacherScorer
 
 logger = logging.getLogger(__name__)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_opd.distill_format import empty_rows, make_opd_block, to_dense_k1
-from hermes_opd.opd_pipeline import SequenceDistill
-from hermes_opd.trajectory import MASKED, Trajectory
+from hermes_opd.contract.constants import MASKED
+from hermes_opd.contract.rows import empty_rows, make_opd_block, to_dense_k1
+from hermes_opd.pipeline.opd_pipeline import SequenceDistill
+from hermes_opd.record.trajectory import Trajectory
 
 
 @dataclass

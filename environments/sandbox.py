@@ -40,6 +40,7 @@ from environments.process_tree import (
     signal_quietly,
     terminate_process_tree,
 )
+from hermes_opd.contract.errors import HermesOPDError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -132,7 +133,7 @@ class CommandResult:
     duration_s: float
 
 
-class SandboxError(RuntimeError):
+class SandboxError(HermesOPDError, RuntimeError):
     """The sandbox could not be set up or was used after it was closed."""
 
 

@@ -55,17 +55,19 @@ from typing import Any
 
 import aiohttp
 
+from hermes_opd.contract.errors import HermesOPDError
+
 logger = logging.getLogger(__name__)
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429})
 """4xx answers that may succeed when repeated; every 5xx is transient too."""
 
 
-class APIUnavailableError(RuntimeError):
+class APIUnavailableError(HermesOPDError, RuntimeError):
     """The API could not take the payload now (connection, timeout, 5xx, no trainer): retry later."""
 
 
-class APIRejectedError(RuntimeError):
+class APIRejectedError(HermesOPDError, RuntimeError):
     """The API refused the payload (4xx): retrying the same bytes cannot succeed."""
 
     def __init__(self, status: int, body: str) -> None:

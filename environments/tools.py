@@ -22,6 +22,7 @@ from typing import Any
 
 from environments.sandbox import Sandbox, SandboxError
 from environments.tool_calls import ToolCall, ToolCallError
+from hermes_opd.contract.errors import HermesOPDError
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class ToolResult:
     call_id: str = ""
 
 
-class ToolError(Exception):
+class ToolError(HermesOPDError):
     """A failure the model should read and can fix; becomes an error ToolResult."""
 
 

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_opd.turn_pairs import TurnPair
+from hermes_opd.record.turn_pairs import TurnPair
 from judge.backends import JudgeBackend, JudgeError
 from judge.config import JudgeConfig
 from judge.parsing import Vote

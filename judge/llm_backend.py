@@ -27,7 +27,8 @@ from typing import Any
 
 import openai
 
-from hermes_opd.turn_pairs import TurnPair
+from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.record.turn_pairs import TurnPair
 from judge.backends import JudgeError
 from judge.config import JudgeConfig
 from judge.parsing import Vote, parse_vote
@@ -36,7 +37,7 @@ from judge.prompt import build_judge_prompt_from_config
 Sleep = Callable[[float], Awaitable[None]]
 
 
-class MalformedResponseError(RuntimeError):
+class MalformedResponseError(HermesOPDError, RuntimeError):
     """The endpoint answered 2xx with something that is not a chat completion (never retried)."""
 
 

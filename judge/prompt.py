@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_opd.turn_pairs import TurnPair
+from hermes_opd.record.turn_pairs import TurnPair
 from judge.config import JudgeConfig
 from judge.parsing import HINT_END, HINT_START
 

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hermes_opd.turn_pairs import TurnPair
+from hermes_opd.record.turn_pairs import TurnPair
 from judge.config import JudgeConfig
 from judge.parsing import HINT_END, HINT_START, Vote, parse_vote
 from judge.prompt import defuse_markers

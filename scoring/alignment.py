@@ -6,11 +6,12 @@ context. Nothing is searched: the mapping is an offset, and it is checked token 
 
 from __future__ import annotations
 
-from hermes_opd.distill_format import normalize_row
-from hermes_opd.vllm_format import PromptTopK
+from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.contract.rows import normalize_row
+from hermes_opd.vllm_api.wire_format import PromptTopK
 
 
-class AlignmentError(ValueError):
+class AlignmentError(HermesOPDError, ValueError):
     """The teacher's scored ids are not the student's turn ids at the expected offset."""
 
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import aiohttp
 
-from hermes_opd.vllm_client import VLLMCompletionsClient, root_url
-from hermes_opd.vllm_format import PromptTopK
+from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.vllm_api.client import VLLMCompletionsClient, root_url
+from hermes_opd.vllm_api.wire_format import PromptTopK
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ TOKENIZER_PROBE = (
 )
 
 
-class TeacherTokenizerMismatchError(RuntimeError):
+class TeacherTokenizerMismatchError(HermesOPDError, RuntimeError):
     """The teacher endpoint tokenizes differently from the policy: its logprobs would score other tokens."""
 
 

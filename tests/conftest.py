@@ -15,8 +15,8 @@ import pytest
 @pytest.fixture(scope="session")
 def dev_model_dir() -> Path:
     """A built dev model (built on first use; reused when already there)."""
-    from hermes_opd.dev_model import build_dev_model, is_built
-    from hermes_opd.paths import default_dev_model_dir
+    from hermes_opd.devkit.dev_model import build_dev_model, is_built
+    from hermes_opd.devkit.paths import default_dev_model_dir
 
     path = default_dev_model_dir()
     if not is_built(path):
@@ -48,7 +48,7 @@ def dev_server(dev_model_dir, tmp_path_factory):
 
     Set HERMES_OPD_DEV_SERVER_URL (and optionally HERMES_OPD_DEV_SERVER_MODEL) to reuse a server you
     started yourself with `hermes-opd dev-server`."""
-    from hermes_opd.dev_server import DevServer
+    from hermes_opd.devkit.dev_server import DevServer
 
     url = os.environ.get("HERMES_OPD_DEV_SERVER_URL")
     if url:

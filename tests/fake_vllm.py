@@ -2,7 +2,7 @@
 
 It answers `POST /v1/completions` the way vLLM 0.32 does with `return_token_ids: true` and
 `logprobs: 0` (`choices[i].token_ids`, `choices[i].logprobs.token_logprobs`, `finish_reason`; see
-`hermes_opd.vllm_format.parse_generated`), plus `GET /health` and `GET /v1/models`. Each completions
+`hermes_opd.vllm_api.wire_format.parse_generated`), plus `GET /health` and `GET /v1/models`. Each completions
 request takes the next mode from `plan` (then `default`):
 
     ok          a normal answer: `reply(prompt_ids)` token ids, each with logprob -0.5

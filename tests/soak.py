@@ -114,7 +114,7 @@ class Soak:
 
     def build_env(self):
         from environments.agentic_opd_env import AgenticOPDEnv
-        from hermes_opd.config_loading import Overrides, load_job_config
+        from environments.config_loading import Overrides, load_job_config
 
         overrides = Overrides(
             env={"sandbox_root": str(self.sandbox_root), "data_path_to_save_groups": "null",
@@ -152,7 +152,7 @@ class Soak:
         and the teacher stay real). Those ids are recorded like any generation."""
         import random
 
-        from hermes_opd.vllm_format import GeneratedSequence
+        from hermes_opd.vllm_api.wire_format import GeneratedSequence
 
         tok = env.tokenizer
         command = (
@@ -237,7 +237,7 @@ class Soak:
         os.replace(tmp, self.report_path)
 
     async def worker(self, env, stop_at: float) -> None:
-        from hermes_opd.distill_format import validate_group
+        from hermes_opd.contract.validation import validate_group
 
         while time.monotonic() < stop_at:
             item = await env.get_next_item()
@@ -336,7 +336,7 @@ def _running_loop() -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from hermes_opd.paths import default_dev_model_dir
+    from hermes_opd.devkit.paths import default_dev_model_dir
 
     parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=5.0)

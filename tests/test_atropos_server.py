@@ -8,9 +8,9 @@ import pytest
 from atroposlib.envs.server_handling.managed_server import ManagedServer
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
-from hermes_opd.atropos_server import CurrentVLLMServer
-from hermes_opd.dev_server import free_port
-from hermes_opd.vllm_errors import MaxLogprobsTooLowError, ModelNotServedError, ServerUnreachableError
+from hermes_opd.devkit.dev_server import free_port
+from hermes_opd.vllm_api.atropos_server import CurrentVLLMServer
+from hermes_opd.vllm_api.errors import MaxLogprobsTooLowError, ModelNotServedError, ServerUnreachableError
 from tests.oracle import full_logprobs, token_logprobs
 
 pytestmark = pytest.mark.integration

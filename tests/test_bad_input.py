@@ -20,8 +20,8 @@ from pydantic import ValidationError
 
 from environments.agentic_opd_config import AgenticOPDConfig
 from environments.agentic_opd_env import AgenticOPDEnv
-from environments.tasks import TaskLoadError
-from hermes_opd.distill_format import validate_group
+from environments.tasks.loaders import TaskLoadError
+from hermes_opd.contract.validation import validate_group
 from tests.env_factory import CapturingSampler, make_env
 from tests.fake_vllm import FakeVLLM
 
@@ -125,7 +125,7 @@ async def test_binary_and_invalid_utf8_output_becomes_valid_text(dev_model_dir, 
 def context_length(env: AgenticOPDEnv, prompt: str) -> int:
     """Tokens of the first policy context (system prompt with the tool schemas, user prompt, template)."""
     from environments.tools import TOOL_SCHEMAS
-    from hermes_opd.transcript_recorder import TranscriptRecorder
+    from hermes_opd.record.transcript_recorder import TranscriptRecorder
 
     messages = [{"role": "system", "content": env.config.system_prompt}, {"role": "user", "content": prompt}]
     return len(TranscriptRecorder(env.tokenizer, TOOL_SCHEMAS).start(messages))

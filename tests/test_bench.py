@@ -14,9 +14,9 @@ from hermes_opd.bench import cli
 from hermes_opd.bench.common import median_result, with_headline
 from hermes_opd.bench.fake_endpoints import FakeEndpoints, FakeSettings, TeacherBodyBuilder
 from hermes_opd.bench.teacher_bench import legacy_parse_prompt_topk
-from hermes_opd.vllm_client import VLLMCompletionsClient
-from hermes_opd.vllm_errors import UnexpectedResponseError
-from hermes_opd.vllm_format import parse_prompt_topk, parse_prompt_topk_json
+from hermes_opd.vllm_api.client import VLLMCompletionsClient
+from hermes_opd.vllm_api.errors import UnexpectedResponseError
+from hermes_opd.vllm_api.wire_format import parse_prompt_topk, parse_prompt_topk_json
 
 
 def run_bench(capsys, argv: list[str]) -> dict:
@@ -186,7 +186,7 @@ def test_pipeline_bench_quick_remote(capsys, dev_model_dir):
 
 
 def test_payload_bench_on_a_groups_file(capsys, tmp_path):
-    from hermes_opd.distill_format import empty_rows, normalize_row, place_turn_rows
+    from hermes_opd.contract.rows import empty_rows, normalize_row, place_turn_rows
 
     rng = random.Random(0)
     n, start, end, k = 300, 200, 260, 50

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hermes_opd.config_loading import ConfigError, build_job_config, load_job_config, split_overrides
+from environments.config_loading import build_job_config, load_job_config, split_overrides
+from hermes_opd.contract.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 CONFIG_FILES = sorted(CONFIG_DIR.glob("*.yaml"))
@@ -52,7 +53,7 @@ def test_config_file_loads(path: Path):
 
 
 def test_local_cpu_matches_the_demo():
-    from hermes_opd.demo import DEMO_CONCURRENCY, DEMO_ENV
+    from hermes_opd.commands.demo import DEMO_CONCURRENCY, DEMO_ENV
 
     data = yaml.safe_load((CONFIG_DIR / "local-cpu.yaml").read_text())
     for key, value in DEMO_ENV.items():

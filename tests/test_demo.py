@@ -14,13 +14,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.mark.integration
 def test_demo_writes_valid_groups_metrics_and_a_report(dev_server, tmp_path):
-    from hermes_opd.validate_file import validate_jsonl
+    from hermes_opd.commands.validate_file import validate_jsonl
 
     out = tmp_path / "demo"
     out.mkdir()
     (out / "groups.jsonl").write_text("left over from an earlier run\n")  # the demo starts afresh
     argv = [
-        sys.executable, "-m", "hermes_opd.cli", "demo", "--out", str(out), "--groups", "2",
+        sys.executable, "-m", "hermes_opd.commands.main", "demo", "--out", str(out), "--groups", "2",
         "--group-size", "2", "--max-turns", "2",
         "--server-url", dev_server.base_url, "--model-name", dev_server.model_name,
         "--model-dir", str(dev_server.model_dir),

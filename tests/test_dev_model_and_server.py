@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_opd.dev_model import DevModelSpec, build_dev_model
+from hermes_opd.devkit.dev_model import DevModelSpec, build_dev_model
 
 
 def test_same_seed_gives_identical_files(tmp_path):
@@ -68,11 +68,11 @@ def _group_alive(pgid: int) -> bool:
 @pytest.mark.integration
 @pytest.mark.parametrize("sig", [signal.SIGTERM])
 def test_dev_server_cli_serves_and_stops_cleanly(dev_model_dir, tmp_path, sig):
-    from hermes_opd.dev_server import free_port
+    from hermes_opd.devkit.dev_server import free_port
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hermes_opd.cli", "dev-server", "--model", str(dev_model_dir), "--port", str(port),
+        [sys.executable, "-m", "hermes_opd.commands.main", "dev-server", "--model", str(dev_model_dir), "--port", str(port),
          "--log", str(tmp_path / "vllm.log")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip

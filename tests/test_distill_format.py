@@ -1,4 +1,4 @@
-"""Tests for hermes_opd.distill_format: packing, dense_k1 and validate_group.
+"""Tests for hermes_opd.contract.rows: packing, dense_k1 and validate_group.
 
 `build_group` here makes realistic, contract-valid ScoredDataGroups; test_validate_file.py and
 test_inspector.py import it (pytest puts tests/ on sys.path).
@@ -15,21 +15,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_opd.distill_format import (
-    FORMAT_VERSION,
-    MODE_DENSE_K1,
-    MODE_TOPK,
+from hermes_opd.contract.constants import FORMAT_VERSION, MASKED, MODE_DENSE_K1, MODE_TOPK
+from hermes_opd.contract.provenance import parse_provenance, scored_positions
+from hermes_opd.contract.rows import (
     empty_rows,
     make_opd_block,
     normalize_row,
-    parse_provenance,
     place_turn_rows,
     round_logprobs,
-    scored_positions,
     to_dense_k1,
-    validate_group,
 )
-from hermes_opd.trajectory import MASKED, PROMPT_LOGPROB
+from hermes_opd.contract.validation import validate_group
+from hermes_opd.record.trajectory import PROMPT_LOGPROB
 
 VOCAB = 64
 """Token ids 0..63; `build_group` avoids id 0 for student tokens so zero padding is detectable."""

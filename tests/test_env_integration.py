@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hermes_opd.distill_format import validate_group
-from hermes_opd.trajectory import MASKED
+from hermes_opd.contract.constants import MASKED
+from hermes_opd.contract.validation import validate_group
 from judge.parsing import Vote
 from tests.env_factory import CapturingSampler, make_env
 from tests.oracle import full_logprobs, token_logprobs

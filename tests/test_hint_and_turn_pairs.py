@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_opd.hint import HINT_SEPARATOR, build_teacher_input, enhance_messages, hint_text
-from hermes_opd.trajectory import MASKED, Trajectory, TurnSpan
-from hermes_opd.turn_pairs import extract_turn_pairs, truncate_text
+from hermes_opd.contract.constants import MASKED
+from hermes_opd.record.hint import HINT_SEPARATOR, build_teacher_input, enhance_messages, hint_text
+from hermes_opd.record.trajectory import Trajectory, TurnSpan
+from hermes_opd.record.turn_pairs import extract_turn_pairs, truncate_text
 
 
 def test_hint_format_is_pinned():

@@ -1,4 +1,4 @@
-"""Tests for hermes_opd.inspector: the HTML report, checked as parsed HTML (no browser)."""
+"""Tests for hermes_opd.commands.inspector: the HTML report, checked as parsed HTML (no browser)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_opd.distill_format import scored_positions
-from hermes_opd.inspector import advantage_class, main, render_report
-from hermes_opd.trajectory import MASKED
+from hermes_opd.commands.inspector import advantage_class, main, render_report
+from hermes_opd.contract.constants import MASKED
+from hermes_opd.contract.provenance import scored_positions
 from tests.test_distill_format import VOCAB, build_group, to_dense_group
 
 _RAW_WORDS = (

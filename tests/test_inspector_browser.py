@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_opd.inspector import main
+from hermes_opd.commands.inspector import main
 from tests.test_distill_format import build_group, to_dense_group
 from tests.test_inspector import TokenCounter, count_scored
 

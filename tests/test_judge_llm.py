@@ -20,10 +20,13 @@ import openai
 import pytest
 from aiohttp import web
 
-from hermes_opd.trajectory import TurnSpan
-from hermes_opd.turn_pairs import TurnPair
-from judge import JudgeConfig, JudgeError, judge_turn, make_judge_backend
+from hermes_opd.record.trajectory import TurnSpan
+from hermes_opd.record.turn_pairs import TurnPair
+from judge.backends import JudgeError
+from judge.config import JudgeConfig
+from judge.judge_turn import judge_turn
 from judge.llm_backend import LLMJudgeBackend, backoff_seconds, retry_after_seconds, retry_delay
+from judge.make_backend import make_judge_backend
 from judge.parsing import HINT_END, HINT_START
 
 HINT = "Read config.yaml first: the key is `server.port`, not `port`."

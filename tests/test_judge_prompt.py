@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_opd.trajectory import TurnSpan
-from hermes_opd.turn_pairs import TurnPair
-from judge import JudgeConfig, build_judge_prompt, parse_vote
-from judge.parsing import HINT_END, HINT_START
-from judge.prompt import build_judge_prompt_from_config, elide_middle, render_context
+from hermes_opd.record.trajectory import TurnSpan
+from hermes_opd.record.turn_pairs import TurnPair
+from judge.config import JudgeConfig
+from judge.parsing import HINT_END, HINT_START, parse_vote
+from judge.prompt import build_judge_prompt, build_judge_prompt_from_config, elide_middle, render_context
 
 TASK = "Make `python -m app` print the port from config.yaml."
 

@@ -6,9 +6,13 @@ import re
 
 import pytest
 
-from hermes_opd.trajectory import MASKED, Trajectory, TurnSpan
-from hermes_opd.turn_pairs import TurnPair, extract_turn_pairs
-from judge import JudgeConfig, judge_turn, make_judge_backend, parse_vote
+from hermes_opd.contract.constants import MASKED
+from hermes_opd.record.trajectory import Trajectory, TurnSpan
+from hermes_opd.record.turn_pairs import TurnPair, extract_turn_pairs
+from judge.config import JudgeConfig
+from judge.judge_turn import judge_turn
+from judge.make_backend import make_judge_backend
+from judge.parsing import parse_vote
 from judge.rules_backend import RulePatterns, RulesJudgeBackend, find_failures, rule_answer, rule_hint
 
 PATTERNS = RulePatterns.from_config(JudgeConfig(backend="rules"))

@@ -23,8 +23,9 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from hermes_opd.distill_format import FLOAT32_LOWEST, normalize_row, validate_group
-from hermes_opd.distill_validation import (
+from hermes_opd.contract.constants import MASKED
+from hermes_opd.contract.rows import FLOAT32_LOWEST, normalize_row
+from hermes_opd.contract.validation import (
     DUPLICATE_ID,
     MISSING_ROW,
     NON_FINITE,
@@ -35,8 +36,8 @@ from hermes_opd.distill_validation import (
     TOPK_MASS,
     UNSORTED,
     ZERO_PADDING,
+    validate_group,
 )
-from hermes_opd.trajectory import MASKED
 from tests.test_distill_format import packed_sequences, teacher_distribution
 from trainer_adapters.collate import BatchValidationError, collate_groups
 from trainer_adapters.losses import grpo_loss, opd_token_loss, opd_topk_loss, topk_kl

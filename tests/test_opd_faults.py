@@ -10,7 +10,7 @@ import json
 import pytest
 from aiohttp import web
 
-from hermes_opd.distill_format import validate_group
+from hermes_opd.contract.validation import validate_group
 from scoring.teacher import TeacherTokenizerMismatchError
 from tests.env_factory import make_env
 from tests.test_env_integration import AlwaysHintJudge

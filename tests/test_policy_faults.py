@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from environments.agentic_opd_env import AgenticOPDEnv
-from hermes_opd.dev_server import free_port
-from hermes_opd.distill_format import validate_group
-from hermes_opd.vllm_errors import ServerUnreachableError
+from hermes_opd.contract.validation import validate_group
+from hermes_opd.devkit.dev_server import free_port
+from hermes_opd.vllm_api.errors import ServerUnreachableError
 from scoring.teacher import TeacherTokenizerMismatchError
 from tests.fake_vllm import FakeVLLM
 

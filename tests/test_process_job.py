@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_opd import process_job
-from hermes_opd.process_job import GroupWriter, OutputError, group_failure, scan_output
+from hermes_opd.commands import process_job
+from hermes_opd.commands.process_job import GroupWriter, OutputError, group_failure, scan_output
 
 REPO = Path(__file__).resolve().parent.parent
 LOCAL_CPU = REPO / "configs" / "local-cpu.yaml"
@@ -137,7 +137,7 @@ def test_cli_entry_point_exit_code(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("openai:\n  base_url: http://127.0.0.1:1/v1\n  modle_name: x\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "hermes_opd.cli", "process", "--config", str(config)],
+        [sys.executable, "-m", "hermes_opd.commands.main", "process", "--config", str(config)],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
@@ -149,7 +149,7 @@ def test_cli_entry_point_exit_code(tmp_path):
 def _job_argv(dev_server, out: Path, groups: int, *extra: str) -> list[str]:
     model_dir = str(dev_server.model_dir)
     return [
-        sys.executable, "-m", "hermes_opd.cli", "process", "--config", str(LOCAL_CPU), "--out", str(out),
+        sys.executable, "-m", "hermes_opd.commands.main", "process", "--config", str(LOCAL_CPU), "--out", str(out),
         "--groups", str(groups), "--progress", "lines",
         "--openai.base_url", dev_server.base_url, "--openai.model_name", dev_server.model_name,
         "--openai.tokenizer_name", model_dir, "--env.tokenizer_name", model_dir,
@@ -198,7 +198,7 @@ def _expected_task_ids(dev_server, groups: int) -> list[str]:
     import asyncio
 
     from environments.agentic_opd_env import AgenticOPDEnv
-    from hermes_opd.config_loading import load_job_config, split_overrides
+    from environments.config_loading import load_job_config, split_overrides
 
     overrides, _ = split_overrides(
         [
@@ -218,7 +218,7 @@ def _expected_task_ids(dev_server, groups: int) -> list[str]:
 
 @pytest.mark.integration
 def test_resume_after_sigkill_has_no_duplicate_and_no_missing_group(dev_server, tmp_path):
-    from hermes_opd.validate_file import validate_jsonl
+    from hermes_opd.commands.validate_file import validate_jsonl
 
     groups = 4
     out = tmp_path / "groups.jsonl"
@@ -271,7 +271,7 @@ def test_resume_after_sigkill_has_no_duplicate_and_no_missing_group(dev_server, 
 
 @pytest.mark.integration
 def test_ctrl_c_finishes_groups_in_flight_and_exits_cleanly(dev_server, tmp_path):
-    from hermes_opd.validate_file import validate_jsonl
+    from hermes_opd.commands.validate_file import validate_jsonl
 
     out = tmp_path / "groups.jsonl"
     log = tmp_path / "run.log"

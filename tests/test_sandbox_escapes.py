@@ -22,7 +22,7 @@ from environments.agentic_opd_env import AgenticOPDEnv
 from environments.sandbox import NOBODY_GID, NOBODY_UID, Sandbox, SandboxLimits, detect_isolation
 from environments.tool_calls import ToolCall
 from environments.tools import execute_tool_call
-from hermes_opd.distill_format import validate_group
+from hermes_opd.contract.validation import validate_group
 from tests.fake_vllm import FakeVLLM
 
 pytestmark = [

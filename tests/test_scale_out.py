@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_opd.dev_server import free_port
+from hermes_opd.devkit.dev_server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_API = Path(sys.executable).with_name("run-api")
@@ -106,7 +106,7 @@ def _worker_argv(dev_server, api_url: str, seed: int, tmp_path: Path) -> list[st
 
 @pytest.mark.integration
 def test_two_workers_feed_one_trainer_every_group_once(dev_server, tmp_path):
-    from hermes_opd.distill_format import validate_group
+    from hermes_opd.contract.validation import validate_group
 
     assert RUN_API.exists(), f"{RUN_API} missing (atroposlib's run-api)"
     port = free_port()

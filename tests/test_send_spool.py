@@ -27,7 +27,7 @@ from aiohttp import web
 
 from environments.agentic_opd_env import AgenticOPDEnv
 from environments.send_spool import GroupSpool, SpoolingSendMixin
-from hermes_opd.dev_server import free_port
+from hermes_opd.devkit.dev_server import free_port
 
 pytestmark = pytest.mark.reliability
 

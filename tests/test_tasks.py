@@ -10,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from environments.tasks import (
-    Task,
-    TaskLoadError,
-    builtin_tasks,
-    is_eval_task,
-    load_hf_tasks,
-    load_jsonl_tasks,
-    split_bucket,
-    split_tasks,
-)
+from environments.tasks.builtin import builtin_tasks
+from environments.tasks.loaders import TaskLoadError, load_hf_tasks, load_jsonl_tasks
+from environments.tasks.split import is_eval_task, split_bucket, split_tasks
+from environments.tasks.task import Task
 from environments.verifier import collect_tests
 
 ROWS = [
@@ -227,7 +221,7 @@ def test_split_is_deterministic_and_order_independent():
 
 
 def test_split_bucket_is_stable_across_processes_and_salted():
-    code = "from environments.tasks import split_bucket; print(repr(split_bucket('task-1')))"
+    code = "from environments.tasks.split import split_bucket; print(repr(split_bucket('task-1')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert float(out.stdout) == split_bucket("task-1")
     assert 0.0 <= split_bucket("task-1") < 1.0

@@ -17,15 +17,11 @@ import pytest
 import torch
 import yaml
 
+from hermes_opd.contract.errors import ConfigError
 from trainer_adapters.atropos_client import AtroposClient, AtroposError, Backoff, Registration
 from trainer_adapters.checkpointing import latest_checkpoint, list_checkpoints
 from trainer_adapters.train_cli import main as train_main
-from trainer_adapters.trainer_config import (
-    ConfigError,
-    TorchTrainerConfig,
-    load_trainer_config,
-    parse_trainer_config,
-)
+from trainer_adapters.trainer_config import TorchTrainerConfig, load_trainer_config, parse_trainer_config
 from trainer_adapters.weight_sync import WeightSyncError, vllm_lora_sync
 
 VOCAB = 300

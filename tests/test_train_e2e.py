@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hermes_opd.dev_server import free_port
+from hermes_opd.devkit.dev_server import free_port
 from tests.env_factory import make_env
 from trainer_adapters.train_cli import main as train_main
 from trainer_adapters.trainer_config import parse_trainer_config
@@ -57,7 +57,7 @@ def wait_http(url: str, timeout_s: float) -> None:
 
 async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_server, tmp_path):
     # One task, so that a few steps on a tiny model can move what the held-out batch measures.
-    from environments.tasks import builtin_tasks
+    from environments.tasks.builtin import builtin_tasks
 
     task = builtin_tasks()[0]
     task_file = tmp_path / "task.jsonl"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_opd.dev_corpus import DEV_TOOLS
-from hermes_opd.trajectory import MASKED
-from hermes_opd.transcript_recorder import TemplateNotAppendOnlyError, TranscriptRecorder
+from hermes_opd.contract.constants import MASKED
+from hermes_opd.devkit.dev_corpus import DEV_TOOLS
+from hermes_opd.record.transcript_recorder import TemplateNotAppendOnlyError, TranscriptRecorder
 
 CALL = '<tool_call>\n{"name": "terminal", "arguments": {"command": "ls"}}\n</tool_call>'
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from environments.sandbox import Sandbox
-from environments.tasks import Task, builtin_tasks
+from environments.tasks.builtin import builtin_tasks
+from environments.tasks.task import Task
 from environments.tools import Jail, write_bytes
 from environments.verifier import RESULT_MARK, VerifierConfig, collect_tests, verify
 

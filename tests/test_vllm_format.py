@@ -7,9 +7,9 @@ import json
 import pytest
 from aiohttp import web
 
-from hermes_opd.vllm_client import RetryPolicy, VLLMCompletionsClient
-from hermes_opd.vllm_errors import TransientServerError, UnexpectedResponseError
-from hermes_opd.vllm_format import parse_generated, parse_prompt_topk
+from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient
+from hermes_opd.vllm_api.errors import TransientServerError, UnexpectedResponseError
+from hermes_opd.vllm_api.wire_format import parse_generated, parse_prompt_topk
 
 
 def entry(*items):

@@ -18,10 +18,12 @@ from typing import Any
 
 import httpx
 
+from hermes_opd.contract.errors import HermesOPDError
+
 logger = logging.getLogger(__name__)
 
 
-class AtroposError(RuntimeError):
+class AtroposError(HermesOPDError, RuntimeError):
     """The API answered something a trainer cannot use."""
 
 

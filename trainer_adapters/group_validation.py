@@ -23,11 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from hermes_opd.contract.errors import HermesOPDError
+
 MASKED = -100
 """Mask value at positions the policy did not generate (Atropos convention)."""
 
 
-class BatchValidationError(ValueError):
+class BatchValidationError(HermesOPDError, ValueError):
     """A group breaks the data contract. `group`, `sequence` and `position` say where."""
 
     def __init__(

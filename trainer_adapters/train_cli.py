@@ -10,12 +10,8 @@ import argparse
 import logging
 import sys
 
-from trainer_adapters.trainer_config import (
-    ConfigError,
-    TinkerTrainerConfig,
-    TorchTrainerConfig,
-    load_trainer_config,
-)
+from hermes_opd.contract.errors import ConfigError
+from trainer_adapters.trainer_config import TinkerTrainerConfig, TorchTrainerConfig, load_trainer_config
 
 logger = logging.getLogger("hermes_opd.train")
 

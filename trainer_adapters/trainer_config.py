@@ -12,6 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from hermes_opd.contract.errors import ConfigError
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -241,10 +243,6 @@ class TinkerTrainerConfig(_Strict):
         if self.loss.student_temperature != 1.0:
             raise ValueError("tinker returns raw logprobs; loss.student_temperature must be 1.0")
         return self
-
-
-class ConfigError(ValueError):
-    """A config file could not be read or does not match the schema."""
 
 
 def _describe(error: dict[str, Any]) -> str:

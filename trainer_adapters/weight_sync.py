@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from hermes_opd.contract.errors import HermesOPDError
 from trainer_adapters.trainer_config import WeightSyncConfig
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ WeightSync = Callable[[Path, int], None]
 """(checkpoint directory step_<N>/, step N) -> None; raises WeightSyncError on failure."""
 
 
-class WeightSyncError(RuntimeError):
+class WeightSyncError(HermesOPDError, RuntimeError):
     """The inference server did not take the new weights."""
 
 

@@ -1,19 +1,3 @@
-"""Tasks: the `Task` record, built-in coding tasks, loaders (JSONL, Hugging Face datasets), and a
-deterministic train/eval split. Importing this package does not import `datasets`."""
-
-from environments.tasks.builtin import builtin_tasks
-from environments.tasks.loaders import TaskLoadError, load_hf_tasks, load_jsonl_tasks, task_from_record
-from environments.tasks.split import is_eval_task, split_bucket, split_tasks
-from environments.tasks.task import Task
-
-__all__ = [
-    "Task",
-    "TaskLoadError",
-    "builtin_tasks",
-    "is_eval_task",
-    "load_hf_tasks",
-    "load_jsonl_tasks",
-    "split_bucket",
-    "split_tasks",
-    "task_from_record",
-]
+"""Tasks: the `Task` record (task.py), built-in coding tasks (builtin.py), loaders for JSONL and
+Hugging Face datasets (loaders.py), and a deterministic train/eval split (split.py). Import-free on
+purpose: import the submodules directly. Importing them does not import `datasets`."""

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from environments.tasks.task import Task
+from hermes_opd.contract.errors import HermesOPDError
 
 REQUIRED_FIELDS = ("task_id", "prompt", "hidden_tests")
 OPTIONAL_FIELDS = ("difficulty", "reference_solution", "solution_files")
 _KNOWN_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
 
 
-class TaskLoadError(ValueError):
+class TaskLoadError(HermesOPDError, ValueError):
     """A dataset could not be turned into tasks; the message says where and why."""
 
 

@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from hermes_opd.bench.common import median_result, rounded, with_headline
-from hermes_opd.paths import default_dev_model_dir
+from hermes_opd.devkit.paths import default_dev_model_dir
 
 BENCHES = ("pipeline", "payload", "loss", "teacher")
 
@@ -101,7 +101,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
     if args.bench == "pipeline":
         from hermes_opd.bench.pipeline_bench import BACKENDS, PipelineBenchConfig
         from hermes_opd.bench.synth import SynthSpec
-        from hermes_opd.opd_config import OPDConfig, TeacherConfig
+        from hermes_opd.pipeline.opd_config import OPDConfig, TeacherConfig
 
         spec = SynthSpec(
             rollouts=_pick(args.rollouts, 8, 2, q),

@@ -8,7 +8,7 @@ serialized in three forms:
 - `dense`: the reference's zero-padded [T][K] arrays: every position gets K ids and K logprobs, 0 and
   0.0 where there is no teacher data, logprobs printed as vLLM hands them over (the float64 repr of
   the float32 value, e.g. -1.409581184387207);
-- `dense_k1`: `hermes_opd.distill_format.to_dense_k1` (one entry per position, for stock
+- `dense_k1`: `hermes_opd.contract.rows.to_dense_k1` (one entry per position, for stock
   tinker-atropos).
 For each: raw JSON bytes (`json.dumps` with its default separators, as aiohttp's `json=` sends
 them), gzip bytes (level 6), and encode/decode times (best of a few). It also checks that every
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from hermes_opd.bench.common import machine_info, with_headline
-from hermes_opd.distill_format import to_dense_k1
+from hermes_opd.contract.rows import to_dense_k1
 
 GZIP_LEVEL = 6
 

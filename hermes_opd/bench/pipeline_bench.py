@@ -34,13 +34,13 @@ from hermes_opd.bench.common import machine_info, with_headline, with_retries
 from hermes_opd.bench.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSettings
 from hermes_opd.bench.reference_schedule import reference_process_group
 from hermes_opd.bench.synth import SynthSpec, synth_group
-from hermes_opd.hint import build_teacher_input, hint_text
-from hermes_opd.opd_config import OPDConfig, TeacherConfig
-from hermes_opd.opd_pipeline import OPDPipeline
-from hermes_opd.paths import default_dev_model_dir
-from hermes_opd.trajectory import Trajectory
-from hermes_opd.turn_pairs import extract_turn_pairs
-from hermes_opd.vllm_client import VLLMCompletionsClient
+from hermes_opd.devkit.paths import default_dev_model_dir
+from hermes_opd.pipeline.opd_config import OPDConfig, TeacherConfig
+from hermes_opd.pipeline.opd_pipeline import OPDPipeline
+from hermes_opd.record.hint import build_teacher_input, hint_text
+from hermes_opd.record.trajectory import Trajectory
+from hermes_opd.record.turn_pairs import extract_turn_pairs
+from hermes_opd.vllm_api.client import VLLMCompletionsClient
 from judge.config import JudgeConfig
 from judge.llm_backend import LLMJudgeBackend
 from scoring.teacher import TeacherScorer

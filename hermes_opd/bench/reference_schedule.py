@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_opd.hint import build_teacher_input, hint_text
-from hermes_opd.trajectory import Trajectory
-from hermes_opd.turn_pairs import extract_turn_pairs
+from hermes_opd.record.hint import build_teacher_input, hint_text
+from hermes_opd.record.trajectory import Trajectory
+from hermes_opd.record.turn_pairs import extract_turn_pairs
 from judge.backends import JudgeBackend
 from judge.config import JudgeConfig
 from judge.judge_turn import judge_turn

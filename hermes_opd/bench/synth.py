@@ -20,8 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from hermes_opd.trajectory import Trajectory
-from hermes_opd.transcript_recorder import TranscriptRecorder
+from hermes_opd.record.trajectory import Trajectory
+from hermes_opd.record.transcript_recorder import TranscriptRecorder
 
 CORPUS_MODULES = ("json/decoder.py", "textwrap.py", "shlex.py", "argparse.py", "dataclasses.py")
 

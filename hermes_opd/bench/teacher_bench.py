@@ -25,12 +25,12 @@ import aiohttp
 
 from hermes_opd.bench.common import machine_info, with_headline, with_retries
 from hermes_opd.bench.synth import filler
-from hermes_opd.vllm_errors import UnexpectedResponseError
-from hermes_opd.vllm_format import PromptTopK, _snippet, parse_prompt_topk_json
+from hermes_opd.vllm_api.errors import UnexpectedResponseError
+from hermes_opd.vllm_api.wire_format import PromptTopK, _snippet, parse_prompt_topk_json
 
 
 def legacy_parse_prompt_topk(body: dict[str, Any], prompt_ids: list[int], k: int) -> PromptTopK:
-    """`hermes_opd.vllm_format.parse_prompt_topk` as it was before the speed work (commit 702b418),
+    """`hermes_opd.vllm_api.wire_format.parse_prompt_topk` as it was before the speed work (commit 702b418),
     verbatim, for the `before` column."""
     try:
         entries = body["choices"][0]["prompt_logprobs"]

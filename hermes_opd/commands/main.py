@@ -9,7 +9,7 @@ import sys
 
 
 def _dev_model(args: argparse.Namespace) -> int:
-    from hermes_opd.dev_model import DevModelSpec, build_dev_model, is_built
+    from hermes_opd.devkit.dev_model import DevModelSpec, build_dev_model, is_built
 
     if args.if_missing and is_built(args.dir):
         print(f"dev model already built at {args.dir}")
@@ -20,7 +20,7 @@ def _dev_model(args: argparse.Namespace) -> int:
 
 
 def _dev_server(args: argparse.Namespace) -> int:
-    from hermes_opd.dev_server import DevServer, serve_forever
+    from hermes_opd.devkit.dev_server import DevServer, serve_forever
 
     server = DevServer(
         model_dir=args.model,
@@ -34,10 +34,19 @@ def _dev_server(args: argparse.Namespace) -> int:
 
 
 DELEGATED = {
-    "demo": ("hermes_opd.demo", "run the embedded CPU demo end to end (dev model, local vLLM, real tools)"),
-    "process": ("hermes_opd.process_job", "collect OPD groups to disk with progress and resume"),
-    "inspect": ("hermes_opd.inspector", "render a groups JSONL file as a self-contained HTML report"),
-    "validate": ("hermes_opd.validate_file", "check a groups JSONL file against docs/distill-format.md"),
+    "demo": (
+        "hermes_opd.commands.demo",
+        "run the embedded CPU demo end to end (dev model, local vLLM, real tools)",
+    ),
+    "process": ("hermes_opd.commands.process_job", "collect OPD groups to disk with progress and resume"),
+    "inspect": (
+        "hermes_opd.commands.inspector",
+        "render a groups JSONL file as a self-contained HTML report",
+    ),
+    "validate": (
+        "hermes_opd.commands.validate_file",
+        "check a groups JSONL file against docs/distill-format.md",
+    ),
     "train": ("trainer_adapters.train_cli", "run the reference torch trainer against an Atropos API"),
     "bench": ("hermes_opd.bench.cli", "run a benchmark (pipeline, payload, loss, teacher)"),
 }

@@ -22,12 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from hermes_opd.distill_format import (
-    Violation,
-    parse_provenance,
-    scored_positions,
-    validate_group,
-)
+from hermes_opd.contract.provenance import parse_provenance, scored_positions
+from hermes_opd.contract.validation import Violation, validate_group
 
 FIRST_VIOLATIONS = 20
 FIRST_INVALID_LINES = 20

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hermes_opd.trajectory import Trajectory, TurnSpan
+from hermes_opd.record.trajectory import Trajectory, TurnSpan
 
 TRUNCATION_MARKER = "\n[... truncated {omitted} characters ...]"
 

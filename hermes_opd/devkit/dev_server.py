@@ -19,11 +19,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hermes_opd.contract.errors import HermesOPDError
+
 DEFAULT_MAX_LOGPROBS = 100
 """vLLM's default is 20; teacher scoring asks for top-50 prompt logprobs plus the student's token."""
 
 
-class DevServerError(RuntimeError):
+class DevServerError(HermesOPDError, RuntimeError):
     """The dev server could not be started or did not become healthy."""
 
 

@@ -12,7 +12,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_opd.trajectory import Trajectory, TurnSpan
+from hermes_opd.record.trajectory import Trajectory, TurnSpan
 
 HINT_SEPARATOR = "\n\n[user's hint / instruction]\n"
 """Text placed between the message content and the hint. Part of the data contract: changing it

@@ -6,7 +6,7 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from hermes_opd.opd_pipeline import TURN_STATUSES, SequenceDistill
+from hermes_opd.pipeline.opd_pipeline import TURN_STATUSES, SequenceDistill
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_opd.distill_format import empty_rows, make_opd_block, place_turn_rows, to_dense_k1
-from hermes_opd.hint import build_teacher_input, hint_text
-from hermes_opd.opd_config import OPDConfig
-from hermes_opd.trajectory import Trajectory
-from hermes_opd.turn_pairs import TurnPair, extract_turn_pairs
+from hermes_opd.contract.rows import empty_rows, make_opd_block, place_turn_rows, to_dense_k1
+from hermes_opd.pipeline.opd_config import OPDConfig
+from hermes_opd.record.hint import build_teacher_input, hint_text
+from hermes_opd.record.trajectory import Trajectory
+from hermes_opd.record.turn_pairs import TurnPair, extract_turn_pairs
 from judge.backends import JudgeBackend
 from judge.judge_turn import judge_turn
 from scoring.alignment import turn_rows

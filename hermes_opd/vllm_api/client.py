@@ -1,7 +1,7 @@
 """Async HTTP client for stock vLLM's OpenAI-compatible `/v1/completions` (token ids in, token ids
 and logprobs out). Shared by the Atropos server class and the teacher scorer.
 
-Errors are classified once, here, into the types of `hermes_opd.vllm_errors`, with messages that
+Errors are classified once, here, into the types of `hermes_opd.vllm_api.errors`, with messages that
 say what to change (a server flag, a URL, a model name).
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from hermes_opd.vllm_errors import (
+from hermes_opd.vllm_api.errors import (
     BadRequestError,
     MaxLogprobsTooLowError,
     ModelNotServedError,
@@ -28,7 +28,12 @@ from hermes_opd.vllm_errors import (
     UnexpectedResponseError,
     VLLMError,
 )
-from hermes_opd.vllm_format import GeneratedSequence, PromptTopK, parse_generated, parse_prompt_topk_json
+from hermes_opd.vllm_api.wire_format import (
+    GeneratedSequence,
+    PromptTopK,
+    parse_generated,
+    parse_prompt_topk_json,
+)
 
 logger = logging.getLogger(__name__)
 

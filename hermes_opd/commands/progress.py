@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from hermes_opd.distill_format import scored_positions
-from hermes_opd.trajectory import MASKED
+from hermes_opd.contract.constants import MASKED
+from hermes_opd.contract.provenance import scored_positions
 
 
 @dataclass

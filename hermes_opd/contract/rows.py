@@ -1,9 +1,5 @@
-"""The distill data contract, version 1 (docs/distill-format.md): pack, convert, validate.
-
-Pure functions, no I/O. The env packs teacher rows with `normalize_row` + `place_turn_rows`,
-optionally converts them with `to_dense_k1`, and `validate_group` checks a whole
-`ScoredDataGroup` dict against the contract (used by `hermes-opd validate` and by tests).
-"""
+"""Distill rows (docs/distill-format.md): empty rows, float32 rounding, row normalization and
+placement, the `dense_k1` conversion and the provenance block. Pure functions, no I/O."""
 
 from __future__ import annotations
 
@@ -13,23 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from hermes_opd.trajectory import MASKED
-
-FORMAT_VERSION = 1
-
-MODE_TOPK = "topk"
-MODE_DENSE_K1 = "dense_k1"
-MODES = (MODE_TOPK, MODE_DENSE_K1)
-
-TURN_STATUSES = ("scored", "no_hint", "no_next_state", "judge_error", "teacher_error", "skipped")
-NEXT_STATE_ROLES = ("tool", "user")
-
-POSITIVE_NOISE_TOLERANCE = 1e-6
-"""`normalize_row` clamps logprobs in (0, 1e-6] to 0.0 (float32 rounding of a near-certain token's
-log-softmax); anything larger is a bug upstream and raises."""
-
-TOPK_MASS_TOLERANCE = 1e-4
-"""A row's logsumexp (all its entries) may exceed 0 by this much (float32 rounding), no more."""
+from hermes_opd.contract.constants import (
+    FORMAT_VERSION,
+    MASKED,
+    MODES,
+    POSITIVE_NOISE_TOLERANCE,
+    TOPK_MASS_TOLERANCE,
+)
 
 Rows = tuple[list[list[int]], list[list[float]]]
 
@@ -230,33 +216,3 @@ def make_opd_block(
         "turn_spans": [[int(s), int(e)] for s, e in turn_spans],
         "turns": [dict(turn) for turn in turns],
     }
-
-
-# Validation and provenance live in their own modules; re-exported here for callers of the contract.
-from hermes_opd.distill_provenance import (  # noqa: E402
-    Provenance,
-    TurnRecord,
-    parse_provenance,
-    scored_position_mask,
-    scored_positions,
-)
-from hermes_opd.distill_validation import VIOLATION_KINDS, Violation, validate_group  # noqa: E402
-
-__all__ = [
-    "FORMAT_VERSION",
-    "MODES",
-    "Provenance",
-    "TurnRecord",
-    "VIOLATION_KINDS",
-    "Violation",
-    "empty_rows",
-    "make_opd_block",
-    "normalize_row",
-    "parse_provenance",
-    "place_turn_rows",
-    "round_logprobs",
-    "scored_position_mask",
-    "scored_positions",
-    "to_dense_k1",
-    "validate_group",
-]

@@ -1,4 +1,4 @@
-"""The exact record of one rollout (DESIGN.md §3.1).
+"""The exact record of one rollout (docs/distill-format.md).
 
 A `Trajectory` is written once, at generation time, by the agent loop. Everything downstream
 (turn pairs, teacher scoring, distill packing, trainers) reads positions from it and never
@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-MASKED = -100
-"""Mask value at positions the policy did not generate."""
+from hermes_opd.contract.constants import MASKED
 
 PROMPT_LOGPROB = 1.0
 """Atropos' placeholder in `inference_logprobs` at positions the policy did not generate."""

@@ -30,16 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from hermes_opd.distill_format import (
-    MODE_DENSE_K1,
-    Provenance,
-    TurnRecord,
-    parse_provenance,
-    scored_positions,
-    validate_group,
-)
-from hermes_opd.trajectory import MASKED
-from hermes_opd.validate_file import iter_groups
+from hermes_opd.commands.validate_file import iter_groups
+from hermes_opd.contract.constants import MASKED, MODE_DENSE_K1
+from hermes_opd.contract.provenance import Provenance, TurnRecord, parse_provenance, scored_positions
+from hermes_opd.contract.validation import validate_group
 
 TEMPLATE_PATH = Path(__file__).with_name("inspector_template.html")
 TOP_ALTERNATIVES = 5

@@ -1,6 +1,6 @@
 """`hermes-opd demo [--out DIR] [--groups N]`: the whole pipeline on a laptop CPU, end to end.
 
-1. builds the tiny dev model (or reuses it: `hermes_opd.paths.default_dev_model_dir()`),
+1. builds the tiny dev model (or reuses it: `hermes_opd.devkit.paths.default_dev_model_dir()`),
 2. starts a local CPU vLLM on a free port (or uses `--server-url`),
 3. collects a few groups with `AgenticOPDEnv`: real sandboxed tools, the hidden-test verifier, the
    rules judge and real teacher scoring (top-50 prompt logprobs),
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hermes_opd.progress import format_duration
+from hermes_opd.commands.progress import format_duration
 
 DEFAULT_OUT = "runs/demo"
 DEMO_ENV: dict[str, Any] = {
@@ -87,7 +87,7 @@ def _step(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from hermes_opd.process_job import configure_logging
+    from hermes_opd.commands.process_job import configure_logging
 
     configure_logging()
     if args.groups < 1 or args.group_size < 1 or args.concurrency < 1 or args.max_turns < 1:
@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from hermes_opd.dev_model import build_dev_model, is_built
-    from hermes_opd.paths import default_dev_model_dir
+    from hermes_opd.devkit.dev_model import build_dev_model, is_built
+    from hermes_opd.devkit.paths import default_dev_model_dir
 
     started = time.monotonic()
     out_dir = Path(args.out)
@@ -129,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
             base_url = args.server_url.rstrip("/")
             _step(f"vLLM: using {base_url} (model {args.model_name})")
         else:
-            from hermes_opd.dev_server import DevServer
+            from hermes_opd.devkit.dev_server import DevServer
 
             server = DevServer(str(model_dir), served_model_name=args.model_name, port=args.port,
                                log_path=str(out_dir / "vllm.log"))  # fmt: skip
@@ -149,9 +149,9 @@ def _run(args: argparse.Namespace) -> int:
 def _collect_and_report(
     args: argparse.Namespace, model_dir: Path, base_url: str, out_dir: Path, started: float
 ) -> int:
-    from hermes_opd.config_loading import build_job_config
-    from hermes_opd.process_job import run_job
-    from hermes_opd.validate_file import validate_jsonl
+    from environments.config_loading import build_job_config
+    from hermes_opd.commands.process_job import run_job
+    from hermes_opd.commands.validate_file import validate_jsonl
 
     groups_path = out_dir / "groups.jsonl"
     metrics_path = out_dir / "metrics.jsonl"
@@ -176,7 +176,7 @@ def _collect_and_report(
         return EXIT_INTERRUPTED
     report_ok = False
     if result.written:
-        from hermes_opd import inspector
+        from hermes_opd.commands import inspector
 
         _step(f"report: {report_path}")
         with contextlib.redirect_stdout(sys.stderr):

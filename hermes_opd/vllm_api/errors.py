@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from hermes_opd.contract.errors import HermesOPDError
 
-class VLLMError(RuntimeError):
+
+class VLLMError(HermesOPDError, RuntimeError):
     """Base class for vLLM client errors."""
 
     transient = False

@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hermes_opd.config_loading import ConfigError, JobConfig, load_job_config, split_overrides
-from hermes_opd.progress import GroupSummary, Progress, RunTotals, format_duration
+from environments.config_loading import JobConfig, load_job_config, split_overrides
+from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
+from hermes_opd.contract.errors import ConfigError, HermesOPDError
 
 logger = logging.getLogger(__name__)
 
@@ -50,15 +51,15 @@ HEAD_PATTERN = re.compile(rb'^\{\s*"group_index"\s*:\s*(\d+)\s*,\s*"task_id"\s*:
 PERMANENT_ERRORS = ("ModelNotServedError", "MaxLogprobsTooLowError", "TeacherTokenizerMismatchError")
 
 
-class OutputError(RuntimeError):
+class OutputError(HermesOPDError, RuntimeError):
     """The output file cannot be resumed (not ours, or written with another task order)."""
 
 
-class PreflightError(RuntimeError):
+class PreflightError(HermesOPDError, RuntimeError):
     """A server the job needs is unreachable or misconfigured."""
 
 
-class Interrupted(Exception):
+class Interrupted(HermesOPDError):
     """A stop signal arrived before the job could start collecting."""
 
 
@@ -302,8 +303,8 @@ async def preflight(job: JobConfig, tokenizer: Any) -> list[str]:
     """Check every endpoint the job will use before any rollout: reachable, serving the model,
     long enough a context, and (teacher) allowed enough logprobs. Returns warnings; raises
     PreflightError with what to change."""
-    from hermes_opd.vllm_client import RetryPolicy, VLLMCompletionsClient
-    from hermes_opd.vllm_errors import VLLMError
+    from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient
+    from hermes_opd.vllm_api.errors import VLLMError
 
     env = job.env
     policy = job.servers[0]

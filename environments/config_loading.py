@@ -26,13 +26,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from hermes_opd.contract.errors import ConfigError
+
 TOP_LEVEL_KEYS = ("env", "openai", "slurm", "testing", "process")
 PROCESS_KEYS = ("concurrency",)
 OVERRIDE_NAMESPACES = ("env", "openai")
-
-
-class ConfigError(ValueError):
-    """A config file or override that cannot be used; the message says what to change."""
 
 
 @dataclass

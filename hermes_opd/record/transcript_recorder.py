@@ -12,12 +12,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hermes_opd.trajectory import MASKED, PROMPT_LOGPROB, Trajectory, TurnSpan
+from hermes_opd.contract.constants import MASKED
+from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.record.trajectory import PROMPT_LOGPROB, Trajectory, TurnSpan
 
 _SENTINEL = "\x00HERMES_OPD_SENTINEL\x00"
 
 
-class TemplateNotAppendOnlyError(ValueError):
+class TemplateNotAppendOnlyError(HermesOPDError, ValueError):
     """The chat template re-renders earlier turns differently once more messages follow."""
 
 

@@ -9,12 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from hermes_opd.distill_format import (
-    MODE_DENSE_K1,
-    TOPK_MASS_TOLERANCE,
-)
-from hermes_opd.distill_provenance import Provenance, parse_provenance, scored_position_mask
-from hermes_opd.trajectory import MASKED
+from hermes_opd.contract.constants import MASKED, MODE_DENSE_K1, TOPK_MASS_TOLERANCE
+from hermes_opd.contract.provenance import Provenance, parse_provenance, scored_position_mask
 
 SHAPE = "shape"
 NON_FINITE = "non_finite"

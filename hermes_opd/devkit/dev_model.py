@@ -47,7 +47,7 @@ class DevModelSpec:
 
 
 def chat_template() -> str:
-    return resources.files("hermes_opd").joinpath("chat_template.jinja").read_text()
+    return resources.files("hermes_opd.devkit").joinpath("chat_template.jinja").read_text()
 
 
 def _stdlib_texts() -> list[str]:
@@ -92,7 +92,7 @@ def build_tokenizer(spec: DevModelSpec, extra_texts: list[str]):
 
 
 def _render_corpus(tokenizer, rng: random.Random, count: int) -> list[str]:
-    from hermes_opd.dev_corpus import DEV_TOOLS, synthetic_conversation
+    from hermes_opd.devkit.dev_corpus import DEV_TOOLS, synthetic_conversation
 
     return [
         tokenizer.apply_chat_template(synthetic_conversation(rng), tools=DEV_TOOLS, tokenize=False)
@@ -186,7 +186,7 @@ def build_dev_model(out_dir: str | Path, spec: DevModelSpec | None = None) -> Pa
 
 def _render_corpus_plain(rng: random.Random) -> list[str]:
     """Transcript text for tokenizer training, rendered without a tokenizer (plain ChatML)."""
-    from hermes_opd.dev_corpus import synthetic_conversation
+    from hermes_opd.devkit.dev_corpus import synthetic_conversation
 
     texts = []
     for _ in range(200):

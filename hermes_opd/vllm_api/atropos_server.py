@@ -23,8 +23,8 @@ from atroposlib.envs.server_handling.server_baseline import APIServer, APIServer
 from openai.types.chat.chat_completion import ChatCompletion
 from openai.types.completion import Completion
 
-from hermes_opd.vllm_client import RetryPolicy, VLLMCompletionsClient, root_url
-from hermes_opd.vllm_errors import ServerUnreachableError
+from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient, root_url
+from hermes_opd.vllm_api.errors import ServerUnreachableError
 
 DEFAULT_HEALTH_WAIT_S = 30.0
 

@@ -12,7 +12,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_opd.vllm_errors import UnexpectedResponseError
+from hermes_opd.vllm_api.errors import UnexpectedResponseError
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from hermes_opd.distill_format import (
+from hermes_opd.contract.constants import (
     FORMAT_VERSION,
+    MASKED,
     MODE_DENSE_K1,
     MODE_TOPK,
     MODES,
     NEXT_STATE_ROLES,
     TURN_STATUSES,
 )
-from hermes_opd.trajectory import MASKED
 
 
 def _is_int(value: Any) -> bool:
