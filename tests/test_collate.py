@@ -169,6 +169,9 @@ def test_select_and_micro_batches_trim_padding():
     assert sum(p.num_generated_tokens for p in parts) == b.num_generated_tokens
 
 
+_PER_POSITION = ("tokens", "masks", "inference_logprobs", "distill_token_ids", "distill_logprobs")
+
+
 def _error(group_patch, **options) -> str:
     groups = [_group(), _group()]
     group_patch(groups[1])
@@ -190,65 +193,71 @@ def _set(path, value):
 @pytest.mark.parametrize(
     ("patch", "expected"),
     [
-        (_set(("masks", 0), [-100, -100, 7]), "group 1, sequence 0: masks has 3 positions but tokens has 4"),
+        (
+            _set(("masks", 0), [-100, -100, 7]),
+            "group 1, sequence 0: masks is not a list of 4 integers [shape]",
+        ),
         (
             _set(("inference_logprobs", 1), [1.0, 1.0]),
-            "group 1, sequence 1: inference_logprobs has 2 positions but tokens has 3",
+            "group 1, sequence 1: inference_logprobs is not a list of 3 numbers [shape]",
         ),
         (_set(("scores",), [1.0]), "group 1: 'scores' has 1 entries but 'tokens' has 2 sequences"),
         (
             _set(("distill_logprobs", 0), [[], [], [-0.1, -3.0]]),
-            "group 1, sequence 0: 'distill_logprobs' has 3 rows but tokens has 4 positions",
+            "group 1, sequence 0: distill_logprobs has 3 rows, tokens has 4 [shape]",
         ),
         (
             _set(("distill_logprobs", 0, 3), [-0.5, -1.5]),
-            "group 1, sequence 0, position 3: distill row has 3 token ids but 2 logprobs",
+            "group 1, sequence 0, position 3: row has 3 ids but 2 logprobs [shape]",
         ),
         (
             _set(("distill_logprobs", 0, 2), [-0.1, 0.5]),
-            "group 1, sequence 0, position 2: distill logprob 0.5 is > 0",
+            "group 1, sequence 0, position 2: logprob 0.5 > 0 at entry 1 [positive_logprob]",
         ),
         (
             _set(("distill_logprobs", 0, 3), [-0.5, float("nan"), -2.5]),
-            "group 1, sequence 0, position 3: distill logprob nan is not finite",
+            "group 1, sequence 0, position 3: logprob nan at entry 1 [non_finite]",
         ),
         (
             _set(("distill_logprobs", 1, 2), [-math.inf]),
-            "group 1, sequence 1, position 2: distill logprob -inf is not finite",
+            "group 1, sequence 1, position 2: logprob -inf at entry 0 [non_finite]",
         ),
         (
             _set(("inference_logprobs", 0, 3), 0.2),
-            "group 1, sequence 0, position 3: inference logprob 0.2 is > 0",
+            "group 1, sequence 0, position 3: inference_logprobs is 0.2 > 0 [positive_logprob]",
         ),
         (
             _set(("inference_logprobs", 0, 2), math.inf),
-            "group 1, sequence 0, position 2: inference logprob inf is not finite",
+            "group 1, sequence 0, position 2: inference_logprobs is inf [non_finite]",
         ),
         (
             lambda g: (
                 g["distill_token_ids"][0].__setitem__(1, [6]),
                 g["distill_logprobs"][0].__setitem__(1, [-1.0]),
             ),
-            "group 1, sequence 0, position 1: distill row at a position the policy did not generate",
+            "group 1, sequence 0, position 1: masked (non-generated) position holds a row",
         ),
         (
             _set(("distill_token_ids", 0, 3), [2, 4, 5]),
-            "group 1, sequence 0, position 3: the student's token 8 is missing from a non-empty distill row",
+            "group 1, sequence 0, position 3: student token 8 is not in the row ids=[2, 4, 5]",
         ),
         (
             _set(("distill_token_ids", 0, 3), [2, 8, 8]),
-            "group 1, sequence 0, position 3: distill row lists token id 8 twice",
+            "group 1, sequence 0, position 3: token id 8 appears more than once [duplicate_id]",
         ),
         (
             _set(("distill_logprobs", 0, 3), [-0.1, -0.2, -0.3]),
-            "group 1, sequence 0, position 3: distill row holds probability mass 2.",
+            "group 1, sequence 0, position 3: probability mass of the row's entries exceeds 1: logsumexp 0.9019",
         ),
         (
             _set(("distill_token_ids", 0, 3), [2, 4.5, 8]),
-            "group 1, sequence 0, position 3: distill token id is not an integer: 4.5",
+            "group 1, sequence 0, position 3: row ids are not all integers [shape]",
         ),
         (_set(("masks", 1, 2), 4), "group 1, sequence 1, position 2: mask 4 is neither -100 nor the token 9"),
-        (_set(("tokens", 1), [5]), "group 1, sequence 1: sequence has 1 tokens"),
+        (
+            lambda g: [g[key].__setitem__(1, g[key][1][-1:]) for key in _PER_POSITION],
+            "group 1, sequence 1: sequence has 1 tokens",
+        ),
         (_set(("scores", 1), math.nan), "group 1, sequence 1: score nan is not a finite number"),
         (lambda g: g.pop("masks"), "group 1: missing required field 'masks'"),
         (
@@ -306,3 +315,26 @@ def test_long_sequence_collates_quickly():
     b = collate_groups([group])
     assert time.perf_counter() - start < 5.0
     assert b.teacher_topk_ids_BTK.shape == (8, n - 1, k)
+
+
+@pytest.mark.parametrize(("excess", "accepted"), [(5e-5, True), (5e-4, False)])
+def test_trainer_checks_with_the_contract_tolerance(excess, accepted):
+    """One validator, one tolerance: a row whose mass exceeds 1 by more than TOPK_MASS_TOLERANCE
+    (1e-4 in log space) is refused by the trainer exactly as by `hermes-opd validate`."""
+    from hermes_opd.contract.constants import TOPK_MASS_TOLERANCE
+    from hermes_opd.contract.validation import validate_group
+
+    assert TOPK_MASS_TOLERANCE == 1e-4
+    g = _group()
+    # two entries: log(p) + log(1 - p) + excess... built so that logsumexp(row) == excess exactly
+    p = 0.75
+    g["distill_token_ids"][0][3] = [8, 2]
+    g["distill_logprobs"][0][3] = [math.log(p) + excess, math.log(1 - p) + excess]
+    strict = [v.kind for v in validate_group(g, require_provenance=False)]
+    if accepted:
+        assert strict == []
+        assert collate_groups([g]).teacher_mask_BT.sum() == 3
+    else:
+        assert strict == ["topk_mass"]
+        with pytest.raises(BatchValidationError, match=r"position 3: probability mass .* \[topk_mass\]"):
+            collate_groups([g])

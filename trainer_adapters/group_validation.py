@@ -8,9 +8,14 @@ tinker-atropos) are read back through their provenance: only rows inside turns w
 `scored` are teacher data; the rest are copies of `inference_logprobs` or Atropos' 1.0 placeholder
 and are dropped, so dense_k1 trains like topk with K = 1.
 
-Malformed input is rejected with `BatchValidationError`, whose message names the group index,
-the sequence and the position, because a silently mis-shifted or zero-filled row trains the
-policy towards a false certainty (see docs/distill-format.md, "never zeros").
+The distill contract is checked by the project's one validator (`hermes_opd.contract.validation`,
+the same code `hermes-opd validate` and the env run, with the same tolerance), in its trainer mode:
+groups from other envs may lack provenance, inference logprobs or distill fields. Its first violation
+is raised as `BatchValidationError`, whose message names the group index, the sequence and the
+position, because a silently mis-shifted or zero-filled row trains the policy towards a false
+certainty (see docs/distill-format.md, "never zeros"). This module adds only what a trainer needs
+on top: the vocabulary range, at least two tokens per sequence, finite scores, and reading
+`dense_k1` rows back through their provenance.
 """
 
 from __future__ import annotations
@@ -23,10 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.errors import HermesOPDError
-
-MASKED = -100
-"""Mask value at positions the policy did not generate (Atropos convention)."""
+from hermes_opd.contract.validation import validate_group as contract_violations
 
 
 class BatchValidationError(HermesOPDError, ValueError):
@@ -58,8 +62,6 @@ class CollateOptions:
     """Added to the group std before dividing (GRPO)."""
     normalize_advantage_std: bool = True
     """Divide (score - mean) by the group std; False gives the mean-centred (Dr. GRPO) variant."""
-    mass_tolerance: float = 1e-3
-    """Slack, in log space, allowed on logsumexp(row) <= 0 before a row is rejected as > 1 mass."""
 
 
 def group_advantages(scores: Sequence[float], *, eps: float = 1e-6, normalize_std: bool = True) -> np.ndarray:
@@ -119,121 +121,25 @@ def _float_array(values: list, what: str, group: int, seq: int) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
-def _int_array(values: list, what: str, group: int, seq: int) -> np.ndarray:
-    """`values` as int64; a non-integer is reported at its position."""
-    for pos, value in enumerate(values):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise BatchValidationError(
-                f"{what} is not an integer: {value!r}", group=group, sequence=seq, position=pos
-            )
-    return np.asarray(values, dtype=np.int64)
-
-
-def _check_logprobs(
-    values: np.ndarray, where: np.ndarray, what: str, group: int, seq: int, positions: np.ndarray
-) -> None:
-    """Reject non-finite or positive logprobs among `values[where]`; `positions` maps to tokens."""
-    bad = where & ~np.isfinite(values)
-    if bad.any():
-        i = _first(bad)
-        raise BatchValidationError(
-            f"{what} {values[i]} is not finite", group=group, sequence=seq, position=int(positions[i])
-        )
-    bad = where & (values > 0.0)
-    if bad.any():
-        i = _first(bad)
-        raise BatchValidationError(
-            f"{what} {values[i]} is > 0 (a logprob is <= 0)",
-            group=group,
-            sequence=seq,
-            position=int(positions[i]),
-        )
-
-
-def _flatten_rows(
-    ids_rows: list, lp_rows: list, lengths: np.ndarray, group: int, seq: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """All entries of all rows, flat, as (int64 ids, float64 logprobs). Fast path through numpy;
-    on a bad entry, a slow pass finds its position for the error message."""
+def _flatten_rows(ids_rows: list, lp_rows: list, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row lengths [n] and all entries of all rows, flat, as (int64 ids, float64 logprobs). The rows
+    have passed the contract validator, so they are well-formed lists of numbers."""
+    lengths = np.fromiter((len(row) for row in ids_rows), dtype=np.int64, count=n)
     total = int(lengths.sum())
-    try:
-        ids = np.fromiter(chain.from_iterable(ids_rows), dtype=np.float64, count=total)
-        lps = np.fromiter(chain.from_iterable(lp_rows), dtype=np.float64, count=total)
-        integral = bool(np.all(ids == np.floor(ids)))
-    except (TypeError, ValueError):
-        integral = False
-    if not integral:
-        for pos in np.flatnonzero(lengths):
-            for value in ids_rows[pos]:
-                if not isinstance(value, int) or isinstance(value, bool):
-                    raise BatchValidationError(
-                        f"distill token id is not an integer: {value!r}",
-                        group=group,
-                        sequence=seq,
-                        position=int(pos),
-                    )
-            for value in lp_rows[pos]:
-                if not _is_number(value):
-                    raise BatchValidationError(
-                        f"distill logprob is not a number: {value!r}",
-                        group=group,
-                        sequence=seq,
-                        position=int(pos),
-                    )
-        raise BatchValidationError("distill rows hold non-numeric entries", group=group, sequence=seq)
-    return ids.astype(np.int64), lps
+    ids = np.fromiter(chain.from_iterable(ids_rows), dtype=np.int64, count=total)
+    lps = np.fromiter(chain.from_iterable(lp_rows), dtype=np.float64, count=total)
+    return lengths, ids, lps
 
 
-def _validate_rows(
-    ids_rows: Any,
-    lp_rows: Any,
-    tokens: np.ndarray,
-    generated: np.ndarray,
-    options: CollateOptions,
-    group: int,
-    seq: int,
+def _rows_arrays(
+    ids_rows: list, lp_rows: list, tokens: np.ndarray, options: CollateOptions, group: int, seq: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Check one sequence's distill rows; return row lengths, flat ids, flat logprobs, and the
-    teacher logprob of the student's own token per position (NaN where the row is empty)."""
+    """Row lengths, flat ids, flat logprobs, and the teacher logprob of the student's own token per
+    position (NaN where the row is empty), with the vocabulary range checked when it is known."""
     n = len(tokens)
-    for name, rows in (("distill_token_ids", ids_rows), ("distill_logprobs", lp_rows)):
-        if not isinstance(rows, list):
-            raise BatchValidationError(f"'{name}' must be a list of rows", group=group, sequence=seq)
-        if len(rows) != n:
-            raise BatchValidationError(
-                f"'{name}' has {len(rows)} rows but tokens has {n} positions (one row per position)",
-                group=group,
-                sequence=seq,
-            )
-    lengths = np.empty(n, dtype=np.int64)
-    for pos, (ids, lps) in enumerate(zip(ids_rows, lp_rows, strict=True)):
-        if not isinstance(ids, list) or not isinstance(lps, list):
-            raise BatchValidationError(
-                "a distill row must be a list", group=group, sequence=seq, position=pos
-            )
-        if len(ids) != len(lps):
-            raise BatchValidationError(
-                f"distill row has {len(ids)} token ids but {len(lps)} logprobs",
-                group=group,
-                sequence=seq,
-                position=pos,
-            )
-        lengths[pos] = len(ids)
-    has_row = lengths > 0
-    at_masked = has_row & ~generated
-    if at_masked.any():
-        raise BatchValidationError(
-            "distill row at a position the policy did not generate (mask is -100)",
-            group=group,
-            sequence=seq,
-            position=_first(at_masked),
-        )
+    lengths, flat_ids, flat_lps = _flatten_rows(ids_rows, lp_rows, n)
     row_of_entry = np.repeat(np.arange(n), lengths)
-    flat_ids, flat_lps = _flatten_rows(ids_rows, lp_rows, lengths, group, seq)
-    if flat_ids.size == 0:
-        return lengths, flat_ids, flat_lps, np.full(n, np.nan)
-    _check_logprobs(flat_lps, np.ones_like(flat_lps, dtype=bool), "distill logprob", group, seq, row_of_entry)
-    if options.vocab_size is not None:
+    if options.vocab_size is not None and flat_ids.size:
         bad = (flat_ids < 0) | (flat_ids >= options.vocab_size)
         if bad.any():
             i = _first(bad)
@@ -243,43 +149,9 @@ def _validate_rows(
                 sequence=seq,
                 position=int(row_of_entry[i]),
             )
-    order = np.lexsort((flat_ids, row_of_entry))
-    duplicate = (row_of_entry[order][1:] == row_of_entry[order][:-1]) & (
-        flat_ids[order][1:] == flat_ids[order][:-1]
-    )
-    if duplicate.any():
-        i = order[1:][_first(duplicate)]
-        raise BatchValidationError(
-            f"distill row lists token id {flat_ids[i]} twice",
-            group=group,
-            sequence=seq,
-            position=int(row_of_entry[i]),
-        )
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))[has_row]
-    row_mass = np.full(n, -np.inf)
-    row_mass[has_row] = np.logaddexp.reduceat(flat_lps, starts)
-    heavy = row_mass > options.mass_tolerance
-    if heavy.any():
-        pos = _first(heavy)
-        raise BatchValidationError(
-            f"distill row holds probability mass {math.exp(row_mass[pos]):.6f} > 1",
-            group=group,
-            sequence=seq,
-            position=pos,
-        )
     hit = flat_ids == tokens[row_of_entry]
     teacher_token = np.full(n, np.nan)
     teacher_token[row_of_entry[hit]] = flat_lps[hit]
-    missing = has_row & np.isnan(teacher_token)
-    if missing.any():
-        pos = _first(missing)
-        raise BatchValidationError(
-            f"the student's token {int(tokens[pos])} is missing from a non-empty distill row "
-            "(the env must append it as entry K+1)",
-            group=group,
-            sequence=seq,
-            position=pos,
-        )
     return lengths, flat_ids, flat_lps, teacher_token
 
 
@@ -360,7 +232,7 @@ def _per_position(values: list, n: int, what: str, group: int, seq: int) -> np.n
 def _validate_sequence(
     fields_: dict[str, list], seq: int, group_adv: float, score: float, group: int, options: CollateOptions
 ) -> ValidatedSequence:
-    tokens = _int_array(_as_list(fields_["tokens"][seq], "tokens", group, seq), "token", group, seq)
+    tokens = np.asarray(fields_["tokens"][seq], dtype=np.int64)
     n = len(tokens)
     if n < 2:
         raise BatchValidationError(
@@ -376,27 +248,10 @@ def _validate_sequence(
                 sequence=seq,
                 position=pos,
             )
-    masks = _int_array(_as_list(fields_["masks"][seq], "masks", group, seq), "mask", group, seq)
-    if len(masks) != n:
-        raise BatchValidationError(
-            f"masks has {len(masks)} positions but tokens has {n}", group=group, sequence=seq
-        )
-    bad_mask = (masks != MASKED) & (masks != tokens)
-    if bad_mask.any():
-        pos = _first(bad_mask)
-        raise BatchValidationError(
-            f"mask {masks[pos]} is neither -100 nor the token {tokens[pos]}",
-            group=group,
-            sequence=seq,
-            position=pos,
-        )
-    generated = masks != MASKED
-
+    generated = np.asarray(fields_["masks"][seq], dtype=np.int64) != MASKED
     inference = None
     if "inference_logprobs" in fields_:
-        inference = _per_position(fields_["inference_logprobs"][seq], n, "inference_logprobs", group, seq)
-        _check_logprobs(inference, generated, "inference logprob", group, seq, np.arange(n))
-
+        inference = np.asarray(fields_["inference_logprobs"][seq], dtype=np.float64)
     if "advantages" in fields_:
         advantages = _per_position(fields_["advantages"][seq], n, "advantages", group, seq)
         bad = generated & ~np.isfinite(advantages)
@@ -411,18 +266,10 @@ def _validate_sequence(
         ids_rows, lp_rows = fields_["distill_token_ids"][seq], fields_["distill_logprobs"][seq]
         overrides = fields_.get("overrides")
         keep = _dense_k1_teacher_positions(overrides[seq] if overrides else None, n, group, seq)
-        if keep is not None and isinstance(ids_rows, list) and isinstance(lp_rows, list):
-            ids_rows = [row if k else [] for row, k in zip(ids_rows, keep, strict=False)]
-            lp_rows = [row if k else [] for row, k in zip(lp_rows, keep, strict=False)]
-        lengths, ids, lps, teacher_token = _validate_rows(
-            ids_rows,
-            lp_rows,
-            tokens,
-            generated,
-            options,
-            group,
-            seq,
-        )
+        if keep is not None:
+            ids_rows = [row if k else [] for row, k in zip(ids_rows, keep, strict=True)]
+            lp_rows = [row if k else [] for row, k in zip(lp_rows, keep, strict=True)]
+        lengths, ids, lps, teacher_token = _rows_arrays(ids_rows, lp_rows, tokens, options, group, seq)
     else:
         lengths, ids, lps = np.zeros(n, np.int64), np.zeros(0, np.int64), np.zeros(0)
         teacher_token = np.full(n, np.nan)
@@ -440,14 +287,48 @@ def _validate_sequence(
     )
 
 
+def _as_trained(raw: Mapping[str, Any], fields_: dict[str, list], group: int) -> dict[str, Any]:
+    """The group as the trainer will read it: a `dense_k1` sequence keeps only its teacher rows (the
+    rest are copies of the student's own logprobs) and is then checked as `topk` rows with K = 1."""
+    checked = dict(raw)
+    overrides = fields_.get("overrides")
+    if "distill_token_ids" not in fields_ or not overrides:
+        return checked
+    ids_all, lps_all, over_all = list(fields_["distill_token_ids"]), list(fields_["distill_logprobs"]), []
+    for seq, override in enumerate(overrides):
+        tokens = fields_["tokens"][seq]
+        n = len(tokens) if isinstance(tokens, list) else 0
+        keep = _dense_k1_teacher_positions(override, n, group, seq)
+        if keep is None or not isinstance(ids_all[seq], list) or not isinstance(lps_all[seq], list):
+            over_all.append(override)
+            continue
+        ids_all[seq] = [row if k else [] for row, k in zip(ids_all[seq], keep, strict=False)]
+        lps_all[seq] = [row if k else [] for row, k in zip(lps_all[seq], keep, strict=False)]
+        over_all.append({})
+    checked.update(distill_token_ids=ids_all, distill_logprobs=lps_all, overrides=over_all)
+    return checked
+
+
+def _raise_first_violation(checked: dict[str, Any], group: int) -> None:
+    """Run the contract validator (trainer mode) and raise its first violation."""
+    violations = contract_violations(checked, group, require_provenance=False)
+    if violations:
+        first = violations[0]
+        more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+        raise BatchValidationError(
+            f"{first.message} [{first.kind}]{more}", group=group, sequence=first.seq, position=first.pos
+        )
+
+
 def validate_group(raw: Mapping[str, Any], group: int, options: CollateOptions) -> list[ValidatedSequence]:
     """Every sequence of group `group`, validated; raises BatchValidationError on the first problem."""
     fields_ = _per_sequence_fields(raw, group)
+    _raise_first_violation(_as_trained(raw, fields_, group), group)
     scores = _group_scores(fields_["scores"], group)
     group_adv = group_advantages(
         scores, eps=options.advantage_eps, normalize_std=options.normalize_advantage_std
     )
     return [
         _validate_sequence(fields_, seq, float(group_adv[seq]), float(scores[seq]), group, options)
-        for seq in range(len(scores))
+        for seq in range(len(fields_["tokens"]))
     ]

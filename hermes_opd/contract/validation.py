@@ -45,6 +45,8 @@ VIOLATION_KINDS = (
 )
 
 GROUP_FIELDS = ("tokens", "masks", "scores", "inference_logprobs", "distill_token_ids", "distill_logprobs")
+OPTIONAL_WITHOUT_PROVENANCE = ("inference_logprobs", "distill_token_ids", "distill_logprobs")
+"""Fields a group from another env may lack when provenance is not required (trainers)."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,18 @@ class _Collector:
             self.add(kind, seq, pos, describe(pos))
 
 
-def validate_group(group: dict[str, Any], group_index: int = 0) -> list[Violation]:
-    """Every contract violation of one ScoredDataGroup dict, sorted by (seq, pos)."""
+def validate_group(
+    group: dict[str, Any], group_index: int = 0, *, require_provenance: bool = True
+) -> list[Violation]:
+    """Every contract violation of one ScoredDataGroup dict, sorted by (seq, pos).
+
+    `require_provenance=False` is for trainers, which also take groups from other envs: provenance is
+    not policed (a missing or incomplete `overrides[seq]["opd"]` block is no violation), groups
+    without `inference_logprobs` or distill fields are accepted, and every row that is present gets
+    the same row checks (shape, finiteness, sort order, mass, the student token) with the same
+    tolerance. A sequence whose opd block is complete is read through it (its mode, K and scored
+    turns), as in strict mode; otherwise its rows are checked as `topk` rows with K unknown.
+    """
     out = _Collector(group_index)
     if not isinstance(group, dict):
         out.add(SHAPE, None, None, f"group is a {type(group).__name__}, not an object")
@@ -97,6 +109,8 @@ def validate_group(group: dict[str, Any], group_index: int = 0) -> list[Violatio
     present: dict[str, list[Any]] = {}
     for name in GROUP_FIELDS[1:]:
         value = group.get(name)
+        if value is None and not require_provenance and name in OPTIONAL_WITHOUT_PROVENANCE:
+            continue
         if not isinstance(value, list):
             out.add(SHAPE, None, None, f"field {name!r} is missing or not a list")
         elif len(value) != n_seqs:
@@ -105,7 +119,7 @@ def validate_group(group: dict[str, Any], group_index: int = 0) -> list[Violatio
             present[name] = value
     overrides = group.get("overrides")
     overrides_ok = isinstance(overrides, list) and len(overrides) == n_seqs
-    if not overrides_ok:
+    if not overrides_ok and (require_provenance or overrides is not None):
         out.add(
             PROVENANCE, None, None, f"overrides must be a list of {n_seqs} objects, got {overrides!r:.80}"
         )
@@ -113,11 +127,16 @@ def validate_group(group: dict[str, Any], group_index: int = 0) -> list[Violatio
         override = overrides[seq] if overrides_ok else None
         opd = override.get("opd") if isinstance(override, dict) else None
         provenance = parse_provenance(opd)
-        if overrides_ok:
+        known = require_provenance or (isinstance(opd, dict) and not provenance.problems)
+        if overrides_ok and require_provenance:
             for problem in provenance.problems:
                 out.add(PROVENANCE, seq, None, problem)
         _validate_sequence(
-            out, seq, {name: value[seq] for name, value in present.items()}, tokens[seq], provenance
+            out,
+            seq,
+            {name: value[seq] for name, value in present.items()},
+            tokens[seq],
+            provenance if known else None,
         )
     out.violations.sort(key=lambda v: (-1 if v.seq is None else v.seq, -1 if v.pos is None else v.pos))
     return out.violations
@@ -149,8 +168,10 @@ def _float_array(values: Any) -> np.ndarray | None:
 
 
 def _validate_sequence(
-    out: _Collector, seq: int, fields: dict[str, Any], raw_tokens: Any, provenance: Provenance
+    out: _Collector, seq: int, fields: dict[str, Any], raw_tokens: Any, provenance: Provenance | None
 ) -> None:
+    """`provenance` None: the sequence has no opd block and none is required; rows are checked as
+    `topk` rows wherever they are, with K unknown."""
     tokens = _int_array(raw_tokens)
     if tokens is None:
         out.add(SHAPE, seq, None, "tokens is not a list of integers")
@@ -172,15 +193,22 @@ def _validate_sequence(
         with np.errstate(invalid="ignore"):
             bad_finite = np.nonzero(generated & ~np.isfinite(inference))[0]
             bad_positive = np.nonzero(generated & (inference > 0))[0]
-        out.add_rows(NON_FINITE, seq, bad_finite, lambda p: f"inference_logprobs is {inference[p]!r}")
+        out.add_rows(NON_FINITE, seq, bad_finite, lambda p: f"inference_logprobs is {float(inference[p])!r}")
         out.add_rows(
-            POSITIVE_LOGPROB, seq, bad_positive, lambda p: f"inference_logprobs is {inference[p]!r} > 0"
+            POSITIVE_LOGPROB,
+            seq,
+            bad_positive,
+            lambda p: f"inference_logprobs is {float(inference[p])!r} > 0",
         )
-    _check_spans(out, seq, n, generated, provenance)
+    if provenance is not None:
+        _check_spans(out, seq, n, generated, provenance)
     if "distill_token_ids" not in fields or "distill_logprobs" not in fields:
         return
     rows = _RowArrays.build(out, seq, n, fields["distill_token_ids"], fields["distill_logprobs"])
     if rows is None:
+        return
+    if provenance is None:
+        _check_topk_rows(out, seq, rows, tokens, generated, (rows.lengths > 0) & generated, None)
         return
     scored = scored_position_mask(n, provenance)
     if provenance.mode == MODE_DENSE_K1:
@@ -288,7 +316,9 @@ def _check_finite_entries(out: _Collector, seq: int, rows: _RowArrays, skip: np.
         non_finite = ~np.isfinite(rows.lps)
     bad_rows, first = rows.rows_where(non_finite & ~skip[rows.row_of_entry])
     for pos, entry in zip(bad_rows.tolist(), first.tolist(), strict=True):
-        out.add(NON_FINITE, seq, pos, f"logprob {rows.lps[entry]!r} at entry {entry - rows.starts[pos]}")
+        out.add(
+            NON_FINITE, seq, pos, f"logprob {float(rows.lps[entry])!r} at entry {entry - rows.starts[pos]}"
+        )
     bad_rows, first = rows.rows_where((rows.ids < 0) & ~skip[rows.row_of_entry])
     for pos, entry in zip(bad_rows.tolist(), first.tolist(), strict=True):
         out.add(SHAPE, seq, pos, f"negative token id {rows.ids[entry]} at entry {entry - rows.starts[pos]}")
@@ -336,7 +366,10 @@ def _check_topk_rows(
     bad_rows, first = rows.rows_where((rows.lps > 0) & entry_active)
     for pos, entry in zip(bad_rows.tolist(), first.tolist(), strict=True):
         out.add(
-            POSITIVE_LOGPROB, seq, pos, f"logprob {rows.lps[entry]!r} > 0 at entry {entry - rows.starts[pos]}"
+            POSITIVE_LOGPROB,
+            seq,
+            pos,
+            f"logprob {float(rows.lps[entry])!r} > 0 at entry {entry - rows.starts[pos]}",
         )
 
     student = tokens[rows.row_of_entry]
@@ -359,17 +392,20 @@ def _check_topk_rows(
         if active[pos]:
             out.add(DUPLICATE_ID, seq, pos, f"token id {rows.ids[entry]} appears more than once")
 
-    top_len = np.minimum(rows.lengths, k) if k is not None else rows.lengths
+    last_entry = np.clip(rows.starts + rows.lengths - 1, 0, None)
+    last_is_student = np.zeros(len(rows.lengths), dtype=bool)
+    if len(rows.ids):
+        last_is_student = is_student[np.minimum(last_entry, len(rows.ids) - 1)] & (rows.lengths > 0)
+    if k is not None:
+        top_len = np.minimum(rows.lengths, k)
+    else:  # K unknown (trainer mode without provenance): a final student token may be entry K+1
+        top_len = rows.lengths - (last_is_student & (rows.lengths > 1))
     if k is not None:
         too_long = np.nonzero(active & (rows.lengths > k + 1))[0]
         out.add_rows(
             SHAPE, seq, too_long, lambda p: f"row has {rows.lengths[p]} entries, more than K+1={k + 1}"
         )
         extra = active & (rows.lengths == k + 1)
-        last_entry = np.clip(rows.starts + rows.lengths - 1, 0, None)
-        last_is_student = np.zeros_like(extra)
-        if len(rows.ids):
-            last_is_student = is_student[np.minimum(last_entry, len(rows.ids) - 1)]
         out.add_rows(
             SHAPE,
             seq,
@@ -389,8 +425,8 @@ def _check_topk_rows(
             UNSORTED,
             seq,
             pos,
-            f"entry {entry - rows.starts[pos]} ({rows.lps[entry]!r}) > entry {entry - rows.starts[pos] - 1} "
-            f"({rows.lps[entry - 1]!r}); rows must be sorted descending",
+            f"entry {entry - rows.starts[pos]} ({float(rows.lps[entry])!r}) > entry {entry - rows.starts[pos] - 1} "
+            f"({float(rows.lps[entry - 1])!r}); rows must be sorted descending",
         )
     mass = _row_logsumexp(rows)
     with np.errstate(invalid="ignore"):
@@ -410,7 +446,7 @@ def _row_logsumexp(rows: _RowArrays) -> np.ndarray:
     if nonempty.size == 0:
         return result
     seg_starts = rows.starts[nonempty]
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         peak = np.maximum.reduceat(rows.lps, seg_starts)
         safe_peak = np.where(np.isfinite(peak), peak, 0.0)
         shifted = np.exp(rows.lps - np.repeat(safe_peak, rows.lengths[nonempty]))
@@ -452,8 +488,10 @@ def _check_dense_k1_rows(
     with np.errstate(invalid="ignore"):
         non_finite = live & ~np.isfinite(lps)
         positive = live & teacher_pos & (lps > 0)
-    out.add_rows(NON_FINITE, seq, np.nonzero(non_finite)[0], lambda p: f"logprob {lps[p]!r}")
-    out.add_rows(POSITIVE_LOGPROB, seq, np.nonzero(positive)[0], lambda p: f"teacher logprob {lps[p]!r} > 0")
+    out.add_rows(NON_FINITE, seq, np.nonzero(non_finite)[0], lambda p: f"logprob {float(lps[p])!r}")
+    out.add_rows(
+        POSITIVE_LOGPROB, seq, np.nonzero(positive)[0], lambda p: f"teacher logprob {float(lps[p])!r} > 0"
+    )
     if inference is None:
         return
     copied = live & ~teacher_pos & ~non_finite
@@ -462,5 +500,7 @@ def _check_dense_k1_rows(
         DENSE_K1_MISMATCH,
         seq,
         mismatch,
-        lambda p: f"unscored position must copy inference_logprobs {expected[p]!r} exactly, holds {lps[p]!r}",
+        lambda p: (
+            f"unscored position must copy inference_logprobs {float(expected[p])!r} exactly, holds {float(lps[p])!r}"
+        ),
     )
