@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Literal
 
 from atroposlib.envs.base import BaseEnvConfig
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, create_model
 
+from hermes_opd.pipeline.flat_fields import FlatGroup, flat_fields, nest_values
 from hermes_opd.pipeline.opd_config import OPDConfig, TeacherConfig
 from judge.config import JudgeConfig
 
 
-class AgenticOPDConfig(BaseEnvConfig):
-    """Tool-using coding rollouts with hindsight-guided on-policy distillation."""
+class _EnvKnobs(BaseEnvConfig):
+    """The env's own knobs (tasks, rollouts, reward, I/O); the OPD knobs are added from their
+    declarations in `OPDConfig`, `JudgeConfig` and `TeacherConfig` (see `OPD_GROUPS`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -74,47 +76,6 @@ class AgenticOPDConfig(BaseEnvConfig):
         le=1.0,
         description="Score = pass_fraction * (1 - w * turns_used / max_turns); 0 disables shaping.",
     )
-    # -- OPD -------------------------------------------------------------------------------------
-    opd_enabled: bool = Field(default=True, description="Run hindsight OPD on every rollout.")
-    distill_topk: int = Field(default=50, ge=1, description="K of the teacher's top-K prompt logprobs.")
-    distill_mode: Literal["topk", "dense_k1"] = Field(
-        default="topk",
-        description="`topk` rows, or `dense_k1` for stock tinker-atropos (docs/distill-format.md).",
-    )
-    hint_max_next_state_chars: int = Field(
-        default=4000, ge=100, description="Next-state text shown to the judge, per message."
-    )
-    send_equal_score_groups_with_distill: bool = Field(
-        default=True, description="Send groups with equal scores when they carry teacher rows."
-    )
-    judge_backend: Literal["llm", "rules"] = Field(
-        default="llm", description="`llm` (OpenAI-compatible) or `rules` (offline)."
-    )
-    judge_base_url: str | None = Field(default=None, description="Judge endpoint; None: the policy server.")
-    judge_model: str | None = Field(default=None, description="Judge model; None: the policy model.")
-    judge_api_key_env: str | None = Field(default=None, description="Env var holding the judge API key.")
-    judge_votes: int = Field(default=3, ge=1, description="Judge votes per turn (m).")
-    judge_temperature: float = Field(default=0.7, ge=0.0, description="Judge sampling temperature.")
-    judge_max_tokens: int = Field(
-        default=2048, ge=1, description="Judge completion budget (thinking models need room)."
-    )
-    judge_timeout_s: float = Field(default=60.0, gt=0, description="Timeout of one judge request.")
-    judge_concurrency: int = Field(default=16, ge=1, description="Turns judged at once.")
-    vote_policy: Literal["majority", "any"] = Field(
-        default="majority", description="How votes become a decision."
-    )
-    hint_choice: Literal["representative", "longest"] = Field(
-        default="representative", description="Which hint wins."
-    )
-    teacher_base_url: str | None = Field(
-        default=None, description="Teacher vLLM endpoint; None: the policy server."
-    )
-    teacher_model: str | None = Field(default=None, description="Teacher model; None: the policy model.")
-    teacher_concurrency: int = Field(default=8, ge=1, description="Teacher requests in flight.")
-    teacher_timeout_s: float = Field(default=120.0, gt=0, description="Timeout of one teacher request.")
-    check_teacher_tokenizer: bool = Field(
-        default=True, description="Refuse a teacher with another tokenizer."
-    )
     spool_dir: str | None = Field(
         default=None,
         description="Directory where groups the Atropos API could not take are kept and resent, oldest "
@@ -126,31 +87,37 @@ class AgenticOPDConfig(BaseEnvConfig):
     )
 
     def opd_config(self) -> OPDConfig:
-        return OPDConfig(
-            enabled=self.opd_enabled,
-            distill_topk=self.distill_topk,
-            distill_mode=self.distill_mode,
-            hint_max_next_state_chars=self.hint_max_next_state_chars,
-            judge_concurrency=self.judge_concurrency,
-            judge_timeout_s=self.judge_timeout_s * 3,
-            send_equal_score_groups_with_distill=self.send_equal_score_groups_with_distill,
-            judge=JudgeConfig(
-                backend=self.judge_backend,
-                base_url=self.judge_base_url,
-                model=self.judge_model,
-                api_key_env=self.judge_api_key_env,
-                m=self.judge_votes,
-                temperature=self.judge_temperature,
-                max_tokens=self.judge_max_tokens,
-                timeout_s=self.judge_timeout_s,
-                vote_policy=self.vote_policy,
-                hint_choice=self.hint_choice,
-            ),
-            teacher=TeacherConfig(
-                base_url=self.teacher_base_url,
-                model=self.teacher_model,
-                concurrency=self.teacher_concurrency,
-                timeout_s=self.teacher_timeout_s,
-                check_tokenizer=self.check_teacher_tokenizer,
-            ),
-        )
+        """The nested pipeline config that the flat OPD knobs describe."""
+        return nest_values(OPDConfig, OPD_GROUPS, dict(self))  # type: ignore[return-value]
+
+
+OPD_GROUPS = [
+    FlatGroup(OPDConfig, renames={"enabled": "opd_enabled"}),
+    FlatGroup(
+        JudgeConfig,
+        path=("judge",),
+        prefix="judge_",
+        renames={"m": "judge_votes", "vote_policy": "vote_policy", "hint_choice": "hint_choice"},
+        exclude=frozenset({"api_key"}),  # secrets stay out of YAML and printed configs: use api_key_env
+    ),
+    FlatGroup(
+        TeacherConfig,
+        path=("teacher",),
+        prefix="teacher_",
+        renames={"check_tokenizer": "check_teacher_tokenizer"},
+        exclude=frozenset({"api_key"}),
+    ),
+]
+"""How the pipeline's nested config is exposed flat: `--env.judge_votes 5` is `JudgeConfig.m`,
+`--env.teacher_timeout_s` is `TeacherConfig.timeout_s`, and so on; every field keeps its one
+declaration (default, bounds, description) in its own model."""
+
+
+AgenticOPDConfig = create_model(
+    "AgenticOPDConfig",
+    __base__=_EnvKnobs,
+    __module__=__name__,
+    __doc__="Tool-using coding rollouts with hindsight-guided on-policy distillation: the env's knobs "
+    "plus every OPD pipeline knob, flat, so that Atropos' `--env.*` flags reach each one.",
+    **flat_fields(OPD_GROUPS),
+)

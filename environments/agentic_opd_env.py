@@ -151,8 +151,7 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
         group = build_group(
             list(rollouts),
             include_messages=bool(self.config.include_messages),
-            distill_mode=self.config.distill_mode,
-            distill_topk=self.config.distill_topk,
+            opd=self.config.opd_config(),
             generation_params={"temperature": self.config.temperature, "top_p": self.config.top_p},
         )
         self._record_metrics(item, list(rollouts), time.monotonic() - started)

@@ -7,6 +7,7 @@ from typing import Any
 
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.rows import empty_rows, make_opd_block, to_dense_k1
+from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.pipeline.opd_pipeline import SequenceDistill
 from hermes_opd.record.trajectory import Trajectory
 
@@ -50,8 +51,7 @@ def build_group(
     rollouts: list[FinishedRollout],
     *,
     include_messages: bool,
-    distill_mode: str,
-    distill_topk: int,
+    opd: OPDConfig,
     generation_params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A `ScoredDataGroup` dict with tokens, masks, scores, inference_logprobs, distill rows, messages
@@ -81,10 +81,11 @@ def build_group(
             group["messages"].append(traj.messages)
         spans = [[t.start, t.end] for t in traj.turns]
         if rollout.distill is not None:
-            ids_rows, lp_rows, opd = rollout.distill.ids_rows, rollout.distill.lp_rows, rollout.distill.opd
+            ids_rows, lp_rows = rollout.distill.ids_rows, rollout.distill.lp_rows
+            opd_block = rollout.distill.opd
         else:
             ids_rows, lp_rows = empty_rows(len(traj.tokens))
-            if distill_mode == "dense_k1":
+            if opd.distill_mode == "dense_k1":
                 ids_rows, lp_rows = to_dense_k1(
                     traj.tokens, traj.masks, traj.inference_logprobs, ids_rows, lp_rows
                 )
@@ -93,8 +94,8 @@ def build_group(
                  "status": "skipped"}
                 for t in traj.turns
             ]  # fmt: skip
-            opd = make_opd_block(distill_mode, distill_topk, spans, skipped)
+            opd_block = make_opd_block(opd.distill_mode, opd.distill_topk, spans, skipped)
         group["distill_token_ids"].append(ids_rows)
         group["distill_logprobs"].append(lp_rows)
-        group["overrides"].append({"turn_spans": spans, "opd": opd, **rollout.info})
+        group["overrides"].append({"turn_spans": spans, "opd": opd_block, **rollout.info})
     return group

@@ -170,7 +170,6 @@ class _Backend:
         self.opd_config = OPDConfig(
             distill_topk=cfg.k,
             judge_concurrency=cfg.judge_concurrency,
-            judge_timeout_s=600.0,
             judge=self.judge_config,
             teacher=TeacherConfig(
                 base_url=teacher_url,

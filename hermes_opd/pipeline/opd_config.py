@@ -49,7 +49,6 @@ class OPDConfig(BaseModel):
         description="Each tool result / user message shown to the judge is cut to this length.",
     )
     judge_concurrency: int = Field(default=16, ge=1, description="Turn pairs being judged at once.")
-    judge_timeout_s: float = Field(default=180.0, gt=0, description="Timeout for all votes of one turn.")
     send_equal_score_groups_with_distill: bool = Field(
         default=True,
         description="Send a group whose scores are all equal when it carries teacher rows (its OPD term "

@@ -148,7 +148,7 @@ class OPDPipeline:
         result = TurnResult(pair, "judge_error")
         started = time.perf_counter()
         try:
-            async with self.judge_semaphore, asyncio.timeout(self.config.judge_timeout_s):
+            async with self.judge_semaphore:  # the turn's deadline is JudgeConfig.turn_deadline_s
                 verdict = await judge_turn(pair, self.judge, self.config.judge)
         except Exception as exc:  # noqa: BLE001 - any judge failure stays inside this turn
             result.judge_latency_s = time.perf_counter() - started
