@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_opd.record.turn_pairs import TurnPair
+from hermes_opd.record.turn_pairs import TurnPair, message_text
 from judge.config import JudgeConfig
 from judge.parsing import HINT_END, HINT_START
 
@@ -83,15 +83,6 @@ def elide_middle(text: str, max_chars: int) -> str:
     tail = max_chars - head
     omitted = len(text) - head - tail
     return text[:head] + OMITTED_MIDDLE.format(omitted=omitted) + text[len(text) - tail :]
-
-
-def message_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return ""
 
 
 def render_tool_call(call: dict[str, Any]) -> str:

@@ -31,7 +31,8 @@ class TurnPair:
         return self.next_state_role is not None
 
 
-def _message_text(message: dict[str, Any]) -> str:
+def message_text(message: dict[str, Any]) -> str:
+    """A chat message's text: its string content, or the joined text parts of a list content."""
     content = message.get("content")
     if isinstance(content, str):
         return content
@@ -69,13 +70,13 @@ def extract_turn_pairs(trajectory: Trajectory, max_next_state_chars: int = 4000)
                 while j < len(messages) and messages[j].get("role") == "tool":
                     name = messages[j].get("name") or "tool"
                     parts.append(
-                        f"[{name}]\n" + truncate_text(_message_text(messages[j]), max_next_state_chars)
+                        f"[{name}]\n" + truncate_text(message_text(messages[j]), max_next_state_chars)
                     )
                     j += 1
                 text = "\n\n".join(parts)
             elif first_role == "user":
                 role = "user"
-                text = truncate_text(_message_text(messages[follow]), max_next_state_chars)
+                text = truncate_text(message_text(messages[follow]), max_next_state_chars)
         pairs.append(
             TurnPair(
                 turn_index=turn_index,
