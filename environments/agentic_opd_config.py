@@ -100,8 +100,11 @@ class AgenticOPDConfig(BaseEnvConfig):
     )
     judge_timeout_s: float = Field(default=60.0, gt=0, description="Timeout of one judge request.")
     judge_concurrency: int = Field(default=16, ge=1, description="Turns judged at once.")
-    vote_policy: Literal["majority", "any"] = Field(
-        default="majority", description="How votes become a decision."
+    vote_policy: Literal["majority", "majority_of_parsed", "any"] = Field(
+        default="majority", description="How votes become a decision (judge/votes.py)."
+    )
+    judge_quorum: int | None = Field(
+        default=None, ge=1, description="`majority`: +1 votes needed of m; None: a strict majority."
     )
     hint_choice: Literal["representative", "longest"] = Field(
         default="representative", description="Which hint wins."
@@ -144,6 +147,7 @@ class AgenticOPDConfig(BaseEnvConfig):
                 max_tokens=self.judge_max_tokens,
                 timeout_s=self.judge_timeout_s,
                 vote_policy=self.vote_policy,
+                quorum=self.judge_quorum,
                 hint_choice=self.hint_choice,
             ),
             teacher=TeacherConfig(
