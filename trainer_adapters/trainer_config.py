@@ -203,11 +203,11 @@ class TinkerConfig(_Strict):
     eps: float = Field(1e-8, gt=0, description="Adam eps.")
     weight_decay: float = Field(0.0, ge=0, description="Adam decoupled weight decay.")
     grad_clip_norm: float = Field(0.0, ge=0, description="Global grad-norm clip on the service (0: off).")
-    grpo_loss_fn: Literal["importance_sampling", "ppo"] = Field(
-        "importance_sampling", description="Built-in tinker loss for the GRPO term."
-    )
-    grpo_loss_fn_config: dict[str, float] | None = Field(
-        None, description="Passed as loss_fn_config to forward_backward (e.g. ppo clip thresholds)."
+    grpo_loss_fn: Literal["custom"] = Field(
+        "custom",
+        description="How the GRPO term reaches tinker. `custom` (the only choice): the whole objective, "
+        "GRPO clipped with loss.clip_low/clip_high and OPD, through one forward_backward_custom, so it "
+        "is the torch trainer's loss exactly (trainer_adapters/tinker_objective.py).",
     )
     save_every_steps: int = Field(
         1, gt=0, description="save_weights_for_sampler every N steps (the sampler needs fresh weights)."
@@ -216,6 +216,25 @@ class TinkerConfig(_Strict):
         0, ge=0, description="save_state (resumable) every N steps; 0: only at the end."
     )
     run_name: str = Field("hermes-opd", description="Prefix of tinker checkpoint names.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _builtin_grpo_losses_are_gone(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("grpo_loss_fn") in ("importance_sampling", "ppo"):
+            raise ValueError(
+                f"tinker.grpo_loss_fn {data['grpo_loss_fn']!r} is not supported: tinker's "
+                "importance_sampling has no ratio clipping, and a built-in loss would not be the torch "
+                "trainer's GRPO. The adapter runs the whole objective through forward_backward_custom, "
+                "clipped with loss.clip_low/loss.clip_high; remove the key or set it to 'custom'"
+            )
+        if data.get("grpo_loss_fn_config") is not None:
+            raise ValueError(
+                "tinker.grpo_loss_fn_config is not used any more: the GRPO clip thresholds are "
+                "loss.clip_low and loss.clip_high, shared with the torch trainer; remove the key"
+            )
+        return {key: value for key, value in data.items() if key != "grpo_loss_fn_config"}
 
 
 class TinkerTrainerConfig(_Strict):
