@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -78,10 +78,25 @@ class LoraConfig(_Strict):
     enabled: bool = Field(False, description="Train a LoRA adapter instead of all weights.")
     r: int = Field(16, gt=0, description="LoRA rank.")
     alpha: float = Field(32.0, gt=0, description="LoRA alpha (scale = alpha / r).")
-    dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        description="LoRA dropout: must be 0. Dropout in the policy forward makes even on-policy log ratios "
+        "non-zero; the trainer switches every dropout off (trainer_adapters/dropout.py).",
+    )
     target_modules: list[str] | str = Field(
         "all-linear", description="Module names to adapt, or 'all-linear' (peft's shorthand)."
     )
+
+    @field_validator("dropout")
+    @classmethod
+    def _no_dropout(cls, value: float) -> float:
+        if value != 0:
+            raise ValueError(
+                f"LoRA dropout {value} is not supported: dropout in the policy forward makes the GRPO "
+                "ratio and the OPD gap noisy even on on-policy data; set model.lora.dropout: 0"
+            )
+        return value
 
 
 class ModelConfig(_Strict):
