@@ -33,6 +33,7 @@ from environments.tasks import Task, builtin_tasks, load_hf_tasks, load_jsonl_ta
 from environments.tools import TOOL_SCHEMAS
 from environments.verifier import VerifierConfig, verify
 from hermes_opd.atropos_server import CurrentVLLMServer
+from hermes_opd.dense_k1_notice import DenseK1Notice
 from hermes_opd.opd_metrics import group_metrics
 from hermes_opd.opd_pipeline import OPDPipeline
 from hermes_opd.paths import default_dev_model_dir
@@ -158,6 +159,9 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
 
     async def handle_send_to_api(self, scored_data, item=None, do_send_to_api: bool = True,
                                  abort_on_any_max_length_exceeded: bool = True):  # fmt: skip
+        notice = self.__dict__.setdefault("_dense_k1_notice", DenseK1Notice(logger.warning))
+        for group in scored_data if isinstance(scored_data, list) else [scored_data]:
+            notice.check(group)  # once per run: tinker-atropos drops equal-score dense_k1 groups
         if getattr(self, "_drop_equal_scores_without_distill", False):
             groups = scored_data if isinstance(scored_data, list) else [scored_data]
             kept = [

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_opd.config_loading import ConfigError, JobConfig, load_job_config, split_overrides
+from hermes_opd.dense_k1_notice import DenseK1Notice
 from hermes_opd.progress import GroupSummary, Progress, RunTotals, format_duration
 
 logger = logging.getLogger(__name__)
@@ -536,6 +537,7 @@ async def _collect_loop(
     max_consecutive_failures: int,
 ) -> None:
     group_size = env.config.group_size
+    dense_k1 = DenseK1Notice(progress.message)  # once per run (hermes_opd/dense_k1_notice.py)
     attempts: dict[int, int] = {}
     running: dict[asyncio.Task, int] = {}
     consecutive_failures = 0
@@ -565,6 +567,8 @@ async def _collect_loop(
                     error = group_failure(group, group_size)
                     if error is None:
                         writer.write(index, task_id, group)
+                        if warning := dense_k1.check(group):
+                            result.warnings.append(warning)
                 except Exception as exc:  # noqa: BLE001 - one group's failure is reported, then retried
                     error = f"{type(exc).__name__}: {exc}"
                 if error is None:
