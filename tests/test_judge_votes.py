@@ -216,3 +216,16 @@ def test_as_dict_is_provenance_ready():
 def test_unknown_policy_is_an_error():
     with pytest.raises(ValueError):
         decide([pos()], "plurality")  # type: ignore[arg-type]
+
+
+def test_env_config_passes_quorum_and_policies_through():
+    from environments.agentic_opd_config import AgenticOPDConfig
+
+    judge = AgenticOPDConfig(judge_votes=5, judge_quorum=4, vote_policy="majority").opd_config().judge
+    assert (judge.m, judge.quorum, judge.vote_policy, judge.min_hint_chars) == (5, 4, "majority", 11)
+    assert (
+        AgenticOPDConfig(vote_policy="majority_of_parsed").opd_config().judge.vote_policy
+        == "majority_of_parsed"
+    )
+    with pytest.raises(ValueError, match="quorum=4 is more than the m=3 votes requested"):
+        AgenticOPDConfig(judge_votes=3, judge_quorum=4).opd_config()
