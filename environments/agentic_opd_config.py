@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 from atroposlib.envs.base import BaseEnvConfig
-from pydantic import ConfigDict, Field, create_model
+from pydantic import ConfigDict, Field, create_model, model_validator
 
 from hermes_opd.pipeline.flat_fields import FlatGroup, flat_fields, nest_values
 from hermes_opd.pipeline.opd_config import OPDConfig, TeacherConfig
+from hermes_opd.pipeline.sampling_check import training_sampling_problem
 from judge.config import JudgeConfig
 
 
@@ -51,6 +52,12 @@ class _EnvKnobs(BaseEnvConfig):
     temperature: float = Field(default=1.0, ge=0.0, description="Policy sampling temperature.")
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Policy nucleus sampling.")
     eval_temperature: float = Field(default=0.0, ge=0.0, description="Temperature used by `evaluate`.")
+    allow_biased_sampling: bool = Field(
+        default=False,
+        description="Allow training rollouts at temperature != 1 or top_p < 1. The trainers compare raw "
+        "(temperature-1) logprobs, so such rollouts bias the GRPO ratio and the OPD gradient "
+        "(hermes_opd/pipeline/sampling_check.py, docs/trainers.md).",
+    )
     sandbox_root: str | None = Field(
         default=None, description="Parent directory of rollout sandboxes (default: temp)."
     )
@@ -85,6 +92,20 @@ class _EnvKnobs(BaseEnvConfig):
         default=None,
         description="Local metrics JSONL (always written). Default: next to `data_path_to_save_groups`, else ./opd_metrics.jsonl.",
     )
+
+    @model_validator(mode="after")
+    def _training_sampling_is_unbiased(self) -> _EnvKnobs:
+        problem = training_sampling_problem(self.temperature, self.top_p)
+        if problem and not self.allow_biased_sampling:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _nested_opd_config_is_valid(self) -> _EnvKnobs:
+        """Run the nested models' own validators (e.g. a judge quorum above m) at construction."""
+        if type(self) is not _EnvKnobs:
+            self.opd_config()
+        return self
 
     def opd_config(self) -> OPDConfig:
         """The nested pipeline config that the flat OPD knobs describe."""

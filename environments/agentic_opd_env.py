@@ -26,6 +26,7 @@ from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
 from environments.agent_loop import RolloutLimits, run_rollout
 from environments.agentic_opd_config import AgenticOPDConfig
+from environments.dense_k1_notice import DenseK1Notice
 from environments.group_builder import FinishedRollout, build_group, has_distill_signal, trim_after_last_turn
 from environments.sandbox import Sandbox, SandboxLimits
 from environments.send_spool import SpoolingSendMixin
@@ -160,6 +161,9 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
 
     async def handle_send_to_api(self, scored_data, item=None, do_send_to_api: bool = True,
                                  abort_on_any_max_length_exceeded: bool = True):  # fmt: skip
+        notice = self.__dict__.setdefault("_dense_k1_notice", DenseK1Notice(logger.warning))
+        for group in scored_data if isinstance(scored_data, list) else [scored_data]:
+            notice.check(group)  # once per run: tinker-atropos drops equal-score dense_k1 groups
         if getattr(self, "_drop_equal_scores_without_distill", False):
             groups = scored_data if isinstance(scored_data, list) else [scored_data]
             kept = [

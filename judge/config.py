@@ -6,13 +6,13 @@ import os
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_EXIT_CODE_PATTERN = r"(?i)\b(?:exit(?:ed with)?\s+(?:code|status)|returncode)\s*[:=]?\s*(-?\d+)"
 """Matches `exit code 1`, `exit code: 1`, `exit status 2`, `exited with code 3`, `returncode=1`.
 Group 1 is the code. Our tool results end with `exit code N`."""
 
-VotePolicyName = Literal["majority", "any"]
+VotePolicyName = Literal["majority", "majority_of_parsed", "any"]
 HintChoiceName = Literal["representative", "longest"]
 
 
@@ -77,16 +77,26 @@ class JudgeConfig(BaseModel):
     )
     vote_policy: VotePolicyName = Field(
         default="majority",
-        description="`majority`: accept when more than half of the parseable votes are +1. "
-        "`any`: the reference behaviour, one +1 vote with a valid hint wins.",
+        description="`majority`: accept when at least `quorum` of the m votes requested are +1 (a failed "
+        "or unparsed vote counts as not-yes). `majority_of_parsed`: more than half of the votes that "
+        "parsed (the earlier rule). `any`: the reference behaviour, one +1 vote with a valid hint wins.",
+    )
+    quorum: int | None = Field(
+        default=None,
+        ge=1,
+        description="`majority` only: +1 votes needed out of m. None: a strict majority, m // 2 + 1.",
     )
     hint_choice: HintChoiceName = Field(
         default="representative",
         description="Which positive vote's hint is used. `representative`: the hint with the highest mean "
-        "word-set overlap with the other positive hints. `longest`: the reference behaviour.",
+        "word-set overlap with the other positive hints; ties (always, with two) go to the hint with more "
+        "distinct words, then to the earlier vote. `longest`: the reference behaviour (most characters).",
     )
     min_hint_chars: int = Field(
-        default=10, ge=0, description="Hints shorter than this (after stripping whitespace) do not count."
+        default=11,
+        ge=0,
+        description="Hints shorter than this (after stripping whitespace) do not count. The default 11 "
+        "is the reference's rule: more than 10 characters.",
     )
     context_char_budget: int = Field(
         default=6000,
@@ -110,6 +120,12 @@ class JudgeConfig(BaseModel):
         description="Regex (rules backend) that finds a command's exit code in a tool result; "
         "group 1 must capture the integer code.",
     )
+
+    @model_validator(mode="after")
+    def _quorum_fits_m(self) -> JudgeConfig:
+        if self.quorum is not None and self.quorum > self.m:
+            raise ValueError(f"quorum={self.quorum} is more than the m={self.m} votes requested")
+        return self
 
     @field_validator("rules_exit_code_pattern")
     @classmethod

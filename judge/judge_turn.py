@@ -55,5 +55,5 @@ async def judge_turn(pair: TurnPair, backend: JudgeBackend, config: JudgeConfig)
         error.latency_s = time.perf_counter() - started
         raise
     latency_s = time.perf_counter() - started
-    outcome = decide(votes, config.vote_policy, config.hint_choice)
+    outcome = decide(votes, config.vote_policy, config.hint_choice, requested=config.m, quorum=config.quorum)
     return JudgeResult(outcome=outcome, votes=list(votes), latency_s=latency_s, backend=backend.name)

@@ -5,11 +5,15 @@ Rules, in order:
    left without its opening tag (templates that put `<think>` in the prompt), everything up to it;
    then, if a `<think>` is left unclosed, everything from it to the end. An answer that is only
    thinking is unparsed, so a `\\boxed{1}` inside thinking never counts.
-2. The score is the LAST `\\boxed{...}` of what remains, and only `1`/`+1`/`-1` count; any other last
-   value (`0`, `2`, `yes`) leaves the vote unparsed rather than falling back to an earlier box.
-3. The hint is the LAST complete `[HINT_START] ... [HINT_END]` block, wherever it is (before or after
-   the box). An unclosed block gives no hint. A hint shorter than `min_hint_chars` after stripping
-   whitespace gives no hint.
+2. The hint is the LAST complete `[HINT_START] ... [HINT_END]` block, wherever it is (before or after
+   the box). An unclosed block gives no hint. A hint shorter than `min_hint_chars` (default 11: more
+   than 10 characters, the reference's rule) after stripping whitespace gives no hint.
+3. The score is read from the LAST `\\boxed{...}` outside the complete hint blocks (a hint that quotes
+   a box cannot change the verdict). The box's argument runs to its matching brace, so nested braces
+   are read whole: `\\boxed{\\text{-1}}` is -1. Inside, spaces are ignored and `\\text{...}`
+   wrappers are unwrapped; then only `1`, `+1`, `-1` (or U+2212 minus) count. Any other last value
+   (`0`, `2`, `yes`, `{1}`, `\\mathbf{1}`) leaves the vote unparsed rather than falling back to an
+   earlier box, and so does a `\\boxed{` whose braces never close (the verdict was cut off).
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ HINT_END = "[HINT_END]"
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
-_BOXED = re.compile(r"\\boxed\s*\{\s*([^{}]*?)\s*\}")
+_BOXED_OPEN = re.compile(r"\\boxed\s*\{")
+_TEXT_WRAPPER = re.compile(r"^\\text\{(.*)\}$", re.DOTALL)
+_WHITESPACE = re.compile(r"\s+")
 _HINT_BLOCK = re.compile(
     re.escape(HINT_START) + r"((?:(?!" + re.escape(HINT_START) + r").)*?)" + re.escape(HINT_END),
     re.DOTALL | re.IGNORECASE,
@@ -66,15 +72,54 @@ def strip_thinking(text: str) -> str:
     return text
 
 
+def _group_end(text: str, start: int) -> int | None:
+    """Index just past the brace that closes the group opened right before `start`; None if it
+    never closes. `\\{` and `\\}` are literal braces, not group delimiters."""
+    depth = 1
+    i = start
+    while i < len(text):
+        char = text[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return None
+
+
+def boxed_value(argument: str) -> int | None:
+    """+1/-1 for a box's argument: spaces ignored, `\\text{...}` unwrapped; None for anything else."""
+    value = _WHITESPACE.sub("", argument)
+    while (wrapped := _TEXT_WRAPPER.match(value)) and _group_end(value, len("\\text{")) == len(value):
+        value = wrapped.group(1)
+    return _SCORES.get(value)
+
+
 def last_boxed_score(text: str) -> int | None:
-    """+1/-1 from the last `\\boxed{...}`; None if there is none or it holds anything else."""
-    matches = _BOXED.findall(text)
-    if not matches:
-        return None
-    return _SCORES.get(matches[-1].strip())
+    """+1/-1 from the last `\\boxed{...}`; None if there is none, it never closes, or it holds
+    anything else."""
+    argument: str | None = None
+    position = 0
+    while (opened := _BOXED_OPEN.search(text, position)) is not None:
+        end = _group_end(text, opened.end())
+        if end is None:
+            return None
+        argument = text[opened.end() : end - 1]
+        position = end  # a box nested in this one's argument is part of the argument
+    return None if argument is None else boxed_value(argument)
 
 
-def last_hint(text: str, min_hint_chars: int = 10) -> str | None:
+def without_hint_blocks(text: str) -> str:
+    """`text` with every complete hint block removed."""
+    return _HINT_BLOCK.sub(" ", text)
+
+
+def last_hint(text: str, min_hint_chars: int = 11) -> str | None:
     """The stripped text of the last complete hint block, if it is long enough."""
     blocks = _HINT_BLOCK.findall(text)
     if not blocks:
@@ -85,10 +130,14 @@ def last_hint(text: str, min_hint_chars: int = 10) -> str | None:
     return hint
 
 
-def parse_vote(text: str | None, min_hint_chars: int = 10) -> Vote:
+def parse_vote(text: str | None, min_hint_chars: int = 11) -> Vote:
     """Parse one judge answer (see the module docstring for the rules)."""
     raw = text or ""
     answer = strip_thinking(raw)
     if not answer.strip():
         return Vote(score=None, hint=None, raw=raw)
-    return Vote(score=last_boxed_score(answer), hint=last_hint(answer, min_hint_chars), raw=raw)
+    return Vote(
+        score=last_boxed_score(without_hint_blocks(answer)),
+        hint=last_hint(answer, min_hint_chars),
+        raw=raw,
+    )

@@ -1,22 +1,27 @@
 """Vote policies: from m parsed votes to one decision and at most one hint (pure logic).
 
 Policies
-- `majority` (default): accept when MORE than half of the parseable votes are +1, and at least one
-  vote parsed. Unparsed votes (garbage text, failed requests) are left out of the denominator: they
-  are missing evidence, not votes against.
-- `any`: the reference behaviour, kept for comparison: one +1 vote with a valid hint wins.
+- `majority` (default): accept when at least `quorum` of the m votes REQUESTED are +1; the default
+  quorum is a strict majority, m // 2 + 1 (2 of 3, 3 of 4). A failed request or an unparsed answer
+  counts as not-yes: when two of three judge calls time out, the one remaining +1 is not a majority.
+- `majority_of_parsed`: the earlier rule, kept for comparison: accept when more than half of the
+  parseable votes are +1 (unparsed and failed votes are left out of the denominator, so 1 of 3
+  wins when the other two failed).
+- `any`: the reference behaviour: one +1 vote with a valid hint wins.
 
-In both policies a +1 vote without a usable hint still counts as +1 (the judge did say the turn could
+In every policy a +1 vote without a usable hint still counts as +1 (the judge did say the turn could
 be better), but only +1 votes WITH a hint can supply the hint; a positive decision with no hint at
 all is not accepted, since there is nothing to give the teacher.
 
 Hint choice among the +1 votes that have a hint
-- `longest`: the reference behaviour.
-- `representative`: the hint whose lowercased word set has the highest mean Jaccard overlap with
-  the other candidates' word sets, i.e. the one that best states what the judges agree on. Ties go
-  to the SHORTER hint (same content, fewer words for the teacher to misread), then to the earlier
-  vote, so the choice is deterministic. With one or two candidates every score is equal, so the
-  shorter one wins.
+- `longest`: the reference behaviour (longest in characters).
+- `representative` (default): the hint whose lowercased word set has the highest mean Jaccard
+  overlap with the other candidates' word sets, i.e. the one that best states what the judges
+  agree on. Ties (with two candidates the scores are always equal, by symmetry) go to the hint with
+  MORE distinct words, then to the earlier vote. Distinct words, not characters: padding such as
+  "Run tests.!!!!!!" or a repeated phrase adds nothing, while a hint that names the file, the
+  command and the fix does. The choice is deterministic, and it never prefers the shorter of two
+  hints by construction.
 """
 
 from __future__ import annotations
@@ -48,6 +53,12 @@ class VoteOutcome:
     accepted, negative/parseable when not; 0.0 when no vote parsed."""
     hint_choice: str = "representative"
     positive_with_hint: int = 0
+    failed: int = 0
+    """Of the `unparsed` votes, those whose request failed (no text came back)."""
+    requested: int | None = None
+    """m, the votes asked for (None: taken to be `n`)."""
+    quorum: int | None = None
+    """+1 votes needed under `majority`; None for the other policies."""
 
     def as_dict(self) -> dict[str, Any]:
         """Vote summary for provenance JSON (the hint itself is stored beside it, not in here)."""
@@ -61,6 +72,9 @@ class VoteOutcome:
             "agreement": round(self.agreement, 4),
             "hint_choice": self.hint_choice,
             "positive_with_hint": self.positive_with_hint,
+            "failed": self.failed,
+            "requested": self.n if self.requested is None else self.requested,
+            "quorum": self.quorum,
         }
 
 
@@ -92,10 +106,16 @@ def representativeness(hints: Sequence[str]) -> list[float]:
 
 
 def choose_representative(hints: Sequence[str]) -> str:
-    """Highest mean overlap with the others; ties -> shorter, then earlier (see module docstring)."""
+    """Highest mean overlap with the others; ties -> more distinct words, then earlier (see the
+    module docstring)."""
     scores = representativeness(hints)
-    best = min(range(len(hints)), key=lambda i: (-round(scores[i], 9), len(hints[i]), i))
+    best = min(range(len(hints)), key=lambda i: (-round(scores[i], 9), -len(word_set(hints[i])), i))
     return hints[best]
+
+
+def strict_majority(m: int) -> int:
+    """The smallest number of votes that is more than half of m."""
+    return m // 2 + 1
 
 
 def choose_hint(hints: Sequence[str], hint_choice: HintChoiceName) -> str | None:
@@ -109,16 +129,35 @@ def choose_hint(hints: Sequence[str], hint_choice: HintChoiceName) -> str | None
 
 
 def decide(
-    votes: Sequence[Vote], policy: VotePolicyName = "majority", hint_choice: HintChoiceName = "representative"
+    votes: Sequence[Vote],
+    policy: VotePolicyName = "majority",
+    hint_choice: HintChoiceName = "representative",
+    *,
+    requested: int | None = None,
+    quorum: int | None = None,
 ) -> VoteOutcome:
-    """Apply a vote policy and a hint choice to parsed votes."""
+    """Apply a vote policy and a hint choice to parsed votes.
+
+    `requested` is m, the number of votes asked for (default: `len(votes)`); votes that never came
+    back count as not-yes. `quorum` is the number of +1 votes `majority` needs (default: a strict
+    majority of `requested`)."""
+    m = len(votes) if requested is None else requested
+    if m < len(votes):
+        raise ValueError(f"{len(votes)} votes for {m} requested")
     positive = sum(1 for v in votes if v.score == 1)
     negative = sum(1 for v in votes if v.score == -1)
     parseable = positive + negative
     unparsed = len(votes) - parseable
+    failed = sum(1 for v in votes if v.failed)
     hints = [v.hint for v in votes if v.score == 1 and v.hint]
 
+    needed: int | None = None
     if policy == "majority":
+        needed = strict_majority(m) if quorum is None else quorum
+        if not 1 <= needed <= max(m, 1):
+            raise ValueError(f"quorum must be between 1 and m={m}, got {needed}")
+        decided_positive = m > 0 and positive >= needed
+    elif policy == "majority_of_parsed":
         decided_positive = parseable > 0 and 2 * positive > parseable
     elif policy == "any":
         decided_positive = bool(hints)
@@ -139,4 +178,7 @@ def decide(
         agreement=agreement,
         hint_choice=hint_choice,
         positive_with_hint=len(hints),
+        failed=failed,
+        requested=m,
+        quorum=needed,
     )

@@ -93,3 +93,8 @@ def test_nest_values_builds_the_nested_model():
 
     groups = [FlatGroup(Outer), FlatGroup(Inner, path=("inner",), prefix="inner_")]
     assert nest_values(Outer, groups, {"x": 3, "inner_k": 4}) == Outer(x=3, inner=Inner(k=4))
+
+
+def test_nested_validators_run_when_the_flat_config_is_built():
+    with pytest.raises(ValueError, match="quorum"):
+        AgenticOPDConfig(tokenizer_name="x", judge_votes=3, judge_quorum=4)

@@ -285,8 +285,11 @@ async def test_some_votes_failing_is_not_an_error(fake_server):
     config = make_config(fake_server, m=3)
     result, _ = await run_judge(config)
     assert result.outcome.unparsed == 2 and result.outcome.positive == 1
-    assert result.accepted  # 1 of 1 parseable vote; the failures are missing evidence, not "no"
-    assert result.as_dict()["failed_requests"] == 2
+    assert not result.accepted  # 1 of 3 requested is no majority: a failed vote counts as not-yes
+    assert result.as_dict()["failed_requests"] == 2 and result.as_dict()["failed"] == 2
+    fake_server.actions = [fake_server.status(400), fake_server.status(400)]
+    result, _ = await run_judge(make_config(fake_server, m=3, vote_policy="majority_of_parsed"))
+    assert result.accepted  # the earlier rule: 1 of 1 parseable vote
 
 
 async def test_garbage_text_is_unparsed_not_failed(fake_server):

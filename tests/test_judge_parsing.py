@@ -139,10 +139,14 @@ def test_whitespace_only_hint_is_no_hint():
     assert vote.hint is None
 
 
-def test_hint_shorter_than_ten_chars_does_not_count():
+def test_hint_needs_more_than_ten_chars():
     assert parse_vote(answer("\\boxed{1} <H>  Use -f.  </H>")).hint is None
     assert parse_vote(answer("\\boxed{1} <H>123456789</H>")).hint is None
-    assert parse_vote(answer("\\boxed{1} <H>1234567890</H>")).hint == "1234567890"
+    assert parse_vote(answer("\\boxed{1} <H>1234567890</H>")).hint is None  # exactly 10: not enough
+    assert parse_vote(answer("\\boxed{1} <H> 12345678901 </H>")).hint == "12345678901"
+    from judge.config import JudgeConfig
+
+    assert JudgeConfig().min_hint_chars == 11
 
 
 def test_min_hint_chars_is_configurable():
@@ -161,8 +165,42 @@ def test_raw_text_is_kept():
     assert parse_vote(text).raw == text
 
 
-def test_nested_braces_do_not_count():
-    assert last_boxed_score("\\boxed{\\text{1}}") is None
+def test_nested_final_box_is_read_whole_not_skipped():
+    # The final box has nested braces; an earlier box must not count in its place.
+    assert parse_vote("First \\boxed{1} ... on reflection \\boxed{\\text{-1}}").score == -1
+    assert parse_vote("First \\boxed{-1} ... no: \\boxed{\\text{ +1 }}").score == 1
+    assert last_boxed_score("\\boxed{\\text{1}}") == 1
+    assert last_boxed_score("\\boxed{\\text{\\text{-1}}}") == -1
+
+
+@pytest.mark.parametrize(
+    ("text", "score"),
+    [
+        ("\\boxed{ + 1 }", 1),
+        ("\\boxed{- 1}", -1),
+        ("\\boxed{\\text{ - 1 }}", -1),
+        ("\\boxed{\n1\n}", 1),
+        ("\\boxed{1}}", 1),  # a stray closing brace after a complete box
+        ("\\boxed{1} \\boxed{-1", None),  # the final box never closes: the verdict was cut off
+        ("\\boxed{-1} then \\boxed{{1}}", None),  # a bare group is not a value
+        ("\\boxed{-1} then \\boxed{\\mathbf{1}}", None),  # only \\text{} is unwrapped
+        ("\\boxed{\\text{1}\\text{1}}", None),  # two groups, not one wrapper
+        ("\\boxed{\\text{1}", None),
+        ("\\boxed{1\\}}", None),  # an escaped brace is content, not the end of the box
+        ("\\boxed{1} and \\boxed{\\text{yes}}", None),
+        ("\\boxed{1}\\boxed{\\boxed{-1}}", None),
+        ("\\boxed{+-1}", None),
+    ],
+)
+def test_adversarial_boxes(text, score):
+    assert parse_vote(text).score == score
+
+
+def test_a_box_quoted_inside_the_hint_does_not_change_the_verdict():
+    vote = parse_vote(answer("\\boxed{1}\n<H>Never print \\boxed{-1} to the log; fix the parser first.</H>"))
+    assert vote.score == 1
+    assert vote.hint == "Never print \\boxed{-1} to the log; fix the parser first."
+    assert parse_vote(answer("<H>Say \\boxed{1} only when the test passes.</H> \\boxed{-1}")).score == -1
 
 
 PIECES = list("ab1-+{} <>/\\") + ["\\boxed{", "<think>", "</think>", HINT_START, HINT_END, "Check the path."]
@@ -172,7 +210,7 @@ PIECES = list("ab1-+{} <>/\\") + ["\\boxed{", "<think>", "</think>", HINT_START,
 def test_parse_never_raises_and_respects_invariants(text):
     vote = parse_vote(text)
     assert vote.score in (None, 1, -1)
-    assert vote.hint is None or len(vote.hint) >= 10
+    assert vote.hint is None or len(vote.hint) > 10
     assert vote.hint is None or (HINT_START not in vote.hint and HINT_END not in vote.hint)
     assert vote.raw == text
     if "<think>" in text and "</think>" not in text and text.lstrip().startswith("<think>"):

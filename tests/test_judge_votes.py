@@ -51,13 +51,51 @@ def test_exact_half_is_not_a_majority():
     assert not decide([pos(), pos(), neg(), neg()], "majority").accepted
 
 
-def test_unparsed_votes_are_not_in_the_denominator():
-    outcome = decide([pos(), unparsed(), failed()], "majority")
+def test_majority_of_parsed_leaves_unparsed_votes_out_of_the_denominator():
+    outcome = decide([pos(), unparsed(), failed()], "majority_of_parsed")
     assert outcome.accepted
     assert (outcome.n, outcome.positive, outcome.negative, outcome.unparsed) == (3, 1, 0, 2)
     assert outcome.agreement == 1.0
 
-    assert not decide([pos(), neg(), unparsed()], "majority").accepted
+    assert not decide([pos(), neg(), unparsed()], "majority_of_parsed").accepted
+
+
+def test_majority_is_strict_over_the_votes_requested():
+    # Two of three judge calls timed out: one +1 is not a majority of three.
+    outcome = decide([pos(), failed(), failed()], "majority")
+    assert not outcome.accepted and outcome.hint is None
+    assert (outcome.positive, outcome.unparsed, outcome.failed, outcome.quorum) == (1, 2, 2, 2)
+    assert not decide([pos(), unparsed(), failed()], "majority").accepted
+    assert not decide([pos(), unparsed(), unparsed()], "majority").accepted
+    # Two +1 of three is a majority whatever the third vote is.
+    for third in (neg(), unparsed(), failed()):
+        assert decide([pos(), pos(HINT_B), third], "majority").accepted
+    # Votes that never came back count as not-yes: 2 returned +1 of m=5 requested is not enough.
+    short = decide([pos(), pos(HINT_B)], "majority", requested=5)
+    assert not short.accepted and short.quorum == 3 and short.as_dict()["requested"] == 5
+    assert decide([pos(), pos(HINT_B), pos()], "majority", requested=5).accepted
+
+
+@pytest.mark.parametrize(
+    ("m", "quorum", "positives", "accepted"),
+    [(3, None, 2, True), (3, None, 1, False), (4, None, 2, False), (4, None, 3, True),
+     (5, 1, 1, True), (5, 4, 3, False), (5, 4, 4, True), (3, 3, 2, False), (3, 3, 3, True)],
+)  # fmt: skip
+def test_configurable_quorum(m, quorum, positives, accepted):
+    votes = [pos()] * positives + [failed()] * (m - positives)
+    outcome = decide(votes, "majority", quorum=quorum)
+    assert outcome.accepted is accepted
+    assert outcome.quorum == (m // 2 + 1 if quorum is None else quorum)
+
+
+def test_quorum_outside_one_to_m_is_an_error():
+    with pytest.raises(ValueError, match="quorum must be between 1 and m=3"):
+        decide([pos(), pos(), pos()], "majority", quorum=4)
+    from judge.config import JudgeConfig
+
+    with pytest.raises(ValueError, match="quorum=4 is more than the m=3 votes requested"):
+        JudgeConfig(m=3, quorum=4)
+    assert JudgeConfig().quorum is None and JudgeConfig().vote_policy == "majority"
 
 
 def test_all_unparsed_is_rejected_under_every_policy():
@@ -128,11 +166,24 @@ def test_representative_hand_computed_scores():
     assert choose_representative([a, b, c]) == b
 
 
-def test_representative_ties_go_to_the_shorter_then_earlier_hint():
-    # With two hints both scores are equal by symmetry: the shorter wins.
-    assert choose_representative(["Check the path of the file.", "Check the path."]) == "Check the path."
-    # Identical length and identical scores: the earlier one.
-    assert choose_representative(["Use flag -x here.", "Use flag -y here."]) == "Use flag -x here."
+def test_representative_with_two_hints_does_not_prefer_the_shorter_one():
+    informative = "Run pytest on tests/test_parser.py and fix the failing assertion before answering."
+    padded = "Run tests.!!!!!!"
+    # Two candidates always tie on overlap; the tie goes to the hint that says more, in either order.
+    assert choose_representative([padded, informative]) == informative
+    assert choose_representative([informative, padded]) == informative
+    assert decide([pos(padded), pos(informative), neg()], "majority").hint == informative
+    # Padding and repetition add no distinct words, so they cannot win either.
+    repeated = "Check the path. Check the path. Check the path. Check the path."
+    assert choose_representative([repeated, "Check the path of the input file first."]) == (
+        "Check the path of the input file first."
+    )
+    # The same number of distinct words: the earlier vote, whichever is shorter.
+    assert choose_representative(["Use flag -x here now!!", "Use flag -y here."]) != "Use flag -y here."
+    assert choose_representative(["Use -x here.", "Use flag -y here, now."]) == "Use flag -y here, now."
+    assert choose_representative(["Use flag -x.", "Use the flag -y here."]) == "Use the flag -y here."
+    assert choose_representative(["Use flag -x here.", "Use flag -y here!!!"]) == "Use flag -x here."
+    assert choose_representative(["Use flag -y here!!!", "Use flag -x here."]) == "Use flag -y here!!!"
     # A single hint is chosen.
     assert choose_representative([HINT_A]) == HINT_A
 
@@ -156,9 +207,25 @@ def test_as_dict_is_provenance_ready():
         "agreement": 0.5,
         "hint_choice": "longest",
         "positive_with_hint": 1,
+        "failed": 1,
+        "requested": 3,
+        "quorum": 2,
     }
 
 
 def test_unknown_policy_is_an_error():
     with pytest.raises(ValueError):
         decide([pos()], "plurality")  # type: ignore[arg-type]
+
+
+def test_env_config_passes_quorum_and_policies_through():
+    from environments.agentic_opd_config import AgenticOPDConfig
+
+    judge = AgenticOPDConfig(judge_votes=5, judge_quorum=4, vote_policy="majority").opd_config().judge
+    assert (judge.m, judge.quorum, judge.vote_policy, judge.min_hint_chars) == (5, 4, "majority", 11)
+    assert (
+        AgenticOPDConfig(vote_policy="majority_of_parsed").opd_config().judge.vote_policy
+        == "majority_of_parsed"
+    )
+    with pytest.raises(ValueError, match="quorum=4 is more than the m=3 votes requested"):
+        AgenticOPDConfig(judge_votes=3, judge_quorum=4).opd_config()

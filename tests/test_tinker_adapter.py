@@ -1,4 +1,6 @@
-"""The tinker adapter without the tinker service: real SDK types, the custom loss run locally."""
+"""The tinker adapter without the tinker service: real SDK types, and a local stand-in for the
+service that computes logprobs from real torch logits (a table of logits, or a real transformers
+model) and backpropagates tinker's losses as its documentation defines them."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import torch
 from tinker import types as tt
 from tinker.lib.public_interfaces.training_client import TrainingClient
 
+from hermes_opd.contract.errors import ConfigError
 from trainer_adapters.objective import compute_objective
 from trainer_adapters.student_logprobs import StudentLogprobs, gather_logprobs
-from trainer_adapters.tinker_adapter import TEACHER_LOGPROBS_KEY, TinkerOPDTrainer, build_step
+from trainer_adapters.tinker_adapter import TinkerOPDTrainer
+from trainer_adapters.tinker_objective import build_objective_step
 from trainer_adapters.trainer_config import LossConfig, parse_trainer_config
 
 V = 40
@@ -66,171 +70,7 @@ def _tinker_config(**loss):
     )
 
 
-# --- datums -----------------------------------------------------------------------------------
-
-
-def test_grpo_datum_shapes_dtypes_and_scaled_advantages():
-    groups = [make_group(0), make_group(1, scores=[0.3, 0.3, 0.3])]
-    step = build_step(groups, LossConfig(w_grpo=0.5))
-    batch = step.batch
-    assert step.grpo_rows == [0, 1, 2]  # the equal-score group has no GRPO datum ...
-    assert len(step.opd) == 6  # ... but all of its sequences still train OPD
-    n_gen = batch.num_generated_tokens
-    for row, datum in zip(step.grpo_rows, step.grpo, strict=True):
-        t = int(batch.attention_mask_BT[row].sum())
-        assert datum.model_input.length == t
-        assert datum.model_input.to_ints() == batch.input_ids_BT[row, :t].tolist()
-        inputs = datum.loss_fn_inputs
-        assert set(inputs) == {"target_tokens", "logprobs", "advantages"}
-        assert inputs["target_tokens"].dtype == "int64" and inputs["target_tokens"].shape == [t]
-        assert inputs["logprobs"].dtype == "float32" and inputs["advantages"].dtype == "float32"
-        assert inputs["target_tokens"].to_torch().tolist() == batch.target_ids_BT[row, :t].tolist()
-        expected = batch.advantages_BT[row, :t] * batch.loss_mask_BT[row, :t] * 0.5 / n_gen
-        torch.testing.assert_close(inputs["advantages"].to_torch(), expected)
-        torch.testing.assert_close(inputs["logprobs"].to_torch(), batch.inference_logprobs_BT[row, :t])
-        assert inputs["advantages"].to_torch()[:2].abs().sum() == 0  # prompt targets: no gradient
-
-
-def test_opd_topk_datums_are_T_by_K():
-    step = build_step([make_group(0)], LossConfig(opd_mode="topk"))
-    batch = step.batch
-    k = batch.teacher_topk_ids_BTK.shape[-1]
-    assert k == 4
-    for b, datum in enumerate(step.opd):
-        t = int(batch.attention_mask_BT[b].sum())
-        inputs = datum.loss_fn_inputs
-        assert inputs["target_tokens"].shape == [t, k] and inputs["target_tokens"].dtype == "int64"
-        assert inputs["weights"].shape == [t, k] and inputs["weights"].dtype == "float32"
-        assert inputs[TEACHER_LOGPROBS_KEY].shape == [t, k]
-        weights = inputs["weights"].to_torch()
-        assert set(weights.unique().tolist()) <= {0.0, 1.0}
-        assert torch.equal(weights.bool(), batch.teacher_topk_valid_BTK[b, :t])
-        ids = inputs["target_tokens"].to_torch()
-        assert torch.equal(ids[weights.bool()], batch.teacher_topk_ids_BTK[b, :t][weights.bool()])
-        assert weights[:2].sum() == 0 and weights[3].sum() == 0  # prompt and the unscored position
-
-
-def test_opd_token_datums_are_T():
-    step = build_step([make_group(0)], LossConfig(opd_mode="token"))
-    datum = step.opd[0]
-    t = datum.model_input.length
-    assert datum.loss_fn_inputs["target_tokens"].shape == [t]
-    assert (
-        datum.loss_fn_inputs["target_tokens"].to_torch().tolist() == step.batch.target_ids_BT[0, :t].tolist()
-    )
-    torch.testing.assert_close(
-        datum.loss_fn_inputs[TEACHER_LOGPROBS_KEY].to_torch(), step.batch.teacher_token_logprobs_BT[0, :t]
-    )
-
-
-def test_missing_inference_logprobs_is_an_error_for_grpo():
-    group = make_group(0)
-    del group["inference_logprobs"]
-    with pytest.raises(ValueError, match="no inference_logprobs"):
-        build_step([group], LossConfig())
-    assert build_step([group], LossConfig(w_grpo=0.0)).grpo == []
-
-
-# --- the custom loss equals the torch loss ----------------------------------------------------
-
-
-def _service_logprobs(logits_BTV: torch.Tensor, datums: list[tt.Datum]) -> list[torch.Tensor]:
-    """What the service computes: log_softmax over the vocabulary at each input position,
-    gathered at target_tokens (shape [T] or [T, K])."""
-    out = []
-    for b, datum in enumerate(datums):
-        targets = datum.loss_fn_inputs["target_tokens"].to_torch().long()
-        t = targets.shape[0]
-        index = targets if targets.dim() == 2 else targets[:, None]
-        lp = torch.log_softmax(logits_BTV[b, :t], -1).gather(-1, index)
-        out.append(lp if targets.dim() == 2 else lp[:, 0])
-    return out
-
-
-def _torch_opd(logits_BTV: torch.Tensor, batch, config: LossConfig) -> torch.Tensor:
-    index = torch.cat([batch.target_ids_BT[..., None], batch.teacher_topk_ids_BTK], dim=-1)
-    gathered = gather_logprobs(logits_BTV, index)
-    student = StudentLogprobs(gathered[..., 0], gathered[..., 1:])
-    return compute_objective(student, batch, config.model_copy(update={"w_grpo": 0.0})).total
-
-
-@pytest.mark.parametrize(
-    ("mode", "direction"), [("topk", "reverse"), ("topk", "forward"), ("token", "reverse")]
-)
-def test_custom_loss_and_gradient_match_the_torch_loss(mode, direction):
-    config = LossConfig(opd_mode=mode, kl_direction=direction, w_opd=0.7)
-    step = build_step([make_group(0), make_group(1)], config)
-    assert len(step.opd) == step.batch.batch_size  # datum i is batch row i (every sequence has rows)
-    base = torch.randn(6, 8, V, generator=torch.Generator().manual_seed(0))
-
-    logits_a = base.clone().requires_grad_(True)
-    loss_a, metrics = step.opd_loss_fn(step.opd, _service_logprobs(logits_a, step.opd))
-    (grad_a,) = torch.autograd.grad(loss_a, logits_a)
-
-    logits_b = base.clone().requires_grad_(True)
-    loss_b = _torch_opd(logits_b, step.batch, config)
-    (grad_b,) = torch.autograd.grad(loss_b, logits_b)
-
-    assert loss_a.item() == pytest.approx(loss_b.item(), rel=1e-5)
-    if mode == "topk":
-        assert loss_a.item() > 0
-    torch.testing.assert_close(grad_a, grad_b, atol=1e-7, rtol=1e-4)
-    assert metrics["loss/opd"] == pytest.approx(loss_b.item() / 0.7, rel=1e-5)
-
-
-def test_custom_loss_through_the_sdk_surrogate_reproduces_the_torch_gradient():
-    """The SDK turns our loss into per-entry weights (-dL/dlogprobs) for a cross-entropy backward on
-    the service. Running that surrogate locally must give the torch trainer's gradient."""
-    config = LossConfig(opd_mode="topk", w_opd=1.0)
-    step = build_step([make_group(2)], config)
-    base = torch.randn(3, 8, V, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        forward = tt.ForwardBackwardOutput(
-            loss_fn_output_type="ArrayRecord",
-            loss_fn_outputs=[
-                {"logprobs": tt.TensorData.from_torch(lp)} for lp in _service_logprobs(base, step.opd)
-            ],
-        )
-    result = TrainingClient._compute_custom_loss(step.opd, step.opd_loss_fn, forward)
-    logits = base.clone().requires_grad_(True)
-    surrogate = sum(
-        -(lp * datum.loss_fn_inputs["weights"].to_torch()).sum()
-        for lp, datum in zip(_service_logprobs(logits, result.data), result.data, strict=True)
-    )
-    (grad_service,) = torch.autograd.grad(surrogate, logits)
-    logits_torch = base.clone().requires_grad_(True)
-    (grad_torch,) = torch.autograd.grad(_torch_opd(logits_torch, step.batch, config), logits_torch)
-    torch.testing.assert_close(grad_service, grad_torch, atol=1e-7, rtol=1e-4)
-    assert result.loss_sum == pytest.approx(_torch_opd(base, step.batch, config).item(), rel=1e-5)
-
-
-def test_grpo_datums_under_tinker_ppo_equal_the_weighted_torch_grpo_loss():
-    """tinker's ppo loss is -sum(min(r A, clip(r) A)) over tokens (its docs). With our scaled
-    advantages it equals w_grpo * the torch trainer's token-mean GRPO loss, value and gradient."""
-    from trainer_adapters.losses import grpo_loss
-
-    w = 0.8
-    step = build_step([make_group(3), make_group(4)], LossConfig(w_grpo=w))
-    batch = step.batch
-    base = torch.randn(6, 8, V, generator=torch.Generator().manual_seed(2)) * 2
-
-    logits_a = base.clone().requires_grad_(True)
-    total = 0.0
-    for lp, datum in zip(_service_logprobs(logits_a, step.grpo), step.grpo, strict=True):
-        ratio = torch.exp(lp - datum.loss_fn_inputs["logprobs"].to_torch())
-        adv = datum.loss_fn_inputs["advantages"].to_torch()
-        total = total - torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv).sum()
-    (grad_a,) = torch.autograd.grad(total, logits_a)
-
-    logits_b = base.clone().requires_grad_(True)
-    lp = gather_logprobs(logits_b, batch.target_ids_BT[..., None])[..., 0]
-    torch_loss = grpo_loss(lp, batch.inference_logprobs_BT, batch.advantages_BT, batch.loss_mask_BT).value
-    (grad_b,) = torch.autograd.grad(w * torch_loss, logits_b)
-    assert total.item() == pytest.approx(w * torch_loss.item(), rel=1e-5)
-    torch.testing.assert_close(grad_a, grad_b, atol=1e-7, rtol=1e-4)
-
-
-# --- the step loop against a fake training client ---------------------------------------------
+# --- a local tinker service ---------------------------------------------------------------------
 
 
 @dataclass
@@ -246,23 +86,66 @@ class _Saved:
     path: str
 
 
-class FakeTrainingClient:
-    """Records the calls; answers like the service would, computing logprobs from local logits."""
+class FakeTinkerService:
+    """A TrainingClient stand-in. `logits_of(ids) -> [t, V]` is the policy (differentiable); every
+    forward_backward* backpropagates into its parameters, as the service accumulates gradients until
+    optim_step. Built-in losses follow tinker's documented formulas (sums over tokens):
+    importance_sampling = -sum(exp(lp - q) A); ppo = -sum(min(r A, clamp(r, lo, hi) A)) with
+    lo/hi from loss_fn_config (default 0.8/1.2); cross_entropy = -sum(lp * weights).
+    forward_backward_custom runs the SDK's own `_compute_custom_loss` on the forward logprobs, then
+    the cross-entropy surrogate backward with the weights it produced, as the SDK does."""
 
-    def __init__(self) -> None:
+    def __init__(self, logits_of) -> None:
+        self.logits_of = logits_of
         self.calls: list[tuple] = []
-        self.logits = torch.randn(8, 10, V, generator=torch.Generator().manual_seed(3))
+        self.loss_sum = 0.0
+
+    def _logprobs(self, datum: tt.Datum) -> torch.Tensor:
+        targets = datum.loss_fn_inputs["target_tokens"].to_torch().long()
+        logits = self.logits_of(datum.model_input.to_ints())
+        index = targets if targets.dim() == 2 else targets[:, None]
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, index)
+        return lp if targets.dim() == 2 else lp[:, 0]
+
+    def _outputs(self, data):
+        with torch.no_grad():
+            return [{"logprobs": tt.TensorData.from_torch(self._logprobs(d))} for d in data]
+
+    def _builtin_loss(self, datum, lp, loss_fn, config):
+        inputs = {k: v.to_torch().float() for k, v in datum.loss_fn_inputs.items() if k != "target_tokens"}
+        if loss_fn == "cross_entropy":
+            return -(lp * inputs["weights"]).sum()
+        ratio = torch.exp(lp - inputs["logprobs"])
+        adv = inputs["advantages"]
+        if loss_fn == "importance_sampling":
+            return -(ratio * adv).sum()
+        if loss_fn == "ppo":
+            config = config or {}
+            lo, hi = config.get("clip_low_threshold", 0.8), config.get("clip_high_threshold", 1.2)
+            return -torch.minimum(ratio * adv, ratio.clamp(lo, hi) * adv).sum()
+        raise AssertionError(f"no local formula for {loss_fn}")
+
+    def forward(self, data, loss_fn, loss_fn_config=None):
+        self.calls.append(("forward", loss_fn, len(data)))
+        return _Done(tt.ForwardBackwardOutput("ArrayRecord", self._outputs(data), {}))
 
     def forward_backward(self, data, loss_fn, loss_fn_config=None):
         self.calls.append(("forward_backward", loss_fn, len(data)))
-        outputs = [{"logprobs": tt.TensorData.from_torch(lp)} for lp in _service_logprobs(self.logits, data)]
-        return _Done(tt.ForwardBackwardOutput("ArrayRecord", outputs, {"loss:sum": 1.5}))
+        total = sum(self._builtin_loss(d, self._logprobs(d), loss_fn, loss_fn_config) for d in data)
+        total.backward()
+        self.loss_sum += float(total)
+        return _Done(tt.ForwardBackwardOutput("ArrayRecord", self._outputs(data), {"loss:sum": float(total)}))
 
     def forward_backward_custom(self, data, loss_fn):
         self.calls.append(("forward_backward_custom", len(data)))
-        outputs = [{"logprobs": tt.TensorData.from_torch(lp)} for lp in _service_logprobs(self.logits, data)]
-        TrainingClient._compute_custom_loss(data, loss_fn, tt.ForwardBackwardOutput("ArrayRecord", outputs))
-        return _Done(tt.ForwardBackwardOutput("ArrayRecord", outputs))
+        forward = tt.ForwardBackwardOutput("ArrayRecord", self._outputs(data), {})
+        custom = TrainingClient._compute_custom_loss(data, loss_fn, forward)
+        surrogate = sum(self._builtin_loss(d, self._logprobs(d), "cross_entropy", None) for d in custom.data)
+        surrogate.backward()
+        self.loss_sum += custom.loss_sum
+        return _Done(
+            tt.ForwardBackwardOutput("ArrayRecord", forward.loss_fn_outputs, {"loss:sum": custom.loss_sum})
+        )
 
     def optim_step(self, params):
         self.calls.append(("optim_step", params.learning_rate))
@@ -273,43 +156,294 @@ class FakeTrainingClient:
         return _Done(_Saved(f"tinker://run/sampler_weights/{name}"))
 
 
-def test_one_step_calls_both_losses_then_one_optim_step():
-    client = FakeTrainingClient()
-    published = []
-    trainer = TinkerOPDTrainer(
-        _tinker_config(), client, on_new_sampler=lambda path, step: published.append((path, step))
+class LogitTable:
+    """A policy that is a table of logits per input sequence (leaf tensors with .grad)."""
+
+    def __init__(self, seed: int = 0, width: int = 16) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+        self.width = width
+        self.tables: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def __call__(self, ids: list[int]) -> torch.Tensor:
+        key = tuple(ids)
+        if key not in self.tables:
+            self.tables[key] = (torch.randn(len(ids), V, generator=self.generator) * 2).requires_grad_(True)
+        return self.tables[key]
+
+
+def _torch_objective(table: LogitTable, batch, config: LossConfig):
+    """The torch trainer's objective (compute_objective) with the student's logprobs from `table`."""
+    index = torch.cat([batch.target_ids_BT[..., None], batch.teacher_topk_ids_BTK], dim=-1)
+    logits = torch.stack(
+        [
+            torch.cat([table(batch.input_ids_BT[b, : int(batch.attention_mask_BT[b].sum())].tolist()),
+                       torch.zeros(batch.input_ids_BT.shape[1] - int(batch.attention_mask_BT[b].sum()), V)])
+            for b in range(batch.batch_size)
+        ]
+    )  # fmt: skip
+    gathered = gather_logprobs(logits, index)
+    return compute_objective(StudentLogprobs(gathered[..., 0], gathered[..., 1:]), batch, config)
+
+
+# --- the issue's numbers: ratios 1.65 / 1 / 0.37 ------------------------------------------------
+
+
+def _ratio_group(table: LogitTable) -> dict:
+    """One sequence, 2 prompt + 3 generated tokens, per-token advantages +1, +1, -1, and sampler
+    logprobs set so that the current/sampler ratios are exactly 1.65, 1.0 and 0.37."""
+    tokens = [3, 7, 11, 5, 20]
+    with torch.no_grad():
+        lp = torch.log_softmax(table(tokens[:-1]), -1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
+    ratios = [1.65, 1.0, 0.37]
+    inference = [1.0, 1.0] + [float(lp[j] - math.log(r)) for j, r in zip((1, 2, 3), ratios, strict=True)]
+    return {
+        "tokens": [tokens],
+        "masks": [[-100, -100, *tokens[2:]]],
+        "scores": [0.0],
+        "advantages": [[0.0, 0.0, 1.0, 1.0, -1.0]],
+        "inference_logprobs": [inference],
+        "distill_token_ids": [[[] for _ in tokens]],
+        "distill_logprobs": [[[] for _ in tokens]],
+    }
+
+
+def test_tinker_optimizes_the_torch_grpo_loss_with_its_clip():
+    """Same batch, both trainers: tinker's step now gives the torch trainer's -0.4667 and gradient
+    [0, -1/3, 0] (w.r.t. the three tokens' logprobs), not importance_sampling's -0.7603 and
+    [-0.550, -0.333, 0.123]."""
+    table = LogitTable(seed=5)
+    group = _ratio_group(table)
+    config = _tinker_config(w_opd=0.0, opd_mode="token")
+    service = FakeTinkerService(table)
+    metrics = TinkerOPDTrainer(config, service).train_step([group])
+    (key,) = table.tables
+    grad_tinker = table.tables[key].grad.clone()
+
+    assert service.loss_sum == pytest.approx(-1.4 / 3, abs=1e-5)
+    assert metrics["loss/grpo"] == pytest.approx(-1.4 / 3, abs=1e-5)
+    assert metrics["loss/total"] == pytest.approx(-1.4 / 3, abs=1e-5)
+    assert metrics["grpo/clip_frac"] == pytest.approx(2 / 3, abs=1e-6)
+    assert metrics["grpo/ratio_mean"] == pytest.approx((1.65 + 1.0 + 0.37) / 3, abs=1e-5)
+
+    # The torch trainer's objective on the same logits: same value, same gradient.
+    table.tables[key].grad = None
+    step = build_objective_step([group], config.loss)
+    torch_out = _torch_objective(table, step.batch, config.loss)
+    torch_out.total.backward()
+    assert torch_out.total.item() == pytest.approx(-1.4 / 3, abs=1e-5)
+    torch.testing.assert_close(grad_tinker, table.tables[key].grad, atol=1e-7, rtol=1e-5)
+
+    # ... which is d/dlp = [0, -1/3, 0] at the three generated tokens.
+    logits = table.tables[key].detach().requires_grad_(True)
+    lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(group["tokens"][0][1:])[:, None])[:, 0]
+    (expected,) = torch.autograd.grad(-lp[2] / 3, logits)
+    torch.testing.assert_close(grad_tinker, expected, atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("mode", "direction", "objective"),
+    [("topk", "reverse", "pg"), ("topk", "forward", "pg"), ("token", "reverse", "pg"), ("token", "reverse", "ppo")],
+)  # fmt: skip
+def test_one_custom_call_equals_the_torch_objective_value_and_gradient(mode, direction, objective):
+    config = _tinker_config(
+        opd_mode=mode, kl_direction=direction, opd_token_objective=objective, w_grpo=0.6, w_opd=0.7
     )
-    metrics = trainer.train_step([make_group(0), make_group(1)])
-    assert [c[0] for c in client.calls] == [
-        "forward_backward",
+    groups = [make_group(0), make_group(1), make_group(2, scores=[0.5, 0.5, 0.5])]
+    table = LogitTable(seed=1)
+    service = FakeTinkerService(table)
+    metrics = TinkerOPDTrainer(config, service).train_step(groups)
+    assert [c[0] for c in service.calls] == [
         "forward_backward_custom",
         "optim_step",
         "save_weights_for_sampler",
     ]
-    assert client.calls[0][1] == "importance_sampling" and client.calls[2][1] == 4e-5
+    grads = {key: t.grad.clone() for key, t in table.tables.items()}
+
+    for t in table.tables.values():
+        t.grad = None
+    step = build_objective_step(groups, config.loss)
+    out = _torch_objective(table, step.batch, config.loss)
+    out.total.backward()
+    assert service.loss_sum == pytest.approx(out.total.item(), rel=1e-5)
+    for key, t in table.tables.items():
+        torch.testing.assert_close(grads[key], t.grad, atol=1e-7, rtol=1e-4)
+    for name, value in out.metrics.items():
+        assert metrics[name] == pytest.approx(float(value), rel=1e-5, abs=1e-7), name
+    assert metrics["loss/opd"] > 0 and metrics["tinker/datums"] == 9
+    assert metrics["optim/step_skipped"] == 0.0
+
+
+# --- datums -------------------------------------------------------------------------------------
+
+
+def test_datums_carry_the_student_token_and_the_teacher_row():
+    groups = [make_group(0), make_group(1, scores=[0.3, 0.3, 0.3])]
+    step = build_objective_step(groups, LossConfig())
+    batch = step.batch
+    k = batch.teacher_topk_ids_BTK.shape[-1]
+    assert k == 4 and step.rows == list(range(6))  # the equal-score group still has teacher rows
+    for row, datum in zip(step.rows, step.datums, strict=True):
+        t = int(batch.attention_mask_BT[row].sum())
+        assert datum.model_input.to_ints() == batch.input_ids_BT[row, :t].tolist()
+        inputs = datum.loss_fn_inputs
+        assert set(inputs) == {"target_tokens", "weights"}
+        assert inputs["target_tokens"].dtype == "int64" and inputs["target_tokens"].shape == [t, 1 + k]
+        assert inputs["weights"].dtype == "float32" and inputs["weights"].shape == [t, 1 + k]
+        targets, weights = inputs["target_tokens"].to_torch(), inputs["weights"].to_torch()
+        assert targets[:, 0].tolist() == batch.target_ids_BT[row, :t].tolist()
+        assert torch.equal(weights[:, 0].bool(), batch.loss_mask_BT[row, :t])
+        assert torch.equal(weights[:, 1:].bool(), batch.teacher_topk_valid_BTK[row, :t])
+        valid = weights[:, 1:].bool()
+        assert torch.equal(targets[:, 1:][valid], batch.teacher_topk_ids_BTK[row, :t][valid])
+        assert weights[:2].sum() == 0  # prompt targets
+    token = build_objective_step(groups, LossConfig(opd_mode="token"))
+    assert token.datums[0].loss_fn_inputs["target_tokens"].shape == [token.datums[0].model_input.length]
+
+
+def test_sequences_without_any_signal_are_not_sent():
+    group = make_group(0, scores=[0.3, 0.3, 0.3])
+    for rows in (group["distill_token_ids"], group["distill_logprobs"]):
+        for seq in rows:
+            seq[:] = [[] for _ in seq]
+    step = build_objective_step([make_group(1), group], LossConfig())
+    assert step.rows == [0, 1, 2] and len(step.datums) == 3 and step.trainable
+
+
+# --- every term is logged, weight 0 included ----------------------------------------------------
+
+
+@pytest.mark.parametrize("zero", ["w_grpo", "w_opd"])
+def test_zero_weight_terms_are_still_logged(zero):
+    groups = [make_group(0), make_group(1)]
+    table = LogitTable(seed=2)
+    config = _tinker_config(**{zero: 0.0})
+    metrics = TinkerOPDTrainer(config, FakeTinkerService(table)).train_step(groups)
+    full = _torch_objective(table, build_objective_step(groups, LossConfig()).batch, LossConfig())
+    for name in ("loss/grpo", "loss/opd", "grpo/clip_frac", "grpo/ratio_mean", "grpo/approx_kl",
+                 "opd/reverse_kl", "opd/forward_kl", "opd/teacher_topk_mass"):  # fmt: skip
+        assert metrics[name] == pytest.approx(float(full.metrics[name]), rel=1e-5, abs=1e-7), name
+    other = "opd" if zero == "w_grpo" else "grpo"
+    assert metrics["loss/total"] == pytest.approx(float(full.metrics[f"loss/{other}"]), rel=1e-5)
+    assert metrics[f"loss/{zero[2:]}"] != 0.0
+
+
+# --- nothing to train: no optim_step, still measured --------------------------------------------
+
+
+def test_nothing_to_train_takes_no_optim_step_and_still_logs_every_term():
+    table = LogitTable(seed=3)
+    service = FakeTinkerService(table)
+    trainer = TinkerOPDTrainer(_tinker_config(w_opd=0.0), service)
+    metrics = trainer.train_step([make_group(0, scores=[1.0, 1.0, 1.0])])
+    assert [c[0] for c in service.calls] == ["forward", "save_weights_for_sampler"]
+    assert service.calls[0][1] == "cross_entropy"
+    assert all(t.grad is None for t in table.tables.values())
+    assert metrics["optim/step_skipped"] == 1.0 and metrics["optim/skipped_steps"] == 1.0
+    assert metrics["loss/grpo"] == 0.0 and metrics["loss/total"] == 0.0
+    assert metrics["loss/opd"] > 0  # measured, weight 0
+    # Nothing at all to send: no call except the sampler save, and the terms are all 0.
+    empty = make_group(1, scores=[1.0, 1.0, 1.0])
+    for rows in (empty["distill_token_ids"], empty["distill_logprobs"]):
+        for seq in rows:
+            seq[:] = [[] for _ in seq]
+    metrics = trainer.train_step([empty])
+    assert [c[0] for c in service.calls][2:] == ["save_weights_for_sampler"]
+    assert metrics["loss/opd"] == 0.0 and metrics["optim/skipped_steps"] == 2.0
+    # A trainable step afterwards is not skipped.
+    metrics = trainer.train_step([make_group(2)])
+    assert metrics["optim/step_skipped"] == 0.0 and metrics["optim/skipped_steps"] == 2.0
+    assert [c[0] for c in service.calls][3:] == [
+        "forward_backward_custom",
+        "optim_step",
+        "save_weights_for_sampler",
+    ]
+
+
+def test_one_step_publishes_the_sampler():
+    service = FakeTinkerService(LogitTable(seed=4))
+    published = []
+    trainer = TinkerOPDTrainer(
+        _tinker_config(), service, on_new_sampler=lambda path, step: published.append((path, step))
+    )
+    trainer.train_step([make_group(0), make_group(1)])
+    assert service.calls[1] == ("optim_step", 4e-5)
     assert published == [("tinker://run/sampler_weights/hermes-opd-step000001", 1)]
     assert trainer.step == 1
-    for key in ("loss/grpo", "loss/opd", "opd/reverse_kl", "grpo/clip_frac", "grpo/service_loss_sum"):
-        assert math.isfinite(metrics[key]), key
-    assert metrics["loss/opd"] > 0 and metrics["tinker/opd_datums"] == 6
 
 
-def test_equal_score_batch_trains_opd_and_zero_weight_skips_its_call():
-    client = FakeTrainingClient()
-    trainer = TinkerOPDTrainer(_tinker_config(), client)
-    trainer.train_step([make_group(0, scores=[1.0, 1.0, 1.0])])
-    assert [c[0] for c in client.calls[:2]] == ["forward_backward_custom", "optim_step"]
-
-    client = FakeTrainingClient()
-    TinkerOPDTrainer(_tinker_config(w_opd=0.0), client).train_step([make_group(0)])
-    assert [c[0] for c in client.calls[:2]] == ["forward_backward", "optim_step"]
-
-    # nothing to train on: no optim_step (Adam's momentum would still move the weights)
-    client = FakeTrainingClient()
-    TinkerOPDTrainer(_tinker_config(w_opd=0.0), client).train_step([make_group(0, scores=[1.0, 1.0, 1.0])])
-    assert [c[0] for c in client.calls] == ["save_weights_for_sampler"]
+# --- config -------------------------------------------------------------------------------------
 
 
 def test_tinker_config_rejects_a_student_temperature():
     with pytest.raises(ValueError, match="student_temperature must be 1.0"):
         _tinker_config(student_temperature=0.7)
+
+
+@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo"])
+def test_builtin_grpo_losses_are_refused_with_the_reason(loss_fn):
+    with pytest.raises(ConfigError, match=f"grpo_loss_fn '{loss_fn}' is not supported.*loss.clip_low"):
+        parse_trainer_config({"trainer": "tinker", "tinker": {"base_model": "m", "grpo_loss_fn": loss_fn}})
+    with pytest.raises(ConfigError, match="grpo_loss_fn_config is not used any more"):
+        parse_trainer_config(
+            {
+                "trainer": "tinker",
+                "tinker": {"base_model": "m", "grpo_loss_fn_config": {"clip_low_threshold": 0.9}},
+            }
+        )
+    config = parse_trainer_config(
+        {"trainer": "tinker", "tinker": {"base_model": "m", "grpo_loss_fn_config": None}}
+    )
+    assert config.tinker.grpo_loss_fn == "custom"
+
+
+# --- both trainers, one real model --------------------------------------------------------------
+
+
+def test_torch_trainer_and_tinker_adapter_give_the_same_loss_and_gradient(tmp_path):
+    """The reference torch trainer and the tinker adapter (against a service that is the same
+    transformers model) on the same batch: the same loss terms and the same parameter gradient."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from trainer_adapters.torch_trainer import TorchTrainer
+
+    torch.manual_seed(0)
+    model_dir = tmp_path / "tiny"
+    Qwen2ForCausalLM(
+        Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                    num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    ).save_pretrained(model_dir)  # fmt: skip
+    loss = {"w_grpo": 0.8, "w_opd": 0.5, "clip_low": 0.1, "clip_high": 0.3}
+    torch_trainer = TorchTrainer(
+        parse_trainer_config(
+            {
+                "model": {"path": str(model_dir), "device": "cpu"},
+                "optim": {"micro_batch_size": 2},
+                "loss": loss,
+                "checkpoint": {"dir": str(tmp_path / "ckpt"), "resume": False},
+                "logging": {"metrics_path": None, "stdout": False},
+            }
+        )
+    )
+    groups = [make_group(0), make_group(1), make_group(2, scores=[0.5, 0.5, 0.5])]
+    torch_metrics = torch_trainer.accumulate_gradients(groups)
+    params = [p for p in torch_trainer.model.parameters() if p.requires_grad]
+    torch_grads = [p.grad.clone() for p in params]
+    torch_trainer.optimizer.zero_grad(set_to_none=True)
+
+    model = torch_trainer.model  # the service's policy: the same weights
+    service = FakeTinkerService(lambda ids: model(input_ids=torch.tensor([ids])).logits[0])
+    tinker_metrics = TinkerOPDTrainer(_tinker_config(**loss), service).train_step(groups)
+    assert service.calls[0][0] == "forward_backward_custom"
+    assert torch_metrics["grpo/clip_frac"] > 0  # the clip is active in this batch
+    for name in (
+        "loss/total",
+        "loss/grpo",
+        "loss/opd",
+        "grpo/clip_frac",
+        "grpo/ratio_mean",
+        "opd/reverse_kl",
+    ):
+        assert tinker_metrics[name] == pytest.approx(torch_metrics[name], rel=1e-4, abs=1e-6), name
+    assert service.loss_sum == pytest.approx(torch_metrics["loss/total"], rel=1e-4)
+    for p, want in zip(params, torch_grads, strict=True):
+        torch.testing.assert_close(p.grad, want, atol=1e-6, rtol=1e-3)

@@ -4,7 +4,8 @@ Shapes: B sequences, T target positions (already causally shifted, see collate.p
 entries per position. Inputs are log-probabilities; which temperature each one is at is set out in
 docs/trainers.md ("Temperature"): the sampler's `inference_logprobs` and the teacher rows are raw
 (temperature 1) and the student's are computed at temperature 1 by default, so they compare like
-with like.
+with like. The estimators also assume the tokens were sampled at temperature 1 (top_p 1); the env
+refuses other training sampling settings unless told to accept the bias.
 
 Normalisation. Every term is a token mean: a sum over its own positions divided by `num_tokens`.
 The trainer passes the count over the whole optimizer step, so accumulating micro-batches gives the

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trainer_adapters.dropout import disable_dropout
 from trainer_adapters.trainer_config import ModelConfig
 
 
@@ -50,7 +51,8 @@ def resolve_precision(config: ModelConfig) -> Precision:
 def load_policy(
     config: ModelConfig, precision: Precision, checkpoint_model_dir: Path | None = None
 ) -> nn.Module:
-    """The trainable model, from `config.path` or from a checkpoint's `model/` directory.
+    """The trainable model, from `config.path` or from a checkpoint's `model/` directory, with
+    every dropout off (LoRA's included) and in train mode.
 
     A full fine-tune checkpoint holds the whole model; a LoRA checkpoint holds only the adapter,
     which is put back onto the base model from `config.path`.
@@ -82,6 +84,7 @@ def load_policy(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if lora.enabled:
             model.enable_input_require_grads()
+    disable_dropout(model)  # the policy forward must be deterministic (dropout.py)
     model.to(precision.device)
     model.train()
     return model

@@ -12,7 +12,8 @@ models; `check_chunked_matches_full` verifies it once for the model at hand.
 
 Temperature: logprobs are log_softmax(logits / temperature). The default 1.0 matches what the
 sampler's `inference_logprobs` and the teacher rows are (raw logprobs, see docs/trainers.md);
-change it only when the inference server reports processed (temperature-scaled) logprobs.
+keep it: the teacher's prompt logprobs are raw whatever the sampler reports, and rollouts sampled at
+another temperature bias the estimators anyway (docs/trainers.md, "Temperature").
 """
 
 from __future__ import annotations

@@ -1,18 +1,17 @@
-"""Train through the tinker service: GRPO on a built-in loss, OPD through a custom loss.
+"""Train through the tinker service: the torch trainer's objective through `forward_backward_custom`.
 
-Per Atropos batch (one optimizer step):
-1. GRPO datums -> `forward_backward(datums, "importance_sampling" | "ppo")`. Tinker's built-in
-   losses are SUMS over tokens, so the advantages are pre-scaled by w_grpo / (generated tokens in
-   the batch): the gradient is then w_grpo times the token-mean GRPO gradient of the torch trainer
-   (PPO clipping is unaffected by a positive scale).
-2. OPD datums -> `forward_backward_custom(datums, loss_fn)`. In topk mode `target_tokens` and
-   `weights` are [T, K]: the teacher's row ids and a 0/1 validity mask. Tinker returns the
-   student's logprobs of exactly those ids from its full-vocabulary softmax, which is all the
-   reverse KL over K+1 bins needs (the tail is 1 - their mass), and `loss_fn` is the same
-   `opd_topk_loss` the torch trainer uses. Token mode uses [T] targets (the student's tokens).
-3. One `optim_step` after both; gradients accumulate on the service until then.
+Per Atropos batch (one optimizer step), see tinker_objective.py for the datums and the loss:
+1. Trainable step: ONE `forward_backward_custom(datums, loss_fn)` whose `loss_fn` is
+   `compute_objective`, the function the torch trainer calls: PPO-clipped GRPO with
+   `loss.clip_low`/`loss.clip_high` and the OPD term, both token means over the step. Then ONE
+   `optim_step`. What is logged is what was optimized: every term of that objective, weight 0
+   included (`loss/total`, `loss/grpo`, `loss/opd` and their metrics).
+2. Nothing to train (no term with a non-zero weight has data, e.g. w_opd = 0 and an equal-score
+   batch): no backward pass and no `optim_step`, since Adam would still move the weights along its
+   momentum; the terms are still measured (a forward-only pass when there are datums) and the step
+   is counted in `optim/skipped_steps`, as the torch trainer does.
 
-Nothing here needs the service to be tested: datums are real `tinker.Datum`s and `loss_fn` is a
+Nothing here needs the service to be tested: datums are real `tinker.Datum`s and the loss is a
 plain function of (datums, logprobs tensors). The GRPO advantages are never overwritten by OPD
 (unlike stock tinker-atropos, see docs/trainers.md) and equal-score groups still train OPD.
 """
@@ -22,216 +21,21 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
 from tinker import types as tt
 
 from trainer_adapters.atropos_client import AtroposClient, Backoff, Registration
-from trainer_adapters.collate import CollatedBatch, CollateOptions, collate_groups
-from trainer_adapters.losses import grpo_loss, opd_token_loss, opd_topk_loss
 from trainer_adapters.metrics_log import MetricsLog
-from trainer_adapters.trainer_config import LossConfig, TinkerTrainerConfig
+from trainer_adapters.tinker_objective import ObjectiveStep, build_objective_step
+from trainer_adapters.trainer_config import TinkerTrainerConfig
 
 logger = logging.getLogger(__name__)
 
-TEACHER_LOGPROBS_KEY = "teacher_logprobs"
-"""Extra loss_fn_inputs key read by the custom loss. The SDK runs a callable loss client-side and
-sends only target_tokens and weights to the service, so extra keys never leave this process."""
-
-CustomLossFn = Callable[[list[tt.Datum], list[torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
-
-
-def _tensor(array: np.ndarray) -> tt.TensorData:
-    return tt.TensorData.from_numpy(np.ascontiguousarray(array))
-
-
-def _length(batch: CollatedBatch, b: int) -> int:
-    return int(batch.attention_mask_BT[b].sum().item())
-
-
-def grpo_datums(batch: CollatedBatch, *, weight: float, num_tokens: int) -> tuple[list[tt.Datum], list[int]]:
-    """One datum per sequence with a non-zero advantage somewhere (others add no gradient), and
-    the batch rows they came from.
-
-    Keys (all [T]): target_tokens int64, logprobs float32 (the sampler's, 0 where not generated),
-    advantages float32 (scaled by weight / num_tokens, 0 where not generated)."""
-    scale = weight / max(num_tokens, 1)
-    datums, rows = [], []
-    for b in range(batch.batch_size):
-        t = _length(batch, b)
-        mask = batch.loss_mask_BT[b, :t].numpy()
-        advantages = np.where(mask, batch.advantages_BT[b, :t].numpy() * scale, 0.0).astype(np.float32)
-        if not advantages.any():
-            continue
-        if not bool(batch.has_inference_logprobs_B[b]):
-            raise ValueError(
-                f"sequence {b} (group {int(batch.group_index_B[b])}) has no inference_logprobs; "
-                "tinker's importance_sampling/ppo losses need the sampler's logprobs"
-            )
-        rows.append(b)
-        datums.append(
-            tt.Datum(
-                model_input=tt.ModelInput.from_ints(batch.input_ids_BT[b, :t].tolist()),
-                loss_fn_inputs={
-                    "target_tokens": _tensor(batch.target_ids_BT[b, :t].numpy().astype(np.int64)),
-                    "logprobs": _tensor(batch.inference_logprobs_BT[b, :t].numpy().astype(np.float32)),
-                    "advantages": _tensor(advantages),
-                },
-            )
-        )
-    return datums, rows
-
-
-def opd_datums(batch: CollatedBatch, *, mode: str) -> list[tt.Datum]:
-    """One datum per sequence that has at least one teacher row.
-
-    topk: target_tokens int64 [T, K] (teacher row ids, 0 at invalid entries), weights float32
-    [T, K] (1 valid / 0 invalid), teacher_logprobs float32 [T, K].
-    token: the same keys shaped [T]: the student's own tokens, 1 where a row exists, and the
-    teacher's logprob of the student's token."""
-    datums = []
-    for b in range(batch.batch_size):
-        t = _length(batch, b)
-        if not bool(batch.teacher_mask_BT[b, :t].any()):
-            continue
-        if mode == "topk":
-            valid = batch.teacher_topk_valid_BTK[b, :t].numpy()
-            targets = np.where(valid, batch.teacher_topk_ids_BTK[b, :t].numpy(), 0).astype(np.int64)
-            teacher = np.where(valid, batch.teacher_topk_logprobs_BTK[b, :t].numpy(), 0.0)
-        else:
-            valid = batch.teacher_mask_BT[b, :t].numpy()
-            targets = batch.target_ids_BT[b, :t].numpy().astype(np.int64)
-            teacher = np.where(valid, batch.teacher_token_logprobs_BT[b, :t].numpy(), 0.0)
-        datums.append(
-            tt.Datum(
-                model_input=tt.ModelInput.from_ints(batch.input_ids_BT[b, :t].tolist()),
-                loss_fn_inputs={
-                    "target_tokens": _tensor(targets),
-                    "weights": _tensor(valid.astype(np.float32)),
-                    TEACHER_LOGPROBS_KEY: _tensor(teacher.astype(np.float32)),
-                },
-            )
-        )
-    return datums
-
-
-@dataclass
-class OPDLossFn:
-    """The custom loss for `forward_backward_custom`: w_opd * (the torch trainer's OPD term).
-
-    Called as fn(datums, logprobs_list) with logprobs shaped like each datum's target_tokens.
-    `num_teacher_positions` is the step's count, so the loss is a token mean over the step.
-    The last call's metrics are kept in `last_metrics`."""
-
-    config: LossConfig
-    num_teacher_positions: int
-    last_metrics: dict[str, float] = field(default_factory=dict)
-
-    def __call__(
-        self, data: list[tt.Datum], logprobs_list: list[torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        if len(data) != len(logprobs_list):
-            raise ValueError(f"{len(data)} datums but {len(logprobs_list)} logprob tensors")
-        total = torch.zeros(())
-        metrics: dict[str, float] = {}
-        for datum, logprobs in zip(data, logprobs_list, strict=True):
-            valid = datum.loss_fn_inputs["weights"].to_torch() > 0
-            teacher = datum.loss_fn_inputs[TEACHER_LOGPROBS_KEY].to_torch().float()
-            if logprobs.shape != valid.shape:
-                raise ValueError(
-                    f"logprobs shape {tuple(logprobs.shape)} != target shape {tuple(valid.shape)}"
-                )
-            if self.config.opd_mode == "topk":
-                term = opd_topk_loss(
-                    logprobs[None],
-                    teacher[None],
-                    valid[None],
-                    direction=self.config.kl_direction,
-                    num_tokens=self.num_teacher_positions,
-                )
-            else:
-                term = opd_token_loss(
-                    logprobs[None],
-                    teacher[None],
-                    valid[None],
-                    advantage_clip=self.config.opd_advantage_clip,
-                    num_tokens=self.num_teacher_positions,
-                )
-            total = total + term.value
-            for key, value in term.metrics.items():
-                metrics[key] = metrics.get(key, 0.0) + float(value)
-        metrics["loss/opd"] = float(total.detach())
-        self.last_metrics = metrics
-        return self.config.w_opd * total, dict(metrics)
-
-
-@dataclass
-class TinkerStep:
-    """What one step sends to the service."""
-
-    grpo: list[tt.Datum]
-    grpo_rows: list[int]
-    """Batch row of each GRPO datum."""
-    opd: list[tt.Datum]
-    opd_loss_fn: OPDLossFn
-    batch: CollatedBatch
-
-
-def build_step(groups: Sequence[dict[str, Any]], config: LossConfig) -> TinkerStep:
-    """Validate and collate `groups`, then build both datum lists and the OPD loss function."""
-    batch = collate_groups(
-        groups,
-        CollateOptions(
-            advantage_eps=config.advantage_eps, normalize_advantage_std=config.normalize_advantage_std
-        ),
-    )
-    if config.opd_mode == "token" and config.opd_token_objective == "ppo":
-        raise ValueError("the tinker adapter implements token-level OPD as 'pg' only")
-    grpo, grpo_rows = (
-        grpo_datums(batch, weight=config.w_grpo, num_tokens=batch.num_generated_tokens)
-        if config.w_grpo
-        else ([], [])
-    )
-    return TinkerStep(
-        grpo=grpo,
-        grpo_rows=grpo_rows,
-        opd=opd_datums(batch, mode=config.opd_mode) if config.w_opd else [],
-        opd_loss_fn=OPDLossFn(config, batch.num_teacher_positions),
-        batch=batch,
-    )
-
-
-def grpo_metrics_from_outputs(
-    step: TinkerStep, outputs: list[dict[str, tt.TensorData]], config: LossConfig
-) -> dict[str, float]:
-    """The torch trainer's GRPO term and metrics, recomputed from the service's training logprobs
-    (so both trainers log the same quantity)."""
-    batch = step.batch
-    used = step.grpo_rows
-    if len(used) != len(outputs):
-        raise ValueError(f"{len(outputs)} GRPO outputs for {len(used)} datums")
-    logprobs = torch.zeros_like(batch.inference_logprobs_BT)
-    for b, out in zip(used, outputs, strict=True):
-        lp = out["logprobs"].to_torch().float()
-        logprobs[b, : lp.shape[0]] = lp
-    mask = batch.loss_mask_BT.clone()
-    unused = torch.ones(batch.batch_size, dtype=torch.bool)
-    unused[used] = False
-    mask[unused] = False  # sequences without a datum had zero advantage: they contribute 0 either way
-    term = grpo_loss(
-        logprobs,
-        batch.inference_logprobs_BT,
-        batch.advantages_BT,
-        mask,
-        clip_low=config.clip_low,
-        clip_high=config.clip_high,
-        num_tokens=batch.num_generated_tokens,
-    )
-    return {"loss/grpo": float(term.value), **{k: float(v) for k, v in term.metrics.items()}}
+FORWARD_LOSS_FN = "cross_entropy"
+"""The built-in loss of a forward-only pass: it returns the logprobs of `target_tokens` ([T] or
+[T, K]), the same pass `forward_backward_custom` makes before running the custom loss."""
 
 
 class TinkerOPDTrainer:
@@ -249,6 +53,8 @@ class TinkerOPDTrainer:
         self.training_client = training_client
         self.on_new_sampler = on_new_sampler
         self.step = step
+        self.skipped_steps = 0
+        """Steps that took no optimizer step (nothing to train; see the module docstring)."""
         self.metrics_log = MetricsLog(config.logging.metrics_path, stdout=config.logging.stdout)
 
     def adam_params(self) -> tt.AdamParams:
@@ -263,28 +69,8 @@ class TinkerOPDTrainer:
         )
 
     def train_step(self, groups: Sequence[dict[str, Any]]) -> dict[str, float]:
-        loss = self.config.loss
-        step = build_step(groups, loss)
-        grpo_future = opd_future = None
-        if step.grpo:
-            grpo_future = self.training_client.forward_backward(
-                step.grpo, self.config.tinker.grpo_loss_fn, self.config.tinker.grpo_loss_fn_config
-            )
-        if step.opd:
-            opd_future = self.training_client.forward_backward_custom(step.opd, step.opd_loss_fn)
-        # Nothing sent (e.g. w_opd = 0 and all scores equal): no optim_step either, since Adam would
-        # still move the weights along its stale momentum.
-        optim_future = self.training_client.optim_step(self.adam_params()) if step.grpo or step.opd else None
-        metrics: dict[str, float] = {}
-        if grpo_future is not None:
-            result = grpo_future.result()
-            metrics.update(grpo_metrics_from_outputs(step, result.loss_fn_outputs, loss))
-            metrics["grpo/service_loss_sum"] = float(result.metrics.get("loss:sum", float("nan")))
-        if opd_future is not None:
-            opd_future.result()
-            metrics.update(step.opd_loss_fn.last_metrics)
-        if optim_future is not None:
-            optim_future.result()
+        step = build_objective_step(groups, self.config.loss)
+        metrics = self._run(step)
         self.step += 1
         batch = step.batch
         metrics.update(
@@ -292,13 +78,33 @@ class TinkerOPDTrainer:
                 "batch/sequences": float(batch.batch_size),
                 "batch/generated_tokens": float(batch.num_generated_tokens),
                 "batch/teacher_positions": float(batch.num_teacher_positions),
+                "batch/teacher_coverage": batch.num_teacher_positions / max(batch.num_generated_tokens, 1),
                 "batch/score_mean": float(batch.scores_B.mean()),
-                "tinker/grpo_datums": float(len(step.grpo)),
-                "tinker/opd_datums": float(len(step.opd)),
+                "tinker/datums": float(len(step.datums)),
+                "optim/step_skipped": 0.0 if step.trainable else 1.0,
+                "optim/skipped_steps": float(self.skipped_steps),
             }
         )
         if self.step % self.config.tinker.save_every_steps == 0:
             self.publish_sampler()
+        return metrics
+
+    def _run(self, step: ObjectiveStep) -> dict[str, float]:
+        """Send the step; returns every term and metric of the objective."""
+        if not step.trainable:
+            self.skipped_steps += 1
+            if not step.datums:
+                return step.metrics_without_service()
+            forward = self.training_client.forward(step.datums, FORWARD_LOSS_FN)
+            return step.metrics_from_forward(forward.result().loss_fn_outputs)
+        fwd_bwd = self.training_client.forward_backward_custom(step.datums, step.loss_fn)
+        optim = self.training_client.optim_step(self.adam_params())  # queued before waiting
+        result = fwd_bwd.result()
+        optim.result()
+        if step.loss_fn.last is None:
+            raise RuntimeError("forward_backward_custom returned without running the custom loss")
+        metrics = {key: float(value) for key, value in step.loss_fn.last.metrics.items()}
+        metrics["tinker/loss_sum"] = float(result.metrics.get("loss:sum", float("nan")))
         return metrics
 
     def publish_sampler(self) -> str:

@@ -58,6 +58,8 @@ class TorchTrainer:
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
         )
         self.step = 0
+        self.skipped_steps = 0
+        """Steps that took no optimizer step because the gradient was exactly zero."""
         if resume_from is not None:
             self.step = restore_training_state(resume_from, self.optimizer, self.scheduler)
             logger.info("resumed from %s at step %d", resume_from, self.step)
@@ -135,18 +137,38 @@ class TorchTrainer:
         return self._accumulate(batch, backward=True)
 
     def apply_gradients(self) -> dict[str, float]:
-        """Clip and take one optimizer step; refuse a non-finite gradient."""
+        """Clip and take one optimizer step; refuse a non-finite gradient.
+
+        An all-zero gradient (e.g. w_opd = 0 and a batch whose scores are all equal) takes NO
+        optimizer step: AdamW would still move the weights along its momentum and weight decay. The
+        step counter advances (the batch was consumed), the scheduler does not, and the step is
+        counted in `optim/skipped_steps`, as in the tinker adapter."""
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        lr = self.scheduler.get_last_lr()[0]
+        if all(p.grad is None or not bool(p.grad.any()) for p in params):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skipped_steps += 1
+            self.step += 1
+            return {
+                "grad_norm": 0.0,
+                "lr": lr,
+                "optim/step_skipped": 1.0,
+                "optim/skipped_steps": float(self.skipped_steps),
+            }
         max_norm = self.config.optim.max_grad_norm
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else float("inf"))
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError(f"non-finite gradient norm {grad_norm.item()} at step {self.step}")
-        lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        return {"grad_norm": float(grad_norm), "lr": lr}
+        return {
+            "grad_norm": float(grad_norm),
+            "lr": lr,
+            "optim/step_skipped": 0.0,
+            "optim/skipped_steps": float(self.skipped_steps),
+        }
 
     def train_step(self, groups: Sequence[dict[str, Any]]) -> dict[str, float]:
         """One optimizer step on `groups` (one Atropos batch). Returns every loss term and metric."""

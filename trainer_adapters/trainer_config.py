@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hermes_opd.contract.errors import ConfigError
 
@@ -80,10 +80,25 @@ class LoraConfig(_Strict):
     enabled: bool = Field(False, description="Train a LoRA adapter instead of all weights.")
     r: int = Field(16, gt=0, description="LoRA rank.")
     alpha: float = Field(32.0, gt=0, description="LoRA alpha (scale = alpha / r).")
-    dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        description="LoRA dropout: must be 0. Dropout in the policy forward makes even on-policy log ratios "
+        "non-zero; the trainer switches every dropout off (trainer_adapters/dropout.py).",
+    )
     target_modules: list[str] | str = Field(
         "all-linear", description="Module names to adapt, or 'all-linear' (peft's shorthand)."
     )
+
+    @field_validator("dropout")
+    @classmethod
+    def _no_dropout(cls, value: float) -> float:
+        if value != 0:
+            raise ValueError(
+                f"LoRA dropout {value} is not supported: dropout in the policy forward makes the GRPO "
+                "ratio and the OPD gap noisy even on on-policy data; set model.lora.dropout: 0"
+            )
+        return value
 
 
 class ModelConfig(_Strict):
@@ -205,11 +220,11 @@ class TinkerConfig(_Strict):
     eps: float = Field(1e-8, gt=0, description="Adam eps.")
     weight_decay: float = Field(0.0, ge=0, description="Adam decoupled weight decay.")
     grad_clip_norm: float = Field(0.0, ge=0, description="Global grad-norm clip on the service (0: off).")
-    grpo_loss_fn: Literal["importance_sampling", "ppo"] = Field(
-        "importance_sampling", description="Built-in tinker loss for the GRPO term."
-    )
-    grpo_loss_fn_config: dict[str, float] | None = Field(
-        None, description="Passed as loss_fn_config to forward_backward (e.g. ppo clip thresholds)."
+    grpo_loss_fn: Literal["custom"] = Field(
+        "custom",
+        description="How the GRPO term reaches tinker. `custom` (the only choice): the whole objective, "
+        "GRPO clipped with loss.clip_low/clip_high and OPD, through one forward_backward_custom, so it "
+        "is the torch trainer's loss exactly (trainer_adapters/tinker_objective.py).",
     )
     save_every_steps: int = Field(
         1, gt=0, description="save_weights_for_sampler every N steps (the sampler needs fresh weights)."
@@ -218,6 +233,25 @@ class TinkerConfig(_Strict):
         0, ge=0, description="save_state (resumable) every N steps; 0: only at the end."
     )
     run_name: str = Field("hermes-opd", description="Prefix of tinker checkpoint names.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _builtin_grpo_losses_are_gone(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("grpo_loss_fn") in ("importance_sampling", "ppo"):
+            raise ValueError(
+                f"tinker.grpo_loss_fn {data['grpo_loss_fn']!r} is not supported: tinker's "
+                "importance_sampling has no ratio clipping, and a built-in loss would not be the torch "
+                "trainer's GRPO. The adapter runs the whole objective through forward_backward_custom, "
+                "clipped with loss.clip_low/loss.clip_high; remove the key or set it to 'custom'"
+            )
+        if data.get("grpo_loss_fn_config") is not None:
+            raise ValueError(
+                "tinker.grpo_loss_fn_config is not used any more: the GRPO clip thresholds are "
+                "loss.clip_low and loss.clip_high, shared with the torch trainer; remove the key"
+            )
+        return {key: value for key, value in data.items() if key != "grpo_loss_fn_config"}
 
 
 class TinkerTrainerConfig(_Strict):

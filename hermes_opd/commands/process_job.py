@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from environments.config_loading import JobConfig, load_job_config, split_overrides
+from environments.dense_k1_notice import DenseK1Notice
 from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
 from hermes_opd.contract.errors import ConfigError, HermesOPDError
 
@@ -537,6 +538,7 @@ async def _collect_loop(
     max_consecutive_failures: int,
 ) -> None:
     group_size = env.config.group_size
+    dense_k1 = DenseK1Notice(progress.message)  # once per run (environments/dense_k1_notice.py)
     attempts: dict[int, int] = {}
     running: dict[asyncio.Task, int] = {}
     consecutive_failures = 0
@@ -566,6 +568,8 @@ async def _collect_loop(
                     error = group_failure(group, group_size)
                     if error is None:
                         writer.write(index, task_id, group)
+                        if warning := dense_k1.check(group):
+                            result.warnings.append(warning)
                 except Exception as exc:  # noqa: BLE001 - one group's failure is reported, then retried
                     error = f"{type(exc).__name__}: {exc}"
                 if error is None:
