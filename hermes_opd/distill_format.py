@@ -1,4 +1,4 @@
-"""The distill data contract, version 1 (docs/distill-format.md): pack, convert, validate.
+"""The distill data contract, version 2 (docs/distill-format.md): pack, convert, validate.
 
 Pure functions, no I/O. The env packs teacher rows with `normalize_row` + `place_turn_rows`,
 optionally converts them with `to_dense_k1`, and `validate_group` checks a whole
@@ -15,13 +15,26 @@ import numpy as np
 
 from hermes_opd.trajectory import MASKED
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Written by `make_opd_block`. 2: a scored turn records `replaced_range` + `replacement_ids` (the
+canonical re-encoding around the hint) instead of v1's `hint_token_ids` spliced in as is."""
+
+SUPPORTED_FORMAT_VERSIONS = (1, 2)
+"""Versions `validate_group` and the inspector read."""
 
 MODE_TOPK = "topk"
 MODE_DENSE_K1 = "dense_k1"
 MODES = (MODE_TOPK, MODE_DENSE_K1)
 
-TURN_STATUSES = ("scored", "no_hint", "no_next_state", "judge_error", "teacher_error", "skipped")
+TURN_STATUSES = (
+    "scored",
+    "no_hint",
+    "no_next_state",
+    "no_anchor",
+    "judge_error",
+    "teacher_error",
+    "skipped",
+)
 NEXT_STATE_ROLES = ("tool", "user")
 
 POSITIVE_NOISE_TOLERANCE = 1e-6
@@ -245,6 +258,7 @@ from hermes_opd.distill_validation import VIOLATION_KINDS, Violation, validate_g
 __all__ = [
     "FORMAT_VERSION",
     "MODES",
+    "SUPPORTED_FORMAT_VERSIONS",
     "Provenance",
     "TurnRecord",
     "VIOLATION_KINDS",
