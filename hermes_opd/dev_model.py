@@ -157,6 +157,9 @@ def build_dev_model(out_dir: str | Path, spec: DevModelSpec | None = None) -> Pa
     spec = spec or DevModelSpec()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    stale = built_version(out)
+    if stale is not None and stale != BUILDER_VERSION:
+        logger.info("replacing the dev model in %s built by builder version %d", out, stale)
     (out / "dev_model.json").unlink(missing_ok=True)  # a half-rebuilt stale build must not look built
     started = time.monotonic()
     threads = torch.get_num_threads()
