@@ -621,3 +621,16 @@ def test_version_2_splice_provenance_is_checked():
 def test_no_anchor_is_a_turn_status():
     group = build_group(statuses=("no_anchor", "no_hint", "no_next_state"))
     assert validate_group(group) == []
+
+
+def test_version_1_file_still_inspects(tmp_path):
+    from hermes_opd.inspector import main as inspect_main
+
+    groups = [_as_version_1(build_group(seed=seed)) for seed in range(2)]
+    path = tmp_path / "v1.jsonl"
+    path.write_text("".join(json.dumps(g) + "\n" for g in groups), encoding="utf-8")
+    assert inspect_main([str(path), "--out", str(tmp_path / "v1.html")]) == 0
+    page = (tmp_path / "v1.html").read_text(encoding="utf-8")
+    scored = sum(1 for g in groups for rows in g["distill_token_ids"] for row in rows if row)
+    assert scored > 0 and page.count('class="tok scored') == scored
+    assert 'class="badge scored"' in page and "teacher prompt" in page
