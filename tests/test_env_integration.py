@@ -70,7 +70,7 @@ async def test_group_record_is_exact(dev_server, tmp_path, reference_model):
 
 
 async def test_teacher_rows_rederived_from_provenance(dev_server, tmp_path, reference_model):
-    env = make_env(dev_server, tmp_path, group_size=2, max_turns=3, distill_topk=50)
+    env = make_env(dev_server, tmp_path, group_size=2, max_turns=5, distill_topk=50)
     await env.setup()
     env.pipeline.judge = AlwaysHintJudge()
     group, _ = await env.collect_trajectories(await env.get_next_item())
