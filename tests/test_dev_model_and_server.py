@@ -32,6 +32,36 @@ def test_same_seed_gives_identical_files(tmp_path):
     assert c["files"]["model.safetensors"] != a["files"]["model.safetensors"]
 
 
+def test_a_build_from_older_code_is_stale_and_rebuilt_by_if_missing(tmp_path, monkeypatch):
+    from hermes_opd.commands import main as cli
+    from hermes_opd.devkit.dev_model import BUILDER_VERSION, built_version, is_built
+
+    out = build_dev_model(tmp_path / "m", DevModelSpec(fit_steps=0, vocab_size=1024))
+    assert built_version(out) == BUILDER_VERSION and is_built(out)
+    manifest = json.loads((out / "dev_model.json").read_text())
+    assert manifest["builder_version"] == BUILDER_VERSION
+    del manifest["builder_version"]  # what the pre-stamp builder wrote
+    (out / "dev_model.json").write_text(json.dumps(manifest))
+    assert built_version(out) == 1 and not is_built(out)
+    calls = []
+    monkeypatch.setattr("hermes_opd.devkit.dev_model.build_dev_model", lambda path, spec: calls.append(path))
+    assert cli.main(["dev-model", "build", str(out), "--if-missing"]) == 0
+    assert calls == [str(out)], "a stale cache is rebuilt, not reused"
+    (out / "dev_model.json").write_text(json.dumps({**manifest, "builder_version": BUILDER_VERSION}))
+    assert cli.main(["dev-model", "build", str(out), "--if-missing"]) == 0
+    assert calls == [str(out)], "a current build is reused"
+
+
+def test_dev_tokenizer_pre_tokenizes_like_qwen(dev_tokenizer):
+    pre = dev_tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str("x = 12; done.\n\nNext:\n")
+    # Byte-level pieces: 'Ġ' is a space, 'Ċ' a newline. Punctuation keeps the newlines after it; digits split.
+    assert [piece for piece, _ in pre] == ["x", "Ġ=", "Ġ", "1", "2", ";", "Ġdone", ".ĊĊ", "Next", ":Ċ"]
+    pieces = [
+        dev_tokenizer.decode([i]) for i in dev_tokenizer.encode("done.\n\nNext:\n", add_special_tokens=False)
+    ]
+    assert ".\n\n" in pieces and ":\n" in pieces, "and BPE learned those merges"
+
+
 def test_chat_template_renders_tools_calls_and_tool_results(dev_tokenizer):
     tools = [{"type": "function", "function": {"name": "terminal", "description": "Run.", "parameters": {}}}]
     messages = [

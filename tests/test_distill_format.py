@@ -99,13 +99,14 @@ def build_sequence(rng: np.random.Generator, k: int, statuses: tuple[str, str, s
             "status": status,
         }
         if status == "scored":
-            hint_ids = _segment(rng, 3)
+            replacement = _segment(rng, 4)  # the canonical re-encoding of tokens[10:11] + hint text
             turn |= {
                 "hint": f"Hint {index}: run the tests before answering.",
                 "votes": {"n": 3, "positive": 2, "negative": 1, "unparsed": 0, "policy": "majority"},
                 "hint_insert_at": 11,
-                "hint_token_ids": hint_ids,
-                "teacher_prompt_len": start + len(hint_ids),
+                "replaced_range": [10, 11],
+                "replacement_ids": replacement,
+                "teacher_prompt_len": start - 1 + len(replacement),
             }
             rows = [_teacher_row(rng, tokens[pos], k) for pos in range(start, end)]
             place_turn_rows(ids_rows, lp_rows, start, [r[0] for r in rows], [r[1] for r in rows])
@@ -351,7 +352,7 @@ def test_reference_style_zero_padding_is_caught():
 def test_turn_with_invalid_provenance_is_reported():
     group = build_group()
     opd = group["overrides"][1]["opd"]
-    opd["format_version"] = 2
+    opd["format_version"] = 99
     opd["turns"][0]["teacher_prompt_len"] += 1
     messages = [v.message for v in validate_group(group) if v.kind == "provenance" and v.seq == 1]
     assert any("format_version" in m for m in messages)
@@ -434,7 +435,8 @@ def _scored_turn(start: int, end: int) -> dict:
         "hint": "check the output",
         "votes": {"n": 1, "positive": 1},
         "hint_insert_at": 0,
-        "hint_token_ids": [1, 2],
+        "replaced_range": [0, 0],
+        "replacement_ids": [1, 2],
         "teacher_prompt_len": start + 2,
     }
 
@@ -520,7 +522,8 @@ def test_validate_group_is_fast_on_a_large_group():
                 "hint": "h",
                 "votes": {},
                 "hint_insert_at": 100,
-                "hint_token_ids": [5],
+                "replaced_range": [99, 100],
+                "replacement_ids": [5, 6],
                 "teacher_prompt_len": 201,
             }
         ],
@@ -539,3 +542,92 @@ def test_validate_group_is_fast_on_a_large_group():
     elapsed = time.perf_counter() - started
     assert violations == []
     assert elapsed < 5.0, f"validate_group took {elapsed:.2f}s for {group_size}x{n} positions, K={k}"
+
+
+# --- format versions: v2 splice provenance, v1 files still read --------------------------------
+
+
+def _as_version_1(group: dict) -> dict:
+    """The same group as a version-1 writer would have emitted it (hint ids spliced in at the anchor)."""
+    v1 = copy.deepcopy(group)
+    for override in v1["overrides"]:
+        opd = override["opd"]
+        opd["format_version"] = 1
+        for turn in opd["turns"]:
+            if turn["status"] == "scored":
+                r0, r1 = turn.pop("replaced_range")
+                replacement = turn.pop("replacement_ids")
+                turn["hint_token_ids"] = replacement[: len(replacement) - (r1 - r0)] or [7]
+                turn["teacher_prompt_len"] = turn["span"][0] + len(turn["hint_token_ids"])
+    return v1
+
+
+def test_version_1_groups_still_validate_and_rebuild_their_teacher_input():
+    from hermes_opd.contract.provenance import teacher_input_ids
+
+    v1 = _as_version_1(build_group(statuses=("scored", "scored", "no_next_state")))
+    assert validate_group(v1) == []
+    provenance = parse_provenance(v1["overrides"][0]["opd"])
+    assert provenance.format_version == 1
+    tokens = v1["tokens"][0]
+    for turn in provenance.scored_turns:
+        (r0, r1), replacement = turn.splice
+        assert r0 == r1 == turn.hint_insert_at and replacement == turn.hint_token_ids
+        start, end = turn.span
+        ids = teacher_input_ids(tokens, turn)
+        assert ids == tokens[: turn.hint_insert_at] + turn.hint_token_ids + tokens[turn.hint_insert_at : end]
+        assert len(ids) - (end - start) == turn.teacher_prompt_len
+    # v1 fields in a v2 block (or v2 fields in a v1 block) are not accepted silently.
+    mixed = copy.deepcopy(v1)
+    mixed["overrides"][0]["opd"]["format_version"] = 2
+    messages = [v.message for v in validate_group(mixed) if v.kind == "provenance"]
+    assert any(
+        "replaced_range ([r0, r1]), replacement_ids and teacher_prompt_len are all required" in m
+        for m in messages
+    )
+
+
+def test_version_2_splice_provenance_is_checked():
+    from hermes_opd.contract.provenance import teacher_input_ids
+
+    group = build_group(statuses=("scored", "no_hint", "no_next_state"))
+    opd = group["overrides"][0]["opd"]
+    turn = opd["turns"][0]
+    start, end = turn["span"]
+    record = parse_provenance(opd).scored_turns[0]
+    tokens = group["tokens"][0]
+    assert teacher_input_ids(tokens, record) == tokens[:10] + turn["replacement_ids"] + tokens[11:end]
+    assert record.teacher_prompt_len == start - 1 + len(turn["replacement_ids"])
+
+    def problems(**changes) -> list[str]:
+        broken = copy.deepcopy(group)
+        broken["overrides"][0]["opd"]["turns"][0].update(changes)
+        return [v.message for v in validate_group(broken) if v.kind == "provenance" and v.seq == 0]
+
+    assert any("break 0 <= r0 <= hint_insert_at <= r1" in m for m in problems(replaced_range=[12, 13]))
+    assert any("break 0 <= r0 <= hint_insert_at <= r1" in m for m in problems(replaced_range=[10, start + 1]))
+    assert any("replacement_ids is empty" in m for m in problems(replacement_ids=[]))
+    assert any(
+        f"teacher_prompt_len {start + 9} != span start {start} - 1 replaced + 4 replacement ids = {start + 3}"
+        in m
+        for m in problems(teacher_prompt_len=start + 9)
+    )
+    assert any("all required" in m for m in problems(replacement_ids="x"))
+
+
+def test_no_anchor_is_a_turn_status():
+    group = build_group(statuses=("no_anchor", "no_hint", "no_next_state"))
+    assert validate_group(group) == []
+
+
+def test_version_1_file_still_inspects(tmp_path):
+    from hermes_opd.commands.inspector import main as inspect_main
+
+    groups = [_as_version_1(build_group(seed=seed)) for seed in range(2)]
+    path = tmp_path / "v1.jsonl"
+    path.write_text("".join(json.dumps(g) + "\n" for g in groups), encoding="utf-8")
+    assert inspect_main([str(path), "--out", str(tmp_path / "v1.html")]) == 0
+    page = (tmp_path / "v1.html").read_text(encoding="utf-8")
+    scored = sum(1 for g in groups for rows in g["distill_token_ids"] for row in rows if row)
+    assert scored > 0 and page.count('class="tok scored') == scored
+    assert 'class="badge scored"' in page and "teacher prompt" in page

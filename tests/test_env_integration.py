@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hermes_opd.contract.constants import MASKED
+from hermes_opd.contract.provenance import sequence_provenance, teacher_input_ids
 from hermes_opd.contract.validation import validate_group
 from judge.parsing import Vote
 from tests.env_factory import CapturingSampler, make_env
@@ -69,7 +70,7 @@ async def test_group_record_is_exact(dev_server, tmp_path, reference_model):
 
 
 async def test_teacher_rows_rederived_from_provenance(dev_server, tmp_path, reference_model):
-    env = make_env(dev_server, tmp_path, group_size=2, max_turns=3, distill_topk=50)
+    env = make_env(dev_server, tmp_path, group_size=2, max_turns=5, distill_topk=50)
     await env.setup()
     env.pipeline.judge = AlwaysHintJudge()
     group, _ = await env.collect_trajectories(await env.get_next_item())
@@ -90,8 +91,9 @@ async def test_teacher_rows_rederived_from_provenance(dev_server, tmp_path, refe
             follow = messages[turn["message_index"] + 1] if turn["message_index"] + 1 < len(messages) else {}
             if follow.get("name") == "verifier":
                 verifier_turns_scored += 1
-            a = turn["hint_insert_at"]
-            teacher_ids = tokens[:a] + turn["hint_token_ids"] + tokens[a:start] + tokens[start:end]
+            teacher_ids = teacher_input_ids(
+                tokens, sequence_provenance(group, seq).turns[opd["turns"].index(turn)]
+            )
             assert len(teacher_ids) - (end - start) == turn["teacher_prompt_len"]
             oracle = full_logprobs(reference_model, teacher_ids)
             for j in range(end - start):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_opd.contract.constants import FORMAT_VERSION
 from hermes_opd.devkit.dev_server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -173,7 +174,7 @@ def test_two_workers_feed_one_trainer_every_group_once(dev_server, tmp_path):
     for i, group in enumerate(received):
         assert len(group["tokens"]) == GROUP_SIZE
         assert group["distill_token_ids"] is not None and group["distill_logprobs"] is not None
-        assert all(o["opd"]["format_version"] == 1 for o in group["overrides"])
+        assert all(o["opd"]["format_version"] == FORMAT_VERSION for o in group["overrides"])
         assert validate_group(group, group_index=i) == []
         scored_positions += sum(1 for rows in group["distill_token_ids"] for row in rows if row)
     assert scored_positions > 0, "no teacher rows reached the trainer"

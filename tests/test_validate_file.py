@@ -144,7 +144,7 @@ def plant_span_past_end(group):
 
 
 def plant_wrong_version(group):
-    group["overrides"][0]["opd"]["format_version"] = 2
+    group["overrides"][0]["opd"]["format_version"] = 99
     return 0, None
 
 

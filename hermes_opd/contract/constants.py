@@ -3,8 +3,12 @@ version (docs/distill-format.md). The bottom floor: imports nothing of the proje
 
 from __future__ import annotations
 
-FORMAT_VERSION = 1
-"""Version of the `overrides[seq]["opd"]` block and the rows it describes."""
+FORMAT_VERSION = 2
+"""Written by `make_opd_block`. 2: a scored turn records `replaced_range` + `replacement_ids` (the
+canonical re-encoding around the hint) instead of version 1's `hint_token_ids` spliced in as is."""
+
+SUPPORTED_FORMAT_VERSIONS = (1, 2)
+"""Versions the validator and the inspector read."""
 
 MASKED = -100
 """Mask value at positions the policy did not generate."""
@@ -13,7 +17,15 @@ MODE_TOPK = "topk"
 MODE_DENSE_K1 = "dense_k1"
 MODES = (MODE_TOPK, MODE_DENSE_K1)
 
-TURN_STATUSES = ("scored", "no_hint", "no_next_state", "judge_error", "teacher_error", "skipped")
+TURN_STATUSES = (
+    "scored",
+    "no_hint",
+    "no_next_state",
+    "no_anchor",
+    "judge_error",
+    "teacher_error",
+    "skipped",
+)
 NEXT_STATE_ROLES = ("tool", "user")
 
 POSITIVE_NOISE_TOLERANCE = 1e-6

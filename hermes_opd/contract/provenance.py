@@ -15,6 +15,7 @@ from hermes_opd.contract.constants import (
     MODE_TOPK,
     MODES,
     NEXT_STATE_ROLES,
+    SUPPORTED_FORMAT_VERSIONS,
     TURN_STATUSES,
 )
 
@@ -26,6 +27,12 @@ def _is_int(value: Any) -> bool:
 def _as_span(value: Any) -> tuple[int, int] | None:
     if isinstance(value, list | tuple) and len(value) == 2 and all(_is_int(v) for v in value):
         return int(value[0]), int(value[1])
+    return None
+
+
+def _as_ids(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(_is_int(t) for t in value):
+        return [int(t) for t in value]
     return None
 
 
@@ -41,11 +48,36 @@ class TurnRecord:
     message_index: int | None = None
     hint_insert_at: int | None = None
     hint_token_ids: list[int] | None = None
+    """Version 1 only: the hint's own ids, spliced in at `hint_insert_at`."""
     teacher_prompt_len: int | None = None
+    replaced_range: tuple[int, int] | None = None
+    """Version 2: the student positions `[r0, r1)` the teacher input replaces (around the anchor)."""
+    replacement_ids: list[int] | None = None
+    """Version 2: the ids that replace them (the tokenizer's encoding of that text with the hint)."""
 
     @property
     def is_scored(self) -> bool:
         return self.status == "scored" and self.span is not None
+
+    @property
+    def splice(self) -> tuple[tuple[int, int], list[int]] | None:
+        """(replaced range, replacement ids) for either version (v1: an empty range at the anchor,
+        replaced by the hint's ids), or None when the record lacks them."""
+        if self.replaced_range is not None and self.replacement_ids is not None:
+            return self.replaced_range, self.replacement_ids
+        if self.hint_insert_at is not None and self.hint_token_ids is not None:
+            return (self.hint_insert_at, self.hint_insert_at), self.hint_token_ids
+        return None
+
+
+def teacher_input_ids(tokens: list[int], turn: TurnRecord) -> list[int]:
+    """The exact ids the teacher scored for a scored turn, rebuilt from `tokens` and provenance alone:
+    `tokens[:r0] + replacement_ids + tokens[r1:end]` (v1: `r0 == r1 == hint_insert_at`)."""
+    splice = turn.splice
+    if turn.span is None or splice is None:
+        raise ValueError(f"turn {turn.span} carries no splice provenance")
+    (r0, r1), replacement = splice
+    return list(tokens[:r0]) + list(replacement) + list(tokens[r1 : turn.span[1]])
 
 
 @dataclass(frozen=True)
@@ -64,7 +96,9 @@ class Provenance:
         return [turn for turn in self.turns if turn.is_scored]
 
 
-def _parse_turn(index: int, raw: Any, problems: list[str]) -> TurnRecord | None:
+def _parse_turn(
+    index: int, raw: Any, problems: list[str], version: Any = FORMAT_VERSION
+) -> TurnRecord | None:
     if not isinstance(raw, dict):
         problems.append(f"turns[{index}] is not an object")
         return None
@@ -77,7 +111,6 @@ def _parse_turn(index: int, raw: Any, problems: list[str]) -> TurnRecord | None:
         status = str(status)
     hint = raw.get("hint")
     votes = raw.get("votes")
-    hint_token_ids = raw.get("hint_token_ids")
     record = TurnRecord(
         span=span,
         status=status,
@@ -86,17 +119,19 @@ def _parse_turn(index: int, raw: Any, problems: list[str]) -> TurnRecord | None:
         next_state_role=raw.get("next_state_role"),
         message_index=raw.get("message_index") if _is_int(raw.get("message_index")) else None,
         hint_insert_at=raw.get("hint_insert_at") if _is_int(raw.get("hint_insert_at")) else None,
-        hint_token_ids=hint_token_ids
-        if isinstance(hint_token_ids, list) and all(_is_int(t) for t in hint_token_ids)
-        else None,
+        hint_token_ids=_as_ids(raw.get("hint_token_ids")) if version == 1 else None,
         teacher_prompt_len=raw.get("teacher_prompt_len") if _is_int(raw.get("teacher_prompt_len")) else None,
+        replaced_range=_as_span(raw.get("replaced_range")) if version != 1 else None,
+        replacement_ids=_as_ids(raw.get("replacement_ids")) if version != 1 else None,
     )
     if status == "scored":
-        _check_scored_turn(index, raw, record, problems)
+        _check_scored_turn(index, raw, record, problems, version)
     return record
 
 
-def _check_scored_turn(index: int, raw: dict[str, Any], turn: TurnRecord, problems: list[str]) -> None:
+def _check_scored_turn(
+    index: int, raw: dict[str, Any], turn: TurnRecord, problems: list[str], version: Any
+) -> None:
     where = f"turns[{index}] (scored)"
     if not turn.hint:
         problems.append(f"{where}: hint is missing or empty")
@@ -106,6 +141,13 @@ def _check_scored_turn(index: int, raw: dict[str, Any], turn: TurnRecord, proble
         problems.append(f"{where}: next_state_role {raw.get('next_state_role')!r} is not tool/user")
     if turn.message_index is None:
         problems.append(f"{where}: message_index is missing")
+    if version == 1:
+        _check_v1_splice(where, turn, problems)
+    else:
+        _check_v2_splice(where, turn, problems)
+
+
+def _check_v1_splice(where: str, turn: TurnRecord, problems: list[str]) -> None:
     if turn.hint_insert_at is None or turn.hint_token_ids is None or turn.teacher_prompt_len is None:
         problems.append(f"{where}: hint_insert_at, hint_token_ids and teacher_prompt_len are all required")
         return
@@ -122,14 +164,47 @@ def _check_scored_turn(index: int, raw: dict[str, Any], turn: TurnRecord, proble
         )
 
 
+def _check_v2_splice(where: str, turn: TurnRecord, problems: list[str]) -> None:
+    if (
+        turn.hint_insert_at is None
+        or turn.replaced_range is None
+        or turn.replacement_ids is None
+        or turn.teacher_prompt_len is None
+    ):
+        problems.append(
+            f"{where}: hint_insert_at, replaced_range ([r0, r1]), replacement_ids and teacher_prompt_len "
+            "are all required"
+        )
+        return
+    if turn.span is None:
+        return
+    start = turn.span[0]
+    r0, r1 = turn.replaced_range
+    if not 0 <= r0 <= turn.hint_insert_at <= r1 <= start:
+        problems.append(
+            f"{where}: replaced_range [{r0}, {r1}) and hint_insert_at {turn.hint_insert_at} break "
+            f"0 <= r0 <= hint_insert_at <= r1 <= span start {start}"
+        )
+    if not turn.replacement_ids:
+        problems.append(f"{where}: replacement_ids is empty (the hint adds text, so it adds ids)")
+    expected = start - (r1 - r0) + len(turn.replacement_ids)
+    if turn.teacher_prompt_len != expected:
+        problems.append(
+            f"{where}: teacher_prompt_len {turn.teacher_prompt_len} != span start {start} - "
+            f"{r1 - r0} replaced + {len(turn.replacement_ids)} replacement ids = {expected}"
+        )
+
+
 def parse_provenance(opd: Any) -> Provenance:
     """Parse an `overrides[seq]["opd"]` block; `problems` lists every way it breaks the contract."""
     problems: list[str] = []
     if not isinstance(opd, dict):
         return Provenance(problems=['overrides[seq]["opd"] is missing or not an object'])
     version = opd.get("format_version")
-    if version != FORMAT_VERSION or not _is_int(version):
-        problems.append(f"format_version is {version!r}, expected {FORMAT_VERSION}")
+    if not _is_int(version) or version not in SUPPORTED_FORMAT_VERSIONS:
+        problems.append(
+            f"format_version is {version!r}, expected one of {SUPPORTED_FORMAT_VERSIONS} (current {FORMAT_VERSION})"
+        )
     mode = opd.get("mode")
     if mode not in MODES:
         problems.append(f"mode {mode!r} is not one of {MODES}; rows are checked as {MODE_TOPK}")
@@ -158,7 +233,7 @@ def parse_provenance(opd: Any) -> Provenance:
         problems.append("turns is missing or not a list")
     else:
         for i, raw in enumerate(raw_turns):
-            turn = _parse_turn(i, raw, problems)
+            turn = _parse_turn(i, raw, problems, version)
             if turn is not None:
                 turns.append(turn)
         if isinstance(raw_spans, list) and len(raw_turns) != len(raw_spans):

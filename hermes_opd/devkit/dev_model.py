@@ -1,6 +1,12 @@
 """Build the tiny dev model: a locally trained BPE tokenizer, a ChatML template with tools, and a
 small Qwen2-architecture model briefly fitted to synthetic agent transcripts. Nothing is downloaded;
-the same seed gives byte-identical files."""
+the same seed gives byte-identical files.
+
+The tokenizer is a byte-level BPE behind the GPT-4/Qwen2/Llama-3 style pre-tokenizer regex, so it
+merges across the same boundaries production tokenizers do: punctuation with the newlines after it
+(`'.' + '\n\n'` is one token `'.\n\n'`), runs of newlines, single digits. Every test and the demo
+therefore see the boundary effects a production tokenizer has (hint splices, glue, tool calls).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,19 @@ from importlib import resources
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
+
+BUILDER_VERSION = 2
+"""Bumped whenever the build's output changes for the same spec (1: GPT-2-style byte-level
+pre-tokenizer; 2: the GPT-4/Qwen-style split regex). `is_built` treats any other stamp as stale, so
+`dev-model build --if-missing` and the test fixtures rebuild a cache left by older code."""
+
+PRETOKENIZER_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+"""The pre-tokenizer split of Qwen2-family tokenizers (GPT-4's cl100k pattern with single digits).
+Its alternative for punctuation also takes the newlines that follow it, so '.' + two newlines is one
+pre-token, and BPE learns it as one token."""
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MARKUP_TOKENS = ["<tool_call>", "</tool_call>", "<think>", "</think>"]
@@ -64,11 +83,16 @@ def _stdlib_texts() -> list[str]:
 
 def build_tokenizer(spec: DevModelSpec, extra_texts: list[str]):
     """Train a byte-level BPE on local text and wrap it as a transformers fast tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     raw = Tokenizer(models.BPE())
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZER_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     raw.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=spec.vocab_size - len(MARKUP_TOKENS),
@@ -133,6 +157,10 @@ def build_dev_model(out_dir: str | Path, spec: DevModelSpec | None = None) -> Pa
     spec = spec or DevModelSpec()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    stale = built_version(out)
+    if stale is not None and stale != BUILDER_VERSION:
+        logger.info("replacing the dev model in %s built by builder version %d", out, stale)
+    (out / "dev_model.json").unlink(missing_ok=True)  # a half-rebuilt stale build must not look built
     started = time.monotonic()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -166,6 +194,7 @@ def build_dev_model(out_dir: str | Path, spec: DevModelSpec | None = None) -> Pa
     finally:
         torch.set_num_threads(threads)
     manifest = {
+        "builder_version": BUILDER_VERSION,
         "spec": spec.__dict__,
         "parameters": sum(p.numel() for p in model.parameters()),
         "fit_loss": round(loss, 4),
@@ -207,11 +236,20 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def is_built(path: str | Path) -> bool:
-    """True when `path` holds a complete dev model build."""
+def built_version(path: str | Path) -> int | None:
+    """The `builder_version` stamped in `path`'s manifest (1 for builds that predate the stamp), or
+    None when `path` holds no complete build."""
     p = Path(path)
-    return (
-        (p / "dev_model.json").is_file()
-        and (p / "model.safetensors").is_file()
-        and (p / "tokenizer.json").is_file()
-    )
+    if not all((p / name).is_file() for name in ("dev_model.json", "model.safetensors", "tokenizer.json")):
+        return None
+    try:
+        manifest = json.loads((p / "dev_model.json").read_text())
+    except (OSError, ValueError):
+        return None
+    version = manifest.get("builder_version", 1) if isinstance(manifest, dict) else None
+    return version if isinstance(version, int) else None
+
+
+def is_built(path: str | Path) -> bool:
+    """True when `path` holds a complete dev model build made by this version of the builder."""
+    return built_version(path) == BUILDER_VERSION

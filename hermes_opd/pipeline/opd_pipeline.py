@@ -16,9 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_opd.contract.constants import TURN_STATUSES
 from hermes_opd.contract.rows import empty_rows, make_opd_block, place_turn_rows, to_dense_k1
 from hermes_opd.pipeline.opd_config import OPDConfig
-from hermes_opd.record.hint import build_teacher_input, hint_text
+from hermes_opd.record.hint_splice import NoHintAnchorError, build_canonical_teacher_input, tokenizer_codec
 from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.turn_pairs import TurnPair, extract_turn_pairs
 from judge.backends import JudgeBackend
@@ -28,7 +29,7 @@ from scoring.teacher import TeacherScorer
 
 logger = logging.getLogger(__name__)
 
-TURN_STATUSES = ("scored", "no_hint", "no_next_state", "judge_error", "teacher_error", "skipped")
+__all__ = ["TURN_STATUSES", "OPDPipeline", "SequenceDistill", "TurnResult"]
 
 
 @dataclass
@@ -43,7 +44,8 @@ class TurnResult:
     lp_rows: list[list[float]] | None = None
     teacher_prompt_len: int | None = None
     hint_insert_at: int | None = None
-    hint_token_ids: list[int] | None = None
+    replaced_range: tuple[int, int] | None = None
+    replacement_ids: list[int] | None = None
     judge_latency_s: float | None = None
     teacher_latency_s: float | None = None
     error: str | None = None
@@ -62,7 +64,8 @@ class TurnResult:
             entry["hint"] = self.hint
         if self.status == "scored":
             entry["hint_insert_at"] = self.hint_insert_at
-            entry["hint_token_ids"] = self.hint_token_ids
+            entry["replaced_range"] = list(self.replaced_range) if self.replaced_range else None
+            entry["replacement_ids"] = self.replacement_ids
             entry["teacher_prompt_len"] = self.teacher_prompt_len
         if self.error:
             entry["error"] = self.error[:500]
@@ -96,6 +99,7 @@ class OPDPipeline:
         self.teacher = teacher
         self.config = config
         self.judge_semaphore = asyncio.Semaphore(config.judge_concurrency)
+        self._codec = tokenizer_codec(tokenizer)
 
     async def aclose(self) -> None:
         """Close the judge's and the teacher's HTTP sessions."""
@@ -137,6 +141,8 @@ class OPDPipeline:
             [(t.start, t.end) for t in trajectory.turns],
             [r.provenance() for r in results],
         )
+        if trajectory.template_history is not None:
+            distill.opd["template_history"] = dict(trajectory.template_history)
         distill.duration_s = time.perf_counter() - started
         return distill
 
@@ -145,6 +151,8 @@ class OPDPipeline:
             return TurnResult(pair, "no_next_state")
         if len(pair.span) == 0:
             return TurnResult(pair, "skipped", error="empty turn")
+        if trajectory.hint_anchor(pair.span) is None:  # no place for a hint: don't ask the judge
+            return TurnResult(pair, "no_anchor", error="the template transformed the hint target's content")
         result = TurnResult(pair, "judge_error")
         started = time.perf_counter()
         try:
@@ -162,8 +170,12 @@ class OPDPipeline:
             return result
         result.hint = verdict.hint
         try:
-            hint_ids = self.tokenizer.encode(hint_text(verdict.hint), add_special_tokens=False)
-            teacher_input = build_teacher_input(trajectory, pair.span, hint_ids)
+            teacher_input = build_canonical_teacher_input(
+                trajectory, pair.span, verdict.hint, self.tokenizer, self._codec
+            )
+        except NoHintAnchorError as exc:
+            result.status, result.error = "no_anchor", str(exc)
+            return result
         except ValueError as exc:
             result.status, result.error = "skipped", str(exc)
             return result
@@ -180,6 +192,7 @@ class OPDPipeline:
         result.ids_rows, result.lp_rows = ids_rows, lp_rows
         result.teacher_prompt_len = teacher_input.prompt_len
         result.hint_insert_at = teacher_input.hint_insert_at
-        result.hint_token_ids = teacher_input.hint_token_ids
+        result.replaced_range = teacher_input.replaced
+        result.replacement_ids = teacher_input.replacement_ids
         result.teacher_latency_s = stats.latency_s
         return result

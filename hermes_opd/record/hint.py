@@ -2,8 +2,10 @@
 
 The hint is appended to the content of the last user message before the turn (or of the last
 message when there is none), as `HINT_SEPARATOR + hint`. For the teacher this happens at the token
-level: the hint's tokens are spliced into the student's exact prefix at the end of that message's
-content, so apart from the hint the teacher sees token for token what the student saw.
+level, at the end of that message's content in the student's exact prefix. The pipeline builds that
+input with `hermes_opd.record.hint_splice.build_canonical_teacher_input`, which re-encodes the few ids
+around the hint canonically; `build_teacher_input` below is the plain splice of format version 1
+(the hint's own ids inserted as they are), kept for benchmarks and for reading version-1 files.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ class TeacherInput:
 
 
 def build_teacher_input(trajectory: Trajectory, span: TurnSpan, hint_token_ids: list[int]) -> TeacherInput:
-    """`tokens[:a] + hint + tokens[a:start] + tokens[start:end]`, a = the turn's hint anchor."""
+    """`tokens[:a] + hint + tokens[a:start] + tokens[start:end]`, a = the turn's hint anchor (v1 splice:
+    not what a byte-level BPE writes when the content ends in punctuation, see hint_splice.py)."""
     anchor = trajectory.hint_anchor(span)
     if anchor is None:
         raise ValueError(

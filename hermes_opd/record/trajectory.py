@@ -42,6 +42,11 @@ class Trajectory:
     """message index -> token index just after that message's content (non-assistant messages).
     This is where a hint is spliced into the student's exact prefix."""
     tools: list[dict[str, Any]] | None = None
+    template_history: dict[str, Any] | None = None
+    """How the chat template treats earlier turns (`hermes_opd.record.template_history.TemplateHistory`):
+    whether tool and user messages are append-only and whether past reasoning is kept."""
+    sequence_index: int = 0
+    """0, or the index of this sequence when a history rewrite split the rollout (see the recorder)."""
     finish_reason: str = ""
     score: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)

@@ -3,8 +3,19 @@
 The policy's generated ids are appended as they came from the server, never re-tokenized. Only the
 template glue between turns (the end of the assistant turn, tool results, user messages, the next
 generation prompt) is tokenized, as the text the chat template adds after the previous turn. That
-makes every turn's context an exact prefix of the next, by construction; a template that rewrites
-earlier turns (and so cannot be extended this way) is refused loudly instead of guessed around.
+makes every turn's context an exact prefix of the next, by construction.
+
+Where the template rewrites earlier turns once messages follow (a Qwen3-style template drops past
+reasoning when a new user message arrives), the stream cannot be extended:
+- after a `user` message, the recorder ends the current sequence (the user message is its last
+  turn's next state, in messages only) and starts a new sequence from the re-rendered context, in
+  which the earlier turns are masked context; `trajectories()` returns every sequence;
+- after `tool` messages, it raises `TemplateNotAppendOnlyError` (such a template cannot record a tool
+  loop exactly).
+
+Hint anchors (where a message's content ends) are found inside that message's own rendered region,
+by rendering the message once more with sentinels around its content, never by searching the
+whole text (a task text can also occur in the tool schemas or in another message).
 """
 
 from __future__ import annotations
@@ -14,9 +25,12 @@ from typing import Any
 
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.record.template_history import TemplateHistory, probe_template_history
 from hermes_opd.record.trajectory import PROMPT_LOGPROB, Trajectory, TurnSpan
 
 _SENTINEL = "\x00HERMES_OPD_SENTINEL\x00"
+_BEGIN = "\x00HERMES_OPD_CONTENT_BEGIN\x00"
+_END = "\x00HERMES_OPD_CONTENT_END\x00"
 
 
 class TemplateNotAppendOnlyError(HermesOPDError, ValueError):
@@ -37,6 +51,9 @@ class TranscriptRecorder:
         self.logprobs: list[float] = []
         self.turns: list[TurnSpan] = []
         self.content_ends: dict[int, int] = {}
+        self.history: TemplateHistory | None = None
+        self.finished: list[Trajectory] = []
+        """Earlier sequences of this rollout, ended by a history rewrite (see the module doc)."""
         self._awaiting_generation = False
         self._last_generation: list[int] = []
 
@@ -46,23 +63,50 @@ class TranscriptRecorder:
             messages, tools=self.tools, tokenize=False, add_generation_prompt=generation_prompt
         )
 
-    def _append_glue(self, text: str, new_messages: list[dict[str, Any]], first_index: int) -> None:
-        """Tokenize template glue, append it masked, and record where each new message's content ends."""
-        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    def _content_end(
+        self, messages: list[dict[str, Any]], index: int, generation_prompt: bool, full: str
+    ) -> int | None:
+        """Character offset in `full` (the rendering of `messages`) just after message `index`'s content,
+        found inside that message's own region; None when the template does not render it verbatim."""
+        content = messages[index].get("content")
+        if not isinstance(content, str) or messages[index].get("role") == "assistant":
+            return None
+        marked = [dict(m) for m in messages]
+        marked[index]["content"] = _BEGIN + content + _END
+        text = self._render(marked, generation_prompt)
+        if text.count(_BEGIN) != 1 or text.count(_END) != 1:
+            return None
+        if text.replace(_BEGIN, "", 1).replace(_END, "", 1) != full:
+            return None  # the template transforms this content (trim, escape, ...)
+        begin = text.index(_BEGIN)
+        end = text.index(_END) - len(_BEGIN)
+        if full[begin:end] != content:
+            return None
+        return end
+
+    def _append_glue(
+        self,
+        glue: str,
+        full: str,
+        shift: int,
+        first_index: int,
+        generation_prompt: bool,
+    ) -> None:
+        """Tokenize template glue, append it masked, and record where each new message's content ends.
+
+        `glue[i]` is `full[i + shift]` for every position past the closing text of the last turn."""
+        encoded = self.tokenizer(glue, add_special_tokens=False, return_offsets_mapping=True)
         ids = list(encoded["input_ids"])
-        starts = [start for start, _ in encoded["offset_mapping"]]
+        offsets = [(int(a), int(b)) for a, b in encoded["offset_mapping"]]
         base = len(self.tokens)
-        cursor = 0
-        for offset, message in enumerate(new_messages):
-            content = message.get("content")
-            if not isinstance(content, str):
-                continue
-            found = text.find(content, cursor)
-            if found < 0:
-                continue  # template transformed the content; no hint anchor for this message
-            char_end = found + len(content)
-            cursor = char_end
-            self.content_ends[first_index + offset] = base + sum(1 for s in starts if s < char_end)
+        for index in range(first_index, len(self._render_messages)):
+            char_end = self._content_end(self._render_messages, index, generation_prompt, full)
+            if char_end is None or not 0 <= char_end - shift <= len(glue):
+                continue  # no hint anchor for this message
+            at = char_end - shift
+            if any(a < at < b for a, b in offsets):
+                continue  # a token spans the content's end: no exact token boundary to anchor on
+            self.content_ends[index] = base + sum(1 for _, b in offsets if b <= at)
         self.tokens.extend(ids)
         self.masks.extend([MASKED] * len(ids))
         self.logprobs.extend([PROMPT_LOGPROB] * len(ids))
@@ -74,8 +118,9 @@ class TranscriptRecorder:
             raise RuntimeError("start() called twice")
         self.messages = copy.deepcopy(messages)
         self._render_messages = copy.deepcopy(messages)
+        self.history = probe_template_history(self._render)
         text = self._render(self._render_messages, generation_prompt=True)
-        self._append_glue(text, self._render_messages, 0)
+        self._append_glue(text, text, 0, 0, True)
         self._awaiting_generation = True
         return list(self.tokens)
 
@@ -112,16 +157,39 @@ class TranscriptRecorder:
         combined = self._render_messages + copy.deepcopy(new_messages)
         full = self._render(combined, generation_prompt=generation_prompt)
         if not full.startswith(previous):
+            if any(m.get("role") == "user" for m in new_messages):
+                return self._start_new_sequence(new_messages, combined, full, generation_prompt)
             raise TemplateNotAppendOnlyError(
                 "the chat template renders the conversation differently once new messages follow the last "
                 "assistant turn (it rewrites earlier turns, e.g. strips <think> blocks), so a turn's context "
                 "would not be a prefix of the next one. Use an append-only template for rollouts."
             )
-        glue = self._closing_after_generation() + full[len(previous) :]
+        closing = self._closing_after_generation()
+        glue = closing + full[len(previous) :]
         first_index = len(self.messages)
         self.messages.extend(copy.deepcopy(new_messages))
         self._render_messages = combined
-        self._append_glue(glue, new_messages, first_index)
+        self._append_glue(glue, full, len(previous) - len(closing), first_index, generation_prompt)
+        self._awaiting_generation = generation_prompt
+        return list(self.tokens)
+
+    def _start_new_sequence(
+        self,
+        new_messages: list[dict[str, Any]],
+        combined: list[dict[str, Any]],
+        full: str,
+        generation_prompt: bool,
+    ) -> list[int]:
+        """A user message re-rendered the history (past reasoning dropped): end this sequence with the
+        new messages as its last turn's next state (messages only, no tokens), and start a new one
+        whose context is the template's rendering of everything so far, all of it masked."""
+        self.messages.extend(copy.deepcopy(new_messages))
+        self.finished.append(self._snapshot())
+        self._render_messages = combined
+        self.tokens, self.masks, self.logprobs = [], [], []
+        self.turns, self.content_ends = [], {}
+        self._last_generation = []
+        self._append_glue(full, full, 0, 0, generation_prompt)
         self._awaiting_generation = generation_prompt
         return list(self.tokens)
 
@@ -144,7 +212,7 @@ class TranscriptRecorder:
             closing = closing[len(eos_text) :]
         return closing
 
-    def trajectory(self, **extra: Any) -> Trajectory:
+    def _snapshot(self, **extra: Any) -> Trajectory:
         return Trajectory(
             tokens=list(self.tokens),
             masks=list(self.masks),
@@ -153,8 +221,28 @@ class TranscriptRecorder:
             turns=list(self.turns),
             content_ends=dict(self.content_ends),
             tools=self.tools,
+            template_history=self.history.as_dict() if self.history else None,
+            sequence_index=len(self.finished),
             **extra,
         )
+
+    def trajectory(self, **extra: Any) -> Trajectory:
+        """The rollout's record as one sequence. Raises ValueError when a history rewrite split it
+        into several (use `trajectories()` then): returning only one would lose turns silently."""
+        if self.finished:
+            raise ValueError(
+                f"this rollout was split into {len(self.finished) + 1} sequences (a user message made the "
+                "template re-render earlier turns); use trajectories()"
+            )
+        return self._snapshot(**extra)
+
+    def trajectories(self, **extra: Any) -> list[Trajectory]:
+        """Every sequence of the rollout, in order (one unless the history was re-rendered)."""
+        earlier = [copy.deepcopy(t) for t in self.finished]
+        for t in earlier:
+            for key, value in extra.items():
+                setattr(t, key, value)
+        return [*earlier, self._snapshot(**extra)]
 
     def split_generation(self, token_ids: list[int]) -> tuple[list[int], bool]:
         """(ids without a trailing EOS, whether the model stopped with its EOS)."""
