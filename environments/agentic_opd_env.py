@@ -35,6 +35,7 @@ from environments.tasks import Task, builtin_tasks, load_hf_tasks, load_jsonl_ta
 from environments.tools import TOOL_SCHEMAS
 from environments.verifier import VerifierConfig, verify
 from hermes_opd.atropos_server import CurrentVLLMServer
+from hermes_opd.config_loading import ConfigError
 from hermes_opd.opd_metrics import group_metrics
 from hermes_opd.opd_pipeline import OPDPipeline
 from hermes_opd.paths import default_dev_model_dir
@@ -96,7 +97,7 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
         tasks = self._load_tasks()
         self.train_tasks, self.eval_tasks = split_tasks(tasks, self.config.eval_fraction)
         if not self.train_tasks:
-            raise ValueError(
+            raise ConfigError(
                 f"no training tasks left after holding out eval_fraction={self.config.eval_fraction}"
             )
         self._task_order = list(range(len(self.train_tasks)))
@@ -300,7 +301,7 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
         if source == "builtin":
             return builtin_tasks()
         if not self.config.task_path:
-            raise ValueError(f"task_source={source!r} needs task_path")
+            raise ConfigError(f"task_source={source!r} needs task_path")
         if source == "jsonl":
             return load_jsonl_tasks(self.config.task_path, self.config.task_field_map or None)
         return load_hf_tasks(

@@ -113,8 +113,9 @@ def cli_env_class(env_cls: Any, mode: str) -> type:
     return sub
 
 
-def command_classes(env_cls: Any) -> dict[str, type]:
-    """atroposlib's serve/process/evaluate command classes, built for the per-command env classes."""
+def command_classes(env_cls: Any) -> tuple[dict[str, type], dict[str, type]]:
+    """atroposlib's serve/process/evaluate command classes, built for the per-command env classes
+    (returned second, by mode)."""
     envs = {mode: cli_env_class(env_cls, mode) for mode in MODES}
     commands = {
         "serve": envs["serve"].get_cli_serve_config_cls(),
@@ -137,8 +138,7 @@ def command_classes(env_cls: Any) -> dict[str, type]:
                     logger.debug("atroposlib's evaluate printed:\n%s", captured.getvalue().rstrip())
 
     commands["evaluate"] = EvaluateCommand
-    commands["_envs"] = envs  # type: ignore[assignment]
-    return commands
+    return commands, envs
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -196,8 +196,7 @@ def run_cli(env_cls: Any, argv: list[str] | None = None) -> int:
     configure_logging()
     # Every config here points at a local server; atroposlib warns about that on each run.
     warnings.filterwarnings("ignore", message="You are using a local Base URL", category=UserWarning)
-    commands = command_classes(env_cls)
-    envs = commands.pop("_envs")
+    commands, envs = command_classes(env_cls)
     if command is not None and not {"--help", "-h"} & set(argv):
         try:
             check_command_line(env_cls, argv[1:], commands[command])

@@ -461,6 +461,7 @@ async def run_job(
         env_config.data_path_to_save_groups = None  # we write the file; BaseEnv would open a new name
         env_config.metrics_path = str(metrics_path)
         env = AgenticOPDEnv(env_config, list(job.servers), slurm=job.slurm, testing=job.testing)
+        env.check_servers_at_setup = False  # the preflight below checks the same and more (or is skipped)
         if do_preflight:
             result.warnings = await _until_stopped(preflight(job, env.tokenizer), stop)
             for warning in result.warnings:

@@ -208,7 +208,12 @@ def test_serve_under_atropos_cli_closes_its_sessions_at_the_end(dev_server, dev_
 
 
 @pytest.mark.integration
-def test_serve_stopped_by_ctrl_c_closes_its_sessions(dev_server, dev_model_dir, tmp_path):
+@pytest.mark.parametrize(
+    ("sig", "code", "said"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM")],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_serve_stopped_mid_run_closes_its_sessions(dev_server, dev_model_dir, tmp_path, sig, code, said):
     with atropos_api(tmp_path, batch_size=2) as api_url:
         proc = subprocess.Popen(
             [sys.executable, "-m", "environments.agentic_opd_env", *serve_args(dev_server, api_url, 1000)],
@@ -220,15 +225,15 @@ def test_serve_stopped_by_ctrl_c_closes_its_sessions(dev_server, dev_model_dir, 
                 assert proc.poll() is None, proc.communicate()[1][-3000:]
                 assert time.monotonic() < deadline, "no group posted in 240 s"
                 time.sleep(0.5)
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
             _, stderr = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    assert proc.returncode == 130, stderr[-3000:]
+    assert proc.returncode == code, stderr[-3000:]
     assert UNCLOSED not in stderr, stderr[-3000:]
-    assert "agentic-opd serve: interrupted (the env's connections are closed)" in stderr
+    assert f"agentic-opd serve: {said} (the env's connections are closed)" in stderr
     assert "Traceback" not in stderr, stderr[-3000:]
 
 
@@ -275,6 +280,16 @@ def test_bad_config_is_one_line_with_exit_code_2(case, dev_model_dir, tmp_path):
     assert error_lines(proc.stderr) == [expected.format(config=config)], proc.stderr[-3000:]
     assert proc.stdout == ""
     assert list(tmp_path.iterdir()) == [config], "nothing written"
+
+
+@pytest.mark.reliability
+def test_a_task_setting_that_leaves_no_training_task_is_one_line(dev_model_dir, tmp_path):
+    proc = run_cli(["evaluate", "--env.eval_fraction", "1.0"], tmp_path, dev_model_dir, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert error_lines(proc.stderr) == [
+        "agentic-opd evaluate: config error: no training tasks left after holding out eval_fraction=1.0"
+    ], proc.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.reliability

@@ -194,7 +194,8 @@ def _records(path: Path) -> list[dict]:
 
 
 def _expected_task_ids(dev_server, groups: int) -> list[str]:
-    """The env's own order: an env built from the same config (OPD off, so no server is needed)."""
+    """The env's own order: an env built from the same config (OPD off, and no server check: the
+    order needs no server)."""
     import asyncio
 
     from environments.agentic_opd_env import AgenticOPDEnv
@@ -212,6 +213,7 @@ def _expected_task_ids(dev_server, groups: int) -> list[str]:
     )
     job = load_job_config(LOCAL_CPU, overrides)
     env = AgenticOPDEnv(job.env, job.servers)
+    env.check_servers_at_setup = False
     asyncio.run(env.setup())
     return [env.task_at(i).task_id for i in range(groups)]
 
