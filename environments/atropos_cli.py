@@ -68,7 +68,7 @@ def check_command_line(env_cls: Any, argv: list[str], command_cls: Any) -> None:
     """Raise `ConfigError` for what atroposlib's CLI would trip over or silently ignore in `argv`
     (the arguments after the subcommand): the YAML, every `--env.*`/`--openai.*` key and value
     (the `hermes-opd process` loader, which names the closest valid key), and other unknown flags."""
-    from hermes_opd.config_loading import ConfigError, load_job_config, split_overrides
+    from hermes_opd.config_loading import ConfigError, load_job_config, read_yaml, split_overrides
 
     argv = ["null" if a == "None" else a for a in argv]  # atroposlib reads the flag value None as null
     overrides, rest = split_overrides(argv)
@@ -80,6 +80,13 @@ def check_command_line(env_cls: Any, argv: list[str], command_cls: Any) -> None:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--config", default=None)
     known, leftover = parser.parse_known_args(rest)
+    listed = read_yaml(known.config).get("openai") if known.config else None
+    if overrides.openai and isinstance(listed, list) and len(listed) > 1:
+        flag = next(iter(overrides.openai[None]))
+        raise ConfigError(
+            f"--openai.{flag}: {known.config} lists {len(listed)} servers under 'openai', and Atropos' CLI "
+            "takes no --openai.* flag then; change the YAML list (or use `hermes-opd process --openai.N.KEY`)"
+        )
     fields = _known_flags(command_cls)
     for arg in leftover:
         if not arg.startswith("--") or arg in ("--help", "-h"):

@@ -465,3 +465,47 @@ def test_eval_report_round_trips():
         "pass@1": "0.400", "mean score": "0.562", "tasks": "5", "time": "12.3 s",
         "metrics": 'runs/x/metrics.jsonl (the last line with "kind": "eval")', "eval log": "evals/metrics.json",
     }  # fmt: skip
+
+
+def test_command_line_check_refuses_what_atroposlib_cannot_take(tmp_path):
+    from environments.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos_cli import check_command_line, command_classes
+    from hermes_opd.config_loading import ConfigError
+
+    commands, envs = command_classes(AgenticOPDEnv)
+    assert set(commands) == set(envs) == {"serve", "process", "evaluate"}
+    assert all(envs[mode].cli_mode == mode and issubclass(envs[mode], AgenticOPDEnv) for mode in envs)
+    serve = commands["serve"]
+    check_command_line(AgenticOPDEnv, ["--config", str(LOCAL_CPU), "--env.group_size", "2", "--slurm", "false",
+                                       "--env.data_path_to_save_groups", "None"], serve)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^--openai\.N\.KEY is a `hermes-opd process` flag"):
+        check_command_line(AgenticOPDEnv, ["--openai.0.base_url", "http://x/v1"], serve)
+    two = tmp_path / "two.yaml"
+    two.write_text("openai:\n  - {base_url: 'http://a/v1'}\n  - {base_url: 'http://b/v1'}\n")
+    check_command_line(AgenticOPDEnv, ["--config", str(two)], serve)
+    with pytest.raises(ConfigError) as raised:
+        check_command_line(AgenticOPDEnv, ["--config", str(two), "--openai.timeout", "5"], serve)
+    assert str(raised.value) == (
+        f"--openai.timeout: {two} lists 2 servers under 'openai', and Atropos' CLI takes no --openai.* flag "
+        "then; change the YAML list (or use `hermes-opd process --openai.N.KEY`)"
+    )
+    with pytest.raises(
+        ConfigError, match=r"^unknown flag --max_n_completion; did you mean --max_n_completions\?$"
+    ):
+        check_command_line(AgenticOPDEnv, ["--max_n_completion", "4"], serve)
+
+
+def test_evaluate_env_class_opens_no_groups_file_and_keeps_the_metrics_next_to_it(dev_model_dir, tmp_path):
+    from environments.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos_cli import cli_env_class
+
+    config, servers = AgenticOPDEnv.config_init()
+    config.tokenizer_name = str(dev_model_dir)
+    config.data_path_to_save_groups = str(tmp_path / "run" / "groups.jsonl")
+    env = cli_env_class(AgenticOPDEnv, "evaluate")(config, servers)
+    assert env.jsonl_writer is None and env.config.data_path_to_save_groups is None
+    assert env._metrics_path() == tmp_path / "run" / "metrics.jsonl"
+    assert config.data_path_to_save_groups == str(tmp_path / "run" / "groups.jsonl"), (
+        "the caller's config is kept"
+    )
+    assert not (tmp_path / "run").exists()
