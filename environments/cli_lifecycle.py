@@ -13,6 +13,9 @@ wraps those three coroutines in `try/finally: await self.close()`, which runs:
 - on SIGTERM, when run from the CLI (`cli_mode` set): the handler cancels the main task the same
   way (exit 143).
 
+Before `close()`, the env's own tasks (rollout workers, evals; under the CLI every task of the loop)
+are cancelled and awaited, so that none opens a new session after it.
+
 `_run_evaluate` also times the evaluation and prints the short table of `environments.eval_report`.
 """
 
@@ -30,6 +33,9 @@ from typing import Any, ClassVar, TextIO
 from environments.eval_report import EvalReport, format_eval_report
 
 logger = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 30.0
+"""How long the env's cancelled tasks get to finish (sandbox clean-up) before the sessions close."""
 
 
 class CliLifecycleMixin:
@@ -95,10 +101,29 @@ class CliLifecycleMixin:
         finally:
             if sigterm:
                 loop.remove_signal_handler(signal.SIGTERM)
+            await self._stop_background_tasks(task)
             try:
                 await self.close()
             except Exception:  # noqa: BLE001 - closing must not hide the run's own outcome
                 logger.warning("closing the env failed", exc_info=True)
+
+    async def _stop_background_tasks(self, current: asyncio.Task | None) -> None:
+        """Cancel the env's rollout and eval tasks, and wait for them, before `close()`: one still
+        running after it would open a new HTTP session that nobody closes. Under the CLI (the loop
+        is this run's alone) every other task of the loop goes too."""
+        tasks = {*getattr(self, "workers", ()), *getattr(self, "eval_workers", ())}
+        runner = getattr(self, "eval_runner", None)
+        if runner is not None:
+            tasks.add(runner)
+        if self.cli_mode is not None:
+            tasks |= asyncio.all_tasks()
+        tasks = {t for t in tasks if t is not current and not t.done()}
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+            if pending:
+                logger.warning("%d task(s) still running %.0f s after cancel", len(pending), STOP_TIMEOUT_S)
 
     def _on_sigterm(self, task: asyncio.Task) -> None:
         type(self).stopped_by = "SIGTERM"
