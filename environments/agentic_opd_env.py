@@ -26,8 +26,10 @@ from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
 from environments.agent_loop import RolloutLimits, run_rollout
 from environments.agentic_opd_config import AgenticOPDConfig
+from environments.cli_lifecycle import CliLifecycleMixin
 from environments.dense_k1_notice import DenseK1Notice
 from environments.group_builder import FinishedRollout, build_group, has_distill_signal, trim_after_last_turn
+from environments.role_servers import check_role_servers, describe_role_servers, resolve_role_servers
 from environments.sandbox import Sandbox, SandboxLimits
 from environments.send_spool import SpoolingSendMixin
 from environments.tasks.builtin import builtin_tasks
@@ -36,6 +38,7 @@ from environments.tasks.split import split_tasks
 from environments.tasks.task import Task
 from environments.tools import TOOL_SCHEMAS
 from environments.verifier import VerifierConfig, verify
+from hermes_opd.contract.errors import ConfigError
 from hermes_opd.devkit.paths import default_dev_model_dir
 from hermes_opd.pipeline.opd_metrics import group_metrics
 from hermes_opd.pipeline.opd_pipeline import OPDPipeline
@@ -48,10 +51,12 @@ from scoring.teacher import TeacherScorer
 logger = logging.getLogger(__name__)
 
 
-class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
+class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
     name = "agentic-opd"
     env_config_cls = AgenticOPDConfig
     server_cls = CurrentVLLMServer
+    check_servers_at_setup = True
+    """`setup()` checks the policy, judge and teacher servers (environments/role_servers.py)."""
 
     def __init__(self, config: AgenticOPDConfig, server_configs, slurm: bool = False, testing: bool = False):
         super().__init__(config, server_configs, slurm, testing)
@@ -96,7 +101,7 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
         tasks = self._load_tasks()
         self.train_tasks, self.eval_tasks = split_tasks(tasks, self.config.eval_fraction)
         if not self.train_tasks:
-            raise ValueError(
+            raise ConfigError(
                 f"no training tasks left after holding out eval_fraction={self.config.eval_fraction}"
             )
         self._task_order = list(range(len(self.train_tasks)))
@@ -107,6 +112,11 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
             self.config.ensure_scores_are_not_same = False
         else:
             self._drop_equal_scores_without_distill = False
+        policy_configs = [s.config for s in self.server.servers if hasattr(s, "config")]
+        roles = resolve_role_servers(self.config, policy_configs)
+        logger.info("%s", describe_role_servers(roles))
+        if self.check_servers_at_setup and policy_configs:
+            await check_role_servers(roles)  # before the teacher's tokenizer check: errors name the role
         if self.config.opd_enabled:
             self.pipeline = await self._build_pipeline()
         logger.info("agentic-opd: %d train / %d eval tasks; OPD %s", len(self.train_tasks), len(self.eval_tasks),
@@ -297,7 +307,7 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
         if source == "builtin":
             return builtin_tasks()
         if not self.config.task_path:
-            raise ValueError(f"task_source={source!r} needs task_path")
+            raise ConfigError(f"task_source={source!r} needs task_path")
         if source == "jsonl":
             return load_jsonl_tasks(self.config.task_path, self.config.task_field_map or None)
         return load_hf_tasks(
@@ -332,10 +342,14 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
 
     # -- metrics ---------------------------------------------------------------------------------
     def _metrics_path(self) -> Path:
-        if self.config.metrics_path:
-            return Path(self.config.metrics_path)
-        if self.config.data_path_to_save_groups:
-            return Path(self.config.data_path_to_save_groups).with_name("metrics.jsonl")
+        return self.metrics_path_for(self.config)
+
+    @staticmethod
+    def metrics_path_for(config: AgenticOPDConfig) -> Path:
+        if config.metrics_path:
+            return Path(config.metrics_path)
+        if config.data_path_to_save_groups:
+            return Path(config.data_path_to_save_groups).with_name("metrics.jsonl")
         return Path("opd_metrics.jsonl")
 
     def _append_metrics(self, record: dict[str, Any]) -> None:

@@ -163,15 +163,11 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 # -- building -------------------------------------------------------------------------------------
 def build_job_config(
-    data: dict[str, Any], overrides: Overrides | None = None, source: str = "<config>", env_cls: Any = None
+    data: dict[str, Any], overrides: Overrides | None = None, source: str = "<config>", *, env_cls: Any
 ) -> JobConfig:
     """Merge `config_init()` defaults, the YAML document `data` and `overrides` into a JobConfig."""
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
-    if env_cls is None:
-        from environments.agentic_opd_env import AgenticOPDEnv
-
-        env_cls = AgenticOPDEnv
     overrides = overrides or Overrides()
     for key in data:
         if key not in TOP_LEVEL_KEYS:
@@ -279,7 +275,7 @@ def _masked(server: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_job_config(
-    path: str | Path | None, overrides: Overrides | None = None, env_cls: Any = None
+    path: str | Path | None, overrides: Overrides | None = None, *, env_cls: Any
 ) -> JobConfig:
     """Read `path` (None: defaults only) and apply `overrides`. Raises ConfigError."""
     data = read_yaml(path) if path is not None else {}

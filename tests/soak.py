@@ -123,7 +123,7 @@ class Soak:
             openai={None: {"base_url": self.args.server_url, "model_name": self.args.model_name,
                            "tokenizer_name": self.args.model_dir}},
         )  # fmt: skip
-        job = load_job_config(self.args.config, overrides)
+        job = load_job_config(self.args.config, overrides, env_cls=AgenticOPDEnv)
         self.group_size = job.env.group_size
         self.config_summary = {
             "config": str(self.args.config),

@@ -241,11 +241,6 @@ def test_unknown_config_keys_are_refused_by_the_constructor():
         config.max_turnz = 3  # what tests/env_factory.make_env does with an override
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Atropos' own CLI (python -m environments.agentic_opd_env) prints a bare traceback for a "
-    "bad config (docs/reliability.md, open issues); `hermes-opd process` exits 2 with one line",
-)
 def test_atropos_cli_reports_a_bad_config_without_a_traceback(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("env:\n  group_sise: 4\n")
@@ -253,6 +248,8 @@ def test_atropos_cli_reports_a_bad_config_without_a_traceback(tmp_path):
         [sys.executable, "-m", "environments.agentic_opd_env", "process", "--config", str(config)],
         capture_output=True, text=True, timeout=120, cwd=REPO,
     )  # fmt: skip
-    assert proc.returncode != 0
-    assert "group_sise" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"agentic-opd process: config error: {config}: env.group_sise: unknown key 'group_sise'; "
+        "did you mean 'group_size'?"
+    ]

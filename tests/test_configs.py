@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from environments.agentic_opd_env import AgenticOPDEnv
 from environments.config_loading import build_job_config, load_job_config, split_overrides
 from hermes_opd.contract.errors import ConfigError
 
@@ -41,7 +42,7 @@ def test_config_file_loads(path: Path):
         assert config is not None
         return
     assert f"--config configs/{path.name}" in text, f"{path.name} should show its run command"
-    job = load_job_config(path)
+    job = load_job_config(path, env_cls=AgenticOPDEnv)
     assert job.servers and all(s.base_url and s.model_name for s in job.servers)
     assert job.env.group_size >= 1 and job.env.total_steps >= 1
     assert job.env.data_path_to_save_groups, "each runnable config names its output file"
@@ -62,7 +63,7 @@ def test_local_cpu_matches_the_demo():
 
 
 def test_separate_judge_has_its_own_endpoints():
-    job = load_job_config(CONFIG_DIR / "separate-judge.yaml")
+    job = load_job_config(CONFIG_DIR / "separate-judge.yaml", env_cls=AgenticOPDEnv)
     policy_urls = {s.base_url for s in job.servers}
     assert len(job.servers) == 2
     assert job.env.judge_base_url not in policy_urls
@@ -71,7 +72,7 @@ def test_separate_judge_has_its_own_endpoints():
 
 
 def test_vllm_qwen3_uses_one_server_for_everything():
-    job = load_job_config(CONFIG_DIR / "vllm-qwen3.yaml")
+    job = load_job_config(CONFIG_DIR / "vllm-qwen3.yaml", env_cls=AgenticOPDEnv)
     assert len(job.servers) == 1
     assert job.env.judge_backend == "llm"
     assert job.env.judge_base_url is None and job.env.teacher_base_url is None
@@ -88,40 +89,42 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
-        load_job_config(tmp_path / "nope.yaml")
+        load_job_config(tmp_path / "nope.yaml", env_cls=AgenticOPDEnv)
 
 
 def test_bad_yaml_names_the_line(tmp_path):
     path = _write(tmp_path, "env:\n  group_size: 4\n  max_turns: [1, 2\n")
     with pytest.raises(ConfigError, match=r"not valid YAML \(line \d+"):
-        load_job_config(path)
+        load_job_config(path, env_cls=AgenticOPDEnv)
 
 
 def test_top_level_must_be_a_mapping(tmp_path):
     with pytest.raises(ConfigError, match="top level must be a mapping"):
-        load_job_config(_write(tmp_path, "- a\n- b\n"))
+        load_job_config(_write(tmp_path, "- a\n- b\n"), env_cls=AgenticOPDEnv)
 
 
 def test_unknown_env_key_suggests_the_right_one(tmp_path):
     path = _write(tmp_path, "env:\n  max_turn: 3\n")
     with pytest.raises(ConfigError, match=r"env\.max_turn: unknown key 'max_turn'; did you mean 'max_turns'"):
-        load_job_config(path)
+        load_job_config(path, env_cls=AgenticOPDEnv)
 
 
 def test_unknown_top_level_and_openai_keys(tmp_path):
     with pytest.raises(ConfigError, match="unknown key 'envv'"):
-        load_job_config(_write(tmp_path, "envv:\n  seed: 1\n"))
+        load_job_config(_write(tmp_path, "envv:\n  seed: 1\n"), env_cls=AgenticOPDEnv)
     with pytest.raises(ConfigError, match=r"openai\.base_ur: unknown key .*did you mean 'base_url'"):
-        load_job_config(_write(tmp_path, "openai:\n  base_ur: http://x/v1\n"))
+        load_job_config(_write(tmp_path, "openai:\n  base_ur: http://x/v1\n"), env_cls=AgenticOPDEnv)
     with pytest.raises(ConfigError, match=r"openai\[1\]\.modelname"):
-        load_job_config(_write(tmp_path, "openai:\n  - base_url: http://a/v1\n  - modelname: m\n"))
+        load_job_config(
+            _write(tmp_path, "openai:\n  - base_url: http://a/v1\n  - modelname: m\n"), env_cls=AgenticOPDEnv
+        )
     with pytest.raises(ConfigError, match=r"process\.concurency"):
-        load_job_config(_write(tmp_path, "process:\n  concurency: 2\n"))
+        load_job_config(_write(tmp_path, "process:\n  concurency: 2\n"), env_cls=AgenticOPDEnv)
 
 
 def test_invalid_value_is_named(tmp_path):
     with pytest.raises(ConfigError, match=r"env\.max_turns: Input should be greater than or equal to 1"):
-        load_job_config(_write(tmp_path, "env:\n  max_turns: 0\n"))
+        load_job_config(_write(tmp_path, "env:\n  max_turns: 0\n"), env_cls=AgenticOPDEnv)
 
 
 def test_overrides_parse_types_and_win_over_yaml(tmp_path):
@@ -131,7 +134,7 @@ def test_overrides_parse_types_and_win_over_yaml(tmp_path):
          "--openai.base_url", "http://b:1/v1", "--openai.api_key", "123", "--out", "x.jsonl", "--env.include_messages"]
     )  # fmt: skip
     assert rest == ["--out", "x.jsonl"]
-    job = load_job_config(path, overrides)
+    job = load_job_config(path, overrides, env_cls=AgenticOPDEnv)
     assert job.env.max_turns == 5 and job.env.seed == 1
     assert job.env.opd_enabled is False and job.env.judge_model is None and job.env.include_messages is True
     assert job.servers[0].base_url == "http://b:1/v1"
@@ -141,23 +144,29 @@ def test_overrides_parse_types_and_win_over_yaml(tmp_path):
 
 def test_override_errors():
     with pytest.raises(ConfigError, match=r"--env\.max_turnz: unknown key"):
-        build_job_config({}, split_overrides(["--env.max_turnz", "3"])[0])
+        build_job_config({}, split_overrides(["--env.max_turnz", "3"])[0], env_cls=AgenticOPDEnv)
     with pytest.raises(ConfigError, match=r"--env\.max_turns 'many'"):
-        build_job_config({}, split_overrides(["--env.max_turns", "many"])[0])
+        build_job_config({}, split_overrides(["--env.max_turns", "many"])[0], env_cls=AgenticOPDEnv)
     two = {"openai": [{"base_url": "http://a/v1"}, {"base_url": "http://b/v1"}]}
     with pytest.raises(ConfigError, match=r"say which one with --openai\.N\.KEY"):
-        build_job_config(two, split_overrides(["--openai.base_url", "http://c/v1"])[0])
-    job = build_job_config(two, split_overrides(["--openai.1.base_url", "http://c/v1"])[0])
+        build_job_config(two, split_overrides(["--openai.base_url", "http://c/v1"])[0], env_cls=AgenticOPDEnv)
+    job = build_job_config(
+        two, split_overrides(["--openai.1.base_url", "http://c/v1"])[0], env_cls=AgenticOPDEnv
+    )
     assert [s.base_url for s in job.servers] == ["http://a/v1", "http://c/v1"]
     with pytest.raises(ConfigError, match="only 2 server"):
-        build_job_config(two, split_overrides(["--openai.2.base_url", "http://c/v1"])[0])
+        build_job_config(
+            two, split_overrides(["--openai.2.base_url", "http://c/v1"])[0], env_cls=AgenticOPDEnv
+        )
 
 
 def test_defaults_are_process_friendly():
-    job = build_job_config({})
+    job = build_job_config({}, env_cls=AgenticOPDEnv)
     assert job.env.use_wandb is False  # Atropos' process turns wandb on; we do not
     assert job.env.include_messages is True
     assert isinstance(job.servers, list) and len(job.servers) == 1
-    listed = build_job_config({"openai": [{"base_url": "http://a/v1", "model_name": "m"}]})
+    listed = build_job_config(
+        {"openai": [{"base_url": "http://a/v1", "model_name": "m"}]}, env_cls=AgenticOPDEnv
+    )
     assert listed.servers[0].model_name == "m"
     assert listed.servers[0].timeout == job.servers[0].timeout  # list entries merge over the defaults

@@ -3,9 +3,11 @@ agent loop, sandboxed tools and verifier) against a fake vLLM (tests/fake_vllm.p
 demand. OPD is off here: judge and teacher faults are tests/test_opd_faults.py.
 
 Expected outcomes (docs/reliability.md):
-- down at start, OPD on: `setup()` fails at once with an error naming the URL;
-- down at start, OPD off: each rollout waits at most the server's `health_wait_s`, then ends with
-  stop_reason `generation_error` and a `ServerUnreachableError` naming the URL; the group is valid;
+- down at start: `setup()` fails at once with `ServerUnreachableError` naming the role and the URL
+  (environments/role_servers.py; with OPD on too, before the teacher's tokenizer check);
+- down after setup (OPD off): each rollout waits at most the server's `health_wait_s`, then ends
+  with stop_reason `generation_error` and a `ServerUnreachableError` naming the URL; the group is
+  valid;
 - killed mid-rollout (SIGKILL while a request is in flight): the turns already taken are kept, the
   rollout ends `generation_error`, the group forms and is valid;
 - slow (past the per-request timeout): retried (3 attempts); a transient slowness is absorbed, a
@@ -32,7 +34,6 @@ from environments.agentic_opd_env import AgenticOPDEnv
 from hermes_opd.contract.validation import validate_group
 from hermes_opd.devkit.dev_server import free_port
 from hermes_opd.vllm_api.errors import ServerUnreachableError
-from scoring.teacher import TeacherTokenizerMismatchError
 from tests.fake_vllm import FakeVLLM
 
 pytestmark = pytest.mark.reliability
@@ -128,19 +129,18 @@ async def test_policy_down_at_start_with_opd_fails_setup_naming_the_url(dev_mode
         url, "dev-model", dev_model_dir, tmp_path, opd_enabled=True, judge_backend="rules"
     ) as env:
         started = time.monotonic()
-        # TeacherTokenizerMismatchError today (the tokenizer check is the first request); see
-        # docs/reliability.md for the suggested ServerUnreachableError.
-        with pytest.raises(
-            (ServerUnreachableError, TeacherTokenizerMismatchError), match=rf"127\.0\.0\.1:{port}"
-        ):
+        with pytest.raises(ServerUnreachableError, match=rf"^the policy server at {url} \(also the teacher"):
             await asyncio.wait_for(env.setup(), 60)
         assert time.monotonic() - started < 15
 
 
-async def test_policy_down_at_start_rollouts_degrade_after_a_bounded_wait(dev_model_dir, tmp_path):
+async def test_policy_down_after_setup_rollouts_degrade_after_a_bounded_wait(dev_model_dir, tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
     async with policy_env(url, "dev-model", dev_model_dir, tmp_path) as env:
+        with pytest.raises(ServerUnreachableError, match=rf"^the policy server at {url} is unreachable"):
+            await env.setup()
+        env.check_servers_at_setup = False  # as if the server died right after the startup check
         await env.setup()
         group, elapsed = await asyncio.wait_for(one_group(env), 90)
         assert stops(group) == ["generation_error"] * 2

@@ -194,7 +194,8 @@ def _records(path: Path) -> list[dict]:
 
 
 def _expected_task_ids(dev_server, groups: int) -> list[str]:
-    """The env's own order: an env built from the same config (OPD off, so no server is needed)."""
+    """The env's own order: an env built from the same config (OPD off, and no server check: the
+    order needs no server)."""
     import asyncio
 
     from environments.agentic_opd_env import AgenticOPDEnv
@@ -210,8 +211,9 @@ def _expected_task_ids(dev_server, groups: int) -> list[str]:
             "null",
         ]  # BaseEnv would open (create) that file
     )
-    job = load_job_config(LOCAL_CPU, overrides)
+    job = load_job_config(LOCAL_CPU, overrides, env_cls=AgenticOPDEnv)
     env = AgenticOPDEnv(job.env, job.servers)
+    env.check_servers_at_setup = False
     asyncio.run(env.setup())
     return [env.task_at(i).task_id for i in range(groups)]
 

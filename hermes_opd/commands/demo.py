@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from environments.agentic_opd_env import AgenticOPDEnv
 from hermes_opd.commands.progress import format_duration
 
 DEFAULT_OUT = "runs/demo"
@@ -160,7 +161,7 @@ def _collect_and_report(
            "tokenizer_name": str(model_dir), "metrics_path": str(metrics_path)}  # fmt: skip
     server = {"base_url": base_url, "model_name": args.model_name, "tokenizer_name": str(model_dir),
               "api_key": "EMPTY", "timeout": 300}  # fmt: skip
-    job = build_job_config({"env": env, "openai": server}, source="demo")
+    job = build_job_config({"env": env, "openai": server}, source="demo", env_cls=AgenticOPDEnv)
     _step(f"collecting {args.groups} group(s) of {args.group_size} rollouts ({args.concurrency} at a time)")
     with contextlib.suppress(FileNotFoundError):
         report_path.unlink()

@@ -463,6 +463,7 @@ async def run_job(
         env_config.data_path_to_save_groups = None  # we write the file; BaseEnv would open a new name
         env_config.metrics_path = str(metrics_path)
         env = AgenticOPDEnv(env_config, list(job.servers), slurm=job.slurm, testing=job.testing)
+        env.check_servers_at_setup = False  # the preflight below checks the same and more (or is skipped)
         if do_preflight:
             result.warnings = await _until_stopped(preflight(job, env.tokenizer), stop)
             for warning in result.warnings:
@@ -716,8 +717,10 @@ def _main(argv: list[str]) -> int:
               "(config keys go as --env.KEY VALUE or --openai.KEY VALUE)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     configure_logging(args.log_level)
+    from environments.agentic_opd_env import AgenticOPDEnv
+
     try:
-        job = load_job_config(args.config, overrides)
+        job = load_job_config(args.config, overrides, env_cls=AgenticOPDEnv)
     except ConfigError as exc:
         print(f"hermes-opd process: config error: {exc}", file=sys.stderr)
         return EXIT_USAGE
