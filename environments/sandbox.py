@@ -656,14 +656,20 @@ class Sandbox:
         return env
 
     async def run(
-        self, command: str, timeout_s: float | None = None, *, stdin: bytes | None = None
+        self,
+        command: str,
+        timeout_s: float | None = None,
+        *,
+        stdin: bytes | None = None,
+        cpu_time_s: int | None = None,
     ) -> CommandResult:
         """Run `bash -c command` in the sandbox. Never raises for what the command does; raises
-        SandboxError if the sandbox is closed or the process cannot be started."""
+        SandboxError if the sandbox is closed or the process cannot be started. `cpu_time_s`
+        replaces the limits' RLIMIT_CPU for this command only."""
         self._check_open()
         timeout = self._limits.command_timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()
-        running = await self._start(command, with_stdin=stdin is not None)
+        running = await self._start(command, with_stdin=stdin is not None, cpu_time_s=cpu_time_s)
         protocol = running.protocol
         self._running.add(running)
         timed_out = flooded = False
@@ -715,7 +721,7 @@ class Sandbox:
             duration_s=time.monotonic() - started,
         )
 
-    async def _start(self, command: str, *, with_stdin: bool) -> _Running:
+    async def _start(self, command: str, *, with_stdin: bool, cpu_time_s: int | None = None) -> _Running:
         wrapper = self._isolation.wrapper(
             self._uid,
             self._gid,
@@ -730,6 +736,8 @@ class Sandbox:
             privileges = {"user": self._uid, "group": self._gid, "extra_groups": []}
         loop = asyncio.get_running_loop()
         limits = self._limits
+        if cpu_time_s is not None:
+            limits = limits.model_copy(update={"cpu_time_s": max(1, int(cpu_time_s))})
         creating = asyncio.ensure_future(
             loop.subprocess_exec(
                 lambda: _CommandProtocol(limits.max_output_bytes, limits.kill_output_bytes),
