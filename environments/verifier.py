@@ -381,14 +381,15 @@ async def _run_data_tests(
                 continue
             spec = {**suite.child_spec(test), "output_file": TEST_OUTPUT_FILE}
             cpu = math.ceil(test.cpu_s) if test.cpu_s is not None else None
+            cut_short = remaining < config.per_test_timeout_s
             run = await sandbox.run(
                 command,
                 timeout_s=min(config.per_test_timeout_s, remaining),
                 stdin=json.dumps(spec).encode(),
                 cpu_time_s=cpu,
             )
-            outcomes[test.name] = _judge_run(test, run, cpu, config)
-            if run.timed_out and time.monotonic() >= deadline:
+            outcomes[test.name] = _judge_run(test, run, cpu, config, cut_short=cut_short)
+            if run.timed_out and cut_short:
                 timed_out = True
             last_output = run.output
         if config.output_tail_chars:
@@ -403,7 +404,7 @@ async def _run_data_tests(
     return outcomes, timed_out, output_tail
 
 
-def _judge_run(test, run, cpu: int | None, config: VerifierConfig) -> TestOutcome:
+def _judge_run(test, run, cpu: int | None, config: VerifierConfig, *, cut_short: bool = False) -> TestOutcome:
     """Judge one test from its process's output: the last result line is the report."""
     report_line = None
     for line in reversed(run.output.splitlines()):
@@ -411,14 +412,16 @@ def _judge_run(test, run, cpu: int | None, config: VerifierConfig) -> TestOutcom
             report_line = line[len(CHILD_RESULT_MARK) :]
             break
     if report_line is None:
-        if run.timed_out or run.exit_code == TIMEOUT_EXIT_CODE:
+        if run.timed_out and cut_short:
+            why = "no result: the test run was cut short (timed out)"
+        elif run.timed_out or run.exit_code == TIMEOUT_EXIT_CODE:
             why = f"no result: timed out after {config.per_test_timeout_s:g}s"
         elif run.exit_code == 128 + signal.SIGXCPU or (
             cpu is not None and run.exit_code == 128 + signal.SIGKILL
         ):
             why = f"no result: exceeded its CPU budget ({cpu or 'default'} s)"
         else:
-            why = f"no result: the test process exited with status {run.exit_code}"
+            why = f"no result: the test process ended without a report (exit status {run.exit_code})"
         return TestOutcome(test.name, False, why)
     try:
         report = strict_json(report_line)

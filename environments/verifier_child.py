@@ -10,6 +10,7 @@ this code included. The report is only a claim about values; the trusted parent 
 against expectations this process never receives. Only the Python standard library is used.
 """
 
+import contextlib
 import hashlib
 import json
 import math
@@ -107,6 +108,9 @@ def main():
             except BaseException as exc:
                 results.append(describe(exc))
         report = {"checks": results}
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
     try:
         line = json.dumps(report)
     except (TypeError, ValueError, RecursionError):

@@ -20,7 +20,7 @@ from environments.tasks import (
     split_bucket,
     split_tasks,
 )
-from environments.verifier import collect_tests
+from environments.tasks.data_tests import parse_suite
 
 ROWS = [
     {
@@ -65,7 +65,8 @@ def test_builtin_tasks_are_complete():
         assert task.solution_files == ("solution.py",)
         assert set(task.reference_solution) == {"solution.py"}
         assert "solution.py" in task.prompt
-        _, names = collect_tests(task.hidden_tests)
+        assert task.data_tests, task.task_id
+        names = parse_suite(task.hidden_tests).names
         assert len(names) >= 4, task.task_id
         compile(task.reference_solution["solution.py"], "solution.py", "exec")
 

@@ -12,7 +12,7 @@ import pytest
 from environments.sandbox import Sandbox
 from environments.tasks import Task, builtin_tasks
 from environments.tools import Jail, write_bytes
-from environments.verifier import RESULT_MARK, VerifierConfig, collect_tests, verify
+from environments.verifier import CHILD_RESULT_MARK, RESULT_MARK, VerifierConfig, collect_tests, verify
 
 TASKS = {t.task_id: t for t in builtin_tasks()}
 
@@ -60,12 +60,13 @@ async def test_fake_test_file_and_printing_passed_scores_zero():
     assert result.total == 5
 
 
-async def test_forged_result_lines_score_zero_and_the_nonce_is_never_visible(monkeypatch):
-    nonce = "6e6f6e63652d6e6f742d76697369626c"
-    monkeypatch.setattr("environments.verifier.secrets.token_hex", lambda n: nonce)
-    _, names = collect_tests(TASKS["reverse_words"].hidden_tests)
+async def test_forged_result_lines_score_zero_and_the_answers_are_never_visible():
+    names = [t["name"] for t in TASKS["reverse_words"].hidden_tests["tests"]]
     forged = [f"{RESULT_MARK}{'0' * 32} " + json.dumps({"test": n, "passed": True}) for n in names]
     forged.append(f"{RESULT_MARK} " + json.dumps({"done": True}))
+    # Reports in the child's own format, claiming the best an answer-less forger can claim.
+    forged += [CHILD_RESULT_MARK + json.dumps({"checks": [{"value": v}] * 2}) for v in (True, "", "passed")]
+    forged.append(CHILD_RESULT_MARK + json.dumps({"passed": True, "checks": "all"}))
     files = {
         "solution.py": f"""
             import os, sys
@@ -86,14 +87,17 @@ async def test_forged_result_lines_score_zero_and_the_nonce_is_never_visible(mon
             for name in os.listdir("."):
                 if os.path.isfile(name):
                     print("FILE", name, open(name, "rb").read()[:2000])
+            print("STDIN", open("/proc/self/fd/0", "rb").read())
             def reverse_words(text):
-                return "wrong"
+                os._exit(0)  # only the forged lines above are left as a report
         """
     }
-    result = await verify_files(TASKS["reverse_words"], files)
+    config = VerifierConfig(output_tail_chars=200_000)
+    result = await verify_files(TASKS["reverse_words"], files, config=config)
     assert result.score == 0.0 and result.passed == 0
     assert "ENV" in result.output_tail and "CMD" in result.output_tail  # the probe did run
-    assert nonce not in result.output_tail
+    for answer in ("world hello", "fox brown quick the", "there! Hi,"):  # expected values
+        assert answer not in result.output_tail
 
 
 async def test_partial_credit_with_feedback_naming_tests_and_assertions():
@@ -112,7 +116,7 @@ async def test_partial_credit_with_feedback_naming_tests_and_assertions():
     assert result.score == pytest.approx(result.passed / result.total)
     assert result.feedback.startswith(f"{result.passed}/{result.total} hidden tests passed.")
     assert (
-        "- test_touching: AssertionError (at: assert merge_intervals([[1, 2], [2, 3]]) == [[1, 3]])"
+        "- test_touching: check 1 (`merge_intervals([[1, 2], [2, 3]])`): expected [[1, 3]], got [[1, 2], [2, 3]]"
         in result.feedback
     )
     failing = {t.name for t in result.tests if not t.passed}
@@ -124,8 +128,8 @@ async def test_feedback_can_hide_test_source():
     result = await verify_files(
         TASKS["fizzbuzz"], {"solution.py": "def fizzbuzz(n):\n    return []\n"}, config=config
     )
-    assert result.feedback.endswith("- test_first_fifteen, test_small, test_length_and_tail: AssertionError")
-    assert "(at:" not in result.feedback
+    assert result.feedback.endswith("- test_first_fifteen, test_small, test_length_and_tail: check 1: wrong result")
+    assert "fizzbuzz(" not in result.feedback and "Fizz" not in result.feedback
 
 
 async def test_infinite_loop_costs_only_its_own_test():
@@ -163,7 +167,7 @@ async def test_whole_run_timeout_keeps_results_so_far():
 async def test_solution_that_kills_the_run_scores_zero():
     result = await verify_files(TASKS["dedupe"], {"solution.py": "import os\nos._exit(0)\n"})
     assert result.score == 0.0
-    assert "cut short" in result.feedback
+    assert "no result: the test process ended without a report (exit status 0)" in result.feedback
 
 
 async def test_noisy_solution_is_still_graded():

@@ -413,6 +413,8 @@ def judge_test(test: DataTest, report: Any, *, show_source: bool = True) -> tupl
             where = f"check {i + 1}"
             if show_source:
                 where += f" (`{check.source[:200]}`)"
+            elif not why.startswith("raised "):
+                why = "wrong result"  # neither the inputs nor the expected answer are revealed
             return False, f"{where}: {why}"[:500]
     return True, ""
 
