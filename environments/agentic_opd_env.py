@@ -27,6 +27,7 @@ from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from environments.agent_loop import RolloutLimits, run_rollout
 from environments.agentic_opd_config import AgenticOPDConfig
 from environments.group_builder import FinishedRollout, build_group, has_distill_signal, trim_after_last_turn
+from environments.rollout_isolation import kept_rollouts
 from environments.sandbox import Sandbox, SandboxLimits
 from environments.send_spool import SpoolingSendMixin
 from environments.tasks import Task, builtin_tasks, load_hf_tasks, load_jsonl_tasks, split_tasks
@@ -142,9 +143,14 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
 
     async def collect_trajectories(self, item: Task) -> tuple[dict[str, Any] | None, list]:
         started = time.monotonic()
-        rollouts = await asyncio.gather(
-            *(self._rollout_and_distill(item, i) for i in range(self.config.group_size))
+        outcomes = await asyncio.gather(
+            *(self._rollout_and_distill(item, i) for i in range(self.config.group_size)),
+            return_exceptions=True,
         )
+        rollouts = kept_rollouts(outcomes, f"a rollout of {item.task_id}")
+        if not rollouts:
+            logger.error("every rollout of %s failed; no group", item.task_id)
+            return None, []
         group = build_group(
             list(rollouts),
             include_messages=bool(self.config.include_messages),
@@ -153,6 +159,8 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
             generation_params={"temperature": self.config.temperature, "top_p": self.config.top_p},
         )
         self._record_metrics(item, list(rollouts), time.monotonic() - started)
+        if len(rollouts) < len(outcomes):
+            self._pending_metrics[-1]["group/rollouts_failed"] = len(outcomes) - len(rollouts)
         self.groups_built += 1
         return group, []
 
@@ -175,17 +183,21 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
     async def evaluate(self, *args, **kwargs) -> dict[str, float]:
         """pass@1 (every hidden test passes) and mean score over the eval split, one rollout each."""
         started = time.time()
-        results = await asyncio.gather(
-            *(self._rollout(task, seed=i, eval_mode=True) for i, task in enumerate(self.eval_tasks))
+        outcomes = await asyncio.gather(
+            *(self._rollout(task, seed=i, eval_mode=True) for i, task in enumerate(self.eval_tasks)),
+            return_exceptions=True,
         )
-        scores = [r.score for r in results]
+        results = kept_rollouts(outcomes, "an eval rollout")
+        failed = len(outcomes) - len(results)
+        scores = [r.score for r in results] + [0.0] * failed  # a failed rollout counts, as 0
         metrics = {
             "eval/pass@1": sum(
                 1 for r in results if r.info["verifier"]["passed"] == r.info["verifier"]["total"] > 0
             )
-            / max(1, len(results)),
+            / max(1, len(outcomes)),
             "eval/mean_score": statistics.fmean(scores) if scores else 0.0,
-            "eval/tasks": float(len(results)),
+            "eval/tasks": float(len(outcomes)),
+            "eval/rollouts_failed": float(failed),
         }
         logger.info("evaluate: %s", metrics)
         self._append_metrics({"kind": "eval", **metrics})

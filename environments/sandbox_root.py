@@ -5,8 +5,10 @@ There, still as root, `ROOT_SETUP` mounts a small tmpfs as the new `/`, and puts
 
 - read-only bind mounts of the directories in `RootPlan.binds`: the shell and core tools
   (`/usr/bin`), the shared libraries, the locale data, and the sandbox interpreter's own standard
-  library; every `site-packages`/`dist-packages` inside them is covered by an empty read-only
-  tmpfs (an installed copy of this package lives there), and so is every hidden path;
+  library; every `site-packages`/`dist-packages` inside them (found when the plan is made, and
+  checked again at each command inside the interpreter's stdlib directories) is covered by an empty
+  read-only tmpfs (an installed copy of this package would live there), and so is every hidden
+  path inside them;
 - the top-level links of a merged-/usr system (`/bin -> usr/bin`, ...);
 - a small `/etc` written fresh (`passwd`, `group`, `hosts`) plus read-only `ld.so.cache`,
   `localtime` and the `alternatives` links;
@@ -59,6 +61,9 @@ class RootPlan:
     """Directories inside `binds` that are covered by an empty read-only tmpfs."""
     etc_files: tuple[str, ...]
     """Host files under /etc bind-mounted read-only (when present)."""
+    package_roots: tuple[str, ...] = ()
+    """Directories (the interpreter's stdlib) whose site-packages/dist-packages are masked too
+    when they appear after the plan was made."""
 
 
 def _python_paths(python: str) -> list[str]:
@@ -100,7 +105,8 @@ def build_root_plan(python: str = "python3") -> RootPlan:
             links.append((name, os.readlink(top)))
         elif os.path.isdir(top) and name in ("bin", "lib", "lib64"):
             binds.append(top)  # not a merged-/usr system: the real directories
-    candidates = [*_SYSTEM_DIRS, *sorted(glob.glob(_MULTIARCH_GLOB)), *_python_paths(python)]
+    python = _python_paths(python)
+    candidates = [*_SYSTEM_DIRS, *sorted(glob.glob(_MULTIARCH_GLOB)), *python]
     for path in candidates:
         real = os.path.realpath(path)
         if os.path.isdir(real) and not os.path.islink(path) and not _covered(real, binds):
@@ -114,7 +120,8 @@ def build_root_plan(python: str = "python3") -> RootPlan:
     etc_files = tuple(
         f for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf") if os.path.isfile(f)
     )
-    return RootPlan(tuple(binds), tuple(links), tuple(sorted(set(masks))), etc_files)
+    roots = tuple(sorted({os.path.realpath(p) for p in python[2:4] if _covered(os.path.realpath(p), binds)}))
+    return RootPlan(tuple(binds), tuple(links), tuple(sorted(set(masks))), etc_files, roots)
 
 
 @functools.cache
@@ -128,6 +135,7 @@ def setup_args(plan: RootPlan, hidden: tuple[str, ...]) -> list[str]:
     args += [str(len(plan.links)), *(part for link in plan.links for part in link)]
     masks = [*plan.masks, *(h for h in hidden if _covered(h, list(plan.binds)))]
     args += [str(len(masks)), *masks]
+    args += [str(len(plan.package_roots)), *plan.package_roots]
     args += [str(len(plan.etc_files)), *plan.etc_files]
     return args
 
@@ -143,9 +151,17 @@ while [ "$N" -gt 0 ]; do
 done
 N="$1"; shift
 while [ "$N" -gt 0 ]; do ln -s "$2" "$R/$1"; shift 2; N=$((N - 1)); done
+mask() { mount -t tmpfs -o size=4k,nr_inodes=2,mode=555,ro,nosuid,nodev hermes-sbx-mask "$1"; }
 N="$1"; shift
 while [ "$N" -gt 0 ]; do
-  if [ -d "$R$1" ]; then mount -t tmpfs -o size=4k,nr_inodes=2,mode=555,ro,nosuid,nodev hermes-sbx-mask "$R$1"; fi
+  if [ -d "$R$1" ] && [ ! -L "$R$1" ]; then mask "$R$1"; fi
+  shift; N=$((N - 1))
+done
+N="$1"; shift
+while [ "$N" -gt 0 ]; do
+  for d in "$R$1/site-packages" "$R$1/dist-packages"; do
+    if [ -d "$d" ] && [ ! -L "$d" ] && ! grep -q " $d " /proc/self/mountinfo; then mask "$d"; fi
+  done
   shift; N=$((N - 1))
 done
 mkdir -p "$R/etc" "$R/dev/shm" "$R/proc" "$R/tmp" "$R/var/tmp"

@@ -11,6 +11,7 @@ import pytest
 
 from environments.sandbox import Sandbox
 from environments.tasks import Task, builtin_tasks
+from environments.tasks.data_tests import parse_suite
 from environments.tools import Jail, write_bytes
 from environments.verifier import CHILD_RESULT_MARK, RESULT_MARK, VerifierConfig, collect_tests, verify
 
@@ -128,7 +129,9 @@ async def test_feedback_can_hide_test_source():
     result = await verify_files(
         TASKS["fizzbuzz"], {"solution.py": "def fizzbuzz(n):\n    return []\n"}, config=config
     )
-    assert result.feedback.endswith("- test_first_fifteen, test_small, test_length_and_tail: check 1: wrong result")
+    assert result.feedback.endswith(
+        "- test_first_fifteen, test_small, test_length_and_tail: check 1: wrong result"
+    )
     assert "fizzbuzz(" not in result.feedback and "Fizz" not in result.feedback
 
 
@@ -282,3 +285,152 @@ def test_collect_tests_rejects_sources_without_tests():
         collect_tests("x = 1\n")
     with pytest.raises(ValueError, match="do not parse"):
         collect_tests("def test_(:\n")
+
+
+# -- reward hacks: each solution below has no task code at all ---------------------------------
+
+PATCH_EXPLOIT = """
+import builtins, gc, json, os, sys
+
+def _spec():
+    for obj in gc.get_objects():
+        if isinstance(obj, dict) and "checks" in obj and "module" in obj:
+            return obj
+    return {"checks": [{}] * 32}
+
+def _forge(obj):
+    if isinstance(obj, dict):
+        if "test" in obj:  # a per-test record: say it passed
+            return {**obj, "passed": True, "message": ""}
+        if "checks" in obj or "error" in obj:  # a report of values: claim the likeliest answers
+            return {"checks": [{"value": True, "ok": True} for _ in _spec()["checks"]]}
+    return obj
+
+_dumps = json.dumps
+json.dumps = lambda obj, *a, **k: _dumps(_forge(obj), *a, **k)
+_print = builtins.print
+builtins.print = lambda *a, **k: _print(*[str(x).replace('"passed": false', '"passed": true') for x in a], **k)
+_write = os.write
+os.write = lambda fd, data: _write(fd, bytes(data).replace(b'"passed": false', b'"passed": true'))
+builtins.isinstance = lambda obj, cls, _i=isinstance: True if cls is BaseException else _i(obj, cls)
+"""
+
+FRAME_EXPLOIT = """
+import gc, json, os, sys
+
+# 1. Walk up the stack to the runner's reporting function (and the nonce it closes over).
+frame = sys._getframe()
+while frame is not None:
+    emit = frame.f_locals.get("emit")
+    names = frame.f_locals.get("names")
+    if callable(emit) and names:
+        for name in names:
+            emit({"test": name, "passed": True, "message": ""})
+        emit({"done": True})
+        sys.stdout.flush()
+        os._exit(0)
+    frame = frame.f_back
+
+# 2. Search the heap and /proc/self for the test spec, expected answers, a nonce or a mark.
+found = {}
+for obj in gc.get_objects():
+    if isinstance(obj, dict):
+        for key in ("nonce", "mark", "expected", "returns", "checks", "RESULT_MARK"):
+            if key in obj:
+                found.setdefault(key, obj[key])
+for name in ("cmdline", "environ", "fd/0"):
+    try:
+        found["proc_" + name] = open("/proc/self/" + name, "rb").read()[:10000]
+    except OSError:
+        pass
+answers = found.get("returns", True)
+mark = found.get("RESULT_MARK") or "@@hermes-check-result@@ "
+checks = found.get("checks") if isinstance(found.get("checks"), list) else [{}] * 32
+report = {"checks": [{"value": answers, "ok": True} for _ in checks]}
+os.write(1, ("\\n" + str(mark) + json.dumps(report) + "\\n").encode())
+os.write(sys.__stdout__.fileno(), ("\\n" + str(mark) + json.dumps(report) + "\\n").encode())
+os._exit(0)
+"""
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("exploit", [PATCH_EXPLOIT, FRAME_EXPLOIT], ids=["patch-stdlib", "frames-gc-proc"])
+async def test_reward_hacks_score_zero_on_every_builtin_task(exploit):
+    """Patching the stdlib or builtins the runner uses, or walking frames, `gc.get_objects()` and
+    /proc/self for the reporter or a nonce, once scored 1.0 on every built-in task."""
+    gate = asyncio.Semaphore(2)
+
+    async def run(task: Task):
+        async with gate:
+            return task.task_id, await verify_files(task, {"solution.py": exploit})
+
+    results = await asyncio.gather(*(run(t) for t in TASKS.values()))
+    scores = {task_id: result.score for task_id, result in results}
+    assert scores == dict.fromkeys(TASKS, 0.0)
+
+
+def test_no_constant_claim_passes_any_builtin_test():
+    """Each built-in test has checks with at least two different expected outcomes, so a report
+    that claims the same answer (True, [], an exception, ...) for every check fails it."""
+    for task in TASKS.values():
+        for test in parse_suite(task.hidden_tests).tests:
+            outcomes = {c.outcome_key() for c in test.checks if c.kind == "expr"}
+            assert len(outcomes) >= 2, (task.task_id, test.name)
+
+
+async def test_exact_types_are_compared_in_the_parent():
+    task = Task(
+        task_id="types",
+        prompt="p",
+        hidden_tests={
+            "imports": ["one", "pair", "ratio"],
+            "tests": [
+                {
+                    "name": "test_int",
+                    "checks": [{"expr": "one()", "returns": 1}, {"expr": "one() + 1", "returns": 2}],
+                },
+                {"name": "test_tuple", "checks": [{"expr": "pair()", "returns": {"$tuple": [1, 2]}}]},
+                {"name": "test_float", "checks": [{"expr": "ratio()", "returns": 0.5}]},
+            ],
+        },
+    )
+    honest = "def one():\n    return 1\ndef pair():\n    return (1, 2)\ndef ratio():\n    return 0.5\n"
+    assert (await verify_files(task, {"solution.py": honest})).score == 1.0
+    lookalike = (
+        "class Anything(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+        "def one():\n    return True\n"  # True == 1 in Python, not here
+        "def pair():\n    return [1, 2]\n"  # a list is not a tuple
+        "def ratio():\n    return Anything(0)\n"  # an int subclass that equals everything
+    )
+    result = await verify_files(task, {"solution.py": lookalike})
+    assert result.passed == 0, result.feedback
+    assert "expected 1, got True" in result.feedback
+    assert "returned a Anything, which is not a plain value" in result.feedback
+
+
+DEEP_TREE = "import os\nfor _ in range(5000):\n    os.mkdir('d')\n    os.chdir('d')\n"
+
+
+async def test_a_5000_level_tree_made_by_the_solution_scores_zero_and_leaves_nothing(tmp_path):
+    before = set(tmp_path.iterdir())
+    result = await verify(TASKS["dedupe"], _dir_with(tmp_path / "agent", DEEP_TREE), root_dir=tmp_path)
+    assert result.score == 0.0 and result.total == 5
+    assert "could not load the solution: ImportError" in result.feedback
+    assert set(tmp_path.iterdir()) - before == {tmp_path / "agent"}  # no container left
+
+
+def _dir_with(path: Path, solution: str) -> Path:
+    path.mkdir()
+    (path / "solution.py").write_text(solution)
+    return path
+
+
+async def test_an_internal_failure_scores_zero_with_the_reason(monkeypatch):
+    async def broken(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr("environments.verifier._run_data_tests", broken)
+    task = TASKS["fizzbuzz"]
+    result = await verify_files(task, task.reference_solution)
+    assert (result.score, result.passed, result.total) == (0.0, 0, 4)
+    assert "verifier error: RecursionError: maximum recursion depth exceeded" in result.feedback
