@@ -262,3 +262,25 @@ def disk_free_fallback_warning(root: Path) -> None:
         usage.free // (1024 * 1024),
         root,
     )
+
+
+def leftover_containers(pid: int, since: float, roots: tuple[Path, ...] = ()) -> list[Path]:
+    """Containers that process `pid` made and still has, or that any process made after `since`
+    and whose owner is gone: what a test session must not leave behind. Looks in the temp dir,
+    in `roots`, and at every mounted container."""
+    candidates: set[Path] = set()
+    for root in (default_root(), *roots):
+        with contextlib.suppress(OSError):
+            candidates.update(p for p in root.iterdir() if p.name.startswith(CONTAINER_PREFIX))
+    candidates.update(Path(m) for m in container_mounts())
+    left = []
+    for container in sorted(candidates):
+        try:
+            record = json.loads((container / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("pid") == pid or (
+            record.get("created", 0) >= since and owner_alive(container) is False
+        ):
+            left.append(container)
+    return left
