@@ -214,3 +214,59 @@ async def test_concurrent_sandboxes_each_get_their_own_container_mount():
             assert str(a.workdir.parent) in mounts and str(b.workdir.parent) in mounts
         assert str(a.workdir.parent) not in container_mounts()
     assert tempfile.gettempdir()  # (the session-finish check asserts no container is left)
+
+
+# -- what held before the allow-list root, kept as tests -------------------------------------------
+
+
+async def test_host_secrets_and_abstract_sockets_are_out_of_reach():
+    import socket
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    name = f"hermes-opd-test-{os.getpid()}"
+    listener.bind("\0" + name)
+    listener.listen(1)
+    try:
+        probe = (
+            "cat /etc/shadow 2>&1; ls /root 2>&1; "
+            'python3 -c "import socket; s = socket.socket(socket.AF_UNIX); '
+            f"s.connect(chr(0) + '{name}'); print('CONNECTED')\" 2>&1 | tail -1"
+        )
+        async with Sandbox.create() as sb:
+            result = await sb.run(probe)
+    finally:
+        listener.close()
+    assert "root:" not in result.output and "CONNECTED" not in result.output, result.output
+    assert "ConnectionRefusedError" in result.output or "FileNotFoundError" in result.output, result.output
+
+
+async def test_symlink_swaps_race_the_file_tools_without_a_leak(tmp_path):
+    from environments.tool_calls import ToolCall
+    from environments.tools import execute_tool_call
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host-secret-31\n")
+    secret.chmod(0o644)
+    tmp_path.chmod(0o755)
+    swapper = f"while true; do echo mine > f.new; mv -f f.new f; ln -sfn {secret} f; done"
+    attempts = leaks = 0
+    async with Sandbox.create() as sb:
+        background = asyncio.create_task(sb.run(swapper, timeout_s=30))
+        try:
+            deadline = asyncio.get_running_loop().time() + 6
+            while asyncio.get_running_loop().time() < deadline:
+                read = await execute_tool_call(
+                    ToolCall(name="read_file", arguments={"path": "f"}, raw="", id="r"), sb
+                )
+                write = ToolCall(
+                    name="write_file", arguments={"path": "f", "content": "agent\n"}, raw="", id="w"
+                )
+                await execute_tool_call(write, sb)
+                attempts += 2
+                leaks += "host-secret-31" in read.content
+        finally:
+            background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await background
+    assert attempts > 200
+    assert leaks == 0 and secret.read_text() == "host-secret-31\n"
