@@ -122,18 +122,34 @@ def container_mounts() -> list[str]:
     return found
 
 
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def write_owner(container: Path) -> None:
-    record = {"pid": os.getpid(), "start_ticks": process_start_ticks(os.getpid()), "created": time.time()}
+    record = {
+        "pid": os.getpid(),
+        "start_ticks": process_start_ticks(os.getpid()),
+        "pid_namespace": _pid_namespace(),
+        "created": time.time(),
+    }
     (container / OWNER_FILE).write_text(json.dumps(record))
     os.chmod(container / OWNER_FILE, 0o644)
 
 
 def owner_alive(container: Path) -> bool | None:
-    """True/False from the owner record; None when there is no readable record."""
+    """True/False from the owner record; None when there is no readable record, or when the owner
+    lives in another PID namespace (e.g. another container sharing this temp dir), whose pids
+    cannot be checked from here."""
     try:
         record = json.loads((container / OWNER_FILE).read_text())
         pid, ticks = int(record["pid"]), record.get("start_ticks")
     except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if record.get("pid_namespace", "") != _pid_namespace():
         return None
     now = process_start_ticks(pid)
     return now is not None and (ticks is None or now == ticks)
