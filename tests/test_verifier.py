@@ -129,9 +129,10 @@ async def test_feedback_can_hide_test_source():
     result = await verify_files(
         TASKS["fizzbuzz"], {"solution.py": "def fizzbuzz(n):\n    return []\n"}, config=config
     )
-    assert result.feedback.endswith(
-        "- test_first_fifteen, test_small, test_length_and_tail: check 1: wrong result"
+    assert (
+        "- test_first_fifteen, test_small, test_length_and_tail: check 1: wrong result\n" in result.feedback
     )
+    assert result.feedback.endswith("- test_non_positive: check 3: wrong result")
     assert "fizzbuzz(" not in result.feedback and "Fizz" not in result.feedback
 
 
@@ -143,10 +144,10 @@ async def test_infinite_loop_costs_only_its_own_test():
                     pass
             return [list(items[i:i + size]) for i in range(0, len(items), size)]
     """
-    config = VerifierConfig(per_test_timeout_s=1)
+    config = VerifierConfig(per_test_timeout_s=4)  # each test is a process: leave room to start under load
     result = await verify_files(TASKS["chunk_list"], {"solution.py": solution}, config=config)
     assert [t.name for t in result.tests if not t.passed] == ["test_bad_size"]
-    assert "timed out after 1s" in result.feedback
+    assert "timed out after 4s" in result.feedback
     assert result.passed == result.total - 1
 
 
