@@ -2,8 +2,11 @@
 
 Each `Sandbox` owns a fresh directory and runs `bash -c` commands there as an unprivileged user,
 with resource limits, no network, an allow-listed environment, a timeout that kills every process
-the command started, and bounded output. See docs/sandbox.md for what is enforced how, and what
-degrades when the OS lacks a feature.
+the command started, and bounded output. Commands see only an allow-list root
+(environments/sandbox_root.py) in their own mount, PID, IPC, UTS and network namespaces; the
+directory is a size-limited container that is reaped if its owner dies
+(environments/sandbox_disk.py). See docs/sandbox.md for what is enforced how, and what degrades
+when the OS lacks a feature.
 
     async with Sandbox.create(SandboxLimits()) as sb:
         result = await sb.run("python3 -c 'print(1 + 1)'")
