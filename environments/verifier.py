@@ -4,11 +4,11 @@
    links, size-capped) into a fresh sandbox. Nothing else comes along: not the agent's own tests,
    not a `conftest.py`, not a module that shadows the standard library.
 2. Data-style tests (`environments/tasks/data_tests.py`, every built-in task): pass or fail is
-   decided HERE, in the trusted process, which never imports or runs the solution. Each hidden
-   test runs as its own process in the sandbox (`python3 -I -c <environments/verifier_child.py>`)
-   with its own CPU budget. That process receives only the test's inputs (expressions to
-   evaluate), imports the solution, and returns what each expression returned or raised, as
-   tagged JSON. Here that report is parsed with a strict JSON parser into plain values and
+   decided HERE, in the trusted process, which never imports or runs the solution. The tests run
+   in the sandbox as `python3 -I -c <environments/verifier_child.py>`: one process for the tests
+   without a CPU budget, and one per test with one (`cpu_s`, its RLIMIT_CPU). That process
+   receives only the tests' inputs (expressions to evaluate), imports the solution, and returns
+   what each expression returned or raised, as tagged JSON, one line per test. Here that report is parsed with a strict JSON parser into plain values and
    compared with the expectations, which never leave this process, with exact types. The solution
    may control everything in its process (patch the stdlib, walk frames, read /proc/self); all it
    can change is a claim about values, and a claim only passes when it is the right answer.
@@ -361,7 +361,8 @@ async def _run_data_tests(
     config: VerifierConfig,
     root_dir: str | os.PathLike[str] | None,
 ) -> tuple[dict[str, TestOutcome], bool, str]:
-    """One process per test in a fresh sandbox holding only the solution files; each report is
+    """The tests in a fresh sandbox holding only the solution files: one process for the tests
+    without a CPU budget, one more per test with one (`TestSuite.batches`); each test's report is
     judged here. Returns (outcomes, whether the run ran out of time, the end of the output)."""
     outcomes: dict[str, TestOutcome] = {}
     timed_out = False
@@ -373,22 +374,29 @@ async def _run_data_tests(
         for name, data in files.items():
             await sandbox.offload(write_bytes, jail, name, data)
         last_output = ""
-        for test in suite.tests:
+        for batch in suite.batches():
+            tests = [suite.tests[i] for i in batch]
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
-                outcomes[test.name] = TestOutcome(test.name, False, "not run: the test run timed out")
+                for test in tests:
+                    outcomes[test.name] = TestOutcome(test.name, False, "not run: the test run timed out")
                 continue
-            spec = {**suite.child_spec(test), "output_file": TEST_OUTPUT_FILE}
-            cpu = math.ceil(test.cpu_s) if test.cpu_s is not None else None
-            cut_short = remaining < config.per_test_timeout_s
+            budget = config.per_test_timeout_s * len(batch)
+            cut_short = remaining < budget
+            only = tests[0] if len(tests) == 1 else None
+            cpu = math.ceil(only.cpu_s) if only is not None and only.cpu_s is not None else None
+            spec = {
+                **suite.child_spec(batch),
+                "output_file": TEST_OUTPUT_FILE,
+                "per_test_timeout_s": config.per_test_timeout_s,
+            }
             run = await sandbox.run(
-                command,
-                timeout_s=min(config.per_test_timeout_s, remaining),
-                stdin=json.dumps(spec).encode(),
-                cpu_time_s=cpu,
+                command, timeout_s=min(budget, remaining), stdin=json.dumps(spec).encode(), cpu_time_s=cpu
             )
-            outcomes[test.name] = _judge_run(test, run, cpu, config, cut_short=cut_short)
+            reports = _reports(run.output)
+            for index, test in zip(batch, tests, strict=True):
+                outcomes[test.name] = _judge_report(test, reports.get(index), run, cpu, config, cut_short)
             if run.timed_out and cut_short:
                 timed_out = True
             last_output = run.output
@@ -404,14 +412,25 @@ async def _run_data_tests(
     return outcomes, timed_out, output_tail
 
 
-def _judge_run(test, run, cpu: int | None, config: VerifierConfig, *, cut_short: bool = False) -> TestOutcome:
-    """Judge one test from its process's output: the last result line is the report."""
-    report_line = None
-    for line in reversed(run.output.splitlines()):
-        if line.startswith(CHILD_RESULT_MARK):
-            report_line = line[len(CHILD_RESULT_MARK) :]
-            break
-    if report_line is None:
+def _reports(output: str) -> dict[int, object]:
+    """{test index: parsed report} from the child's result lines; the last line per test counts,
+    lines that are not strict JSON objects with an integer "test" are ignored."""
+    reports: dict[int, object] = {}
+    for line in output.splitlines():
+        if not line.startswith(CHILD_RESULT_MARK):
+            continue
+        try:
+            report = strict_json(line[len(CHILD_RESULT_MARK) :])
+        except MalformedResult:
+            continue
+        if isinstance(report, dict) and type(report.get("test")) is int:
+            reports[report["test"]] = report
+    return reports
+
+
+def _judge_report(test, report, run, cpu: int | None, config: VerifierConfig, cut_short: bool) -> TestOutcome:
+    """Judge one test from its report, or say why there is none."""
+    if report is None:
         if run.timed_out and cut_short:
             why = "no result: the test run was cut short (timed out)"
         elif run.timed_out or run.exit_code == TIMEOUT_EXIT_CODE:
@@ -423,10 +442,6 @@ def _judge_run(test, run, cpu: int | None, config: VerifierConfig, *, cut_short:
         else:
             why = f"no result: the test process ended without a report (exit status {run.exit_code})"
         return TestOutcome(test.name, False, why)
-    try:
-        report = strict_json(report_line)
-    except MalformedResult as exc:
-        return TestOutcome(test.name, False, f"malformed result: {exc}")
     passed, message = judge_test(test, report, show_source=config.show_assertion_source)
     return TestOutcome(test.name, passed, message)
 

@@ -1,9 +1,11 @@
-"""The solution's side of a data-style hidden test: run as `python3 -I -c <this file's text>` inside
-the verification sandbox, one process per test (see environments/verifier.py).
+"""The solution's side of data-style hidden tests: run as `python3 -I -c <this file's text>` inside
+the verification sandbox (see environments/verifier.py), for a batch of tests.
 
-It reads the test's inputs from stdin (module, imports, setup code, and the expressions and
+It reads the tests' inputs from stdin (module, imports, setup code, and the expressions and
 statements to evaluate; never the expected answers), imports the solution, evaluates each check,
-and writes one line: RESULT_MARK followed by a JSON report of what each check returned or raised.
+and writes one line per test: RESULT_MARK followed by a JSON report of what each check returned
+or raised. A per-test SIGALRM keeps an endless test from taking the batch's time (best effort:
+the wall-clock limit of the whole process is the parent's).
 
 Nothing here is trusted. The solution runs in this interpreter and may replace anything in it,
 this code included. The report is only a claim about values; the trusted parent compares it
@@ -15,6 +17,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import sys
 
 RESULT_MARK = "@@hermes-check-result@@ "
@@ -69,6 +72,51 @@ def describe(exc):
     return {"raised": names, "message": message}
 
 
+class TestTimeout(BaseException):
+    pass
+
+
+def on_alarm(signum, frame):
+    raise TestTimeout()
+
+
+def run_test(spec, test):
+    """The report of one test: what each check returned or raised, or why none ran."""
+    namespace = {"__name__": "hidden_test"}
+    try:
+        if spec["imports"]:
+            exec(f"from {spec['module']} import {', '.join(spec['imports'])}", namespace)
+        else:
+            exec(f"import {spec['module']}", namespace)
+        for source in test["setup"]:
+            exec(compile(source, "<setup>", "exec"), namespace)
+    except TestTimeout:
+        raise
+    except BaseException as exc:
+        info = describe(exc)
+        return {"error": f"could not load the solution: {info['raised'][0]}: {info['message']}"}
+    results = []
+    for check in test["checks"]:
+        try:
+            if check["kind"] == "expr":
+                value = eval(compile(check["source"], "<check>", "eval"), namespace)
+                try:
+                    if check.get("digest"):
+                        results.append({"sha256": digest(value)})
+                    else:
+                        results.append({"value": encode(value)})
+                except (TypeError, RecursionError):
+                    results.append({"unencodable": type(value).__name__})
+            else:
+                exec(compile(check["source"], "<check>", "exec"), namespace)
+                results.append({"ok": True})
+        except TestTimeout:
+            raise
+        except BaseException as exc:
+            results.append(describe(exc))
+    return {"checks": results}
+
+
 def main():
     spec = json.loads(sys.stdin.read())
     channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -77,46 +125,27 @@ def main():
     os.dup2(sink, 2)
     os.close(sink)
     sys.path.insert(0, os.getcwd())
-    namespace = {"__name__": "hidden_test"}
-    report = {}
-    try:
-        if spec["imports"]:
-            exec(f"from {spec['module']} import {', '.join(spec['imports'])}", namespace)
-        else:
-            exec(f"import {spec['module']}", namespace)
-        for source in spec["setup"]:
-            exec(compile(source, "<setup>", "exec"), namespace)
-    except BaseException as exc:
-        info = describe(exc)
-        report = {"error": f"could not load the solution: {info['raised'][0]}: {info['message']}"}
-    if not report:
-        results = []
-        for check in spec["checks"]:
+    signal.signal(signal.SIGALRM, on_alarm)
+    per_test = spec["per_test_timeout_s"]
+    for test in spec["tests"]:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, per_test)
             try:
-                if check["kind"] == "expr":
-                    value = eval(compile(check["source"], "<check>", "eval"), namespace)
-                    try:
-                        if check.get("digest"):
-                            results.append({"sha256": digest(value)})
-                        else:
-                            results.append({"value": encode(value)})
-                    except (TypeError, RecursionError):
-                        results.append({"unencodable": type(value).__name__})
-                else:
-                    exec(compile(check["source"], "<check>", "exec"), namespace)
-                    results.append({"ok": True})
-            except BaseException as exc:
-                results.append(describe(exc))
-        report = {"checks": results}
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BaseException):
-            stream.flush()
-    try:
-        line = json.dumps(report)
-    except (TypeError, ValueError, RecursionError):
-        line = json.dumps({"error": "the result could not be encoded"})
-    channel.write("\n" + RESULT_MARK + line + "\n")
-    channel.flush()
+                report = run_test(spec, test)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except TestTimeout:
+            report = {"error": f"timed out after {per_test:g}s"}
+        report["test"] = test["index"]
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        try:
+            line = json.dumps(report)
+        except (TypeError, ValueError, RecursionError):
+            line = json.dumps({"test": test["index"], "error": "the result could not be encoded"})
+        channel.write("\n" + RESULT_MARK + line + "\n")
+        channel.flush()
     os._exit(0)
 
 

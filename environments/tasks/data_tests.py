@@ -249,17 +249,31 @@ class TestSuite:
     def names(self) -> list[str]:
         return [t.name for t in self.tests]
 
-    def child_spec(self, test: DataTest) -> dict[str, Any]:
-        """What the solution's process receives for one test: inputs only, never expectations."""
+    def child_spec(self, indices: list[int]) -> dict[str, Any]:
+        """What the solution's process receives for a batch of tests: inputs only, never
+        expectations."""
         return {
             "module": self.module,
             "imports": list(self.imports),
-            "setup": [self.setup, test.setup],
-            "checks": [
-                {"kind": c.kind, "source": c.source, "digest": c.returns_sha256 is not None}
-                for c in test.checks
+            "tests": [
+                {
+                    "index": i,
+                    "setup": [self.setup, self.tests[i].setup],
+                    "checks": [
+                        {"kind": c.kind, "source": c.source, "digest": c.returns_sha256 is not None}
+                        for c in self.tests[i].checks
+                    ],
+                }
+                for i in indices
             ],
         }
+
+    def batches(self) -> list[list[int]]:
+        """Tests that share a process: all without a CPU budget together (in order), and each test
+        with `cpu_s` in a process of its own (RLIMIT_CPU is per process)."""
+        plain = [i for i, t in enumerate(self.tests) if t.cpu_s is None]
+        timed = [[i] for i, t in enumerate(self.tests) if t.cpu_s is not None]
+        return ([plain] if plain else []) + timed
 
 
 _CHECK_KEYS = {"expr", "exec", "returns", "returns_sha256", "raises", "message_contains", "tol"}
