@@ -146,7 +146,7 @@ R="$1"; W="$2"; T="$3"; SETPRIV="$4"; PIVOT="$5"; U="$6"; G="$7"; shift 7
 mount -t tmpfs -o size=2m,nr_inodes=4096,mode=755,nosuid,nodev hermes-sbx-root "$R"
 N="$1"; shift
 while [ "$N" -gt 0 ]; do
-  mkdir -p "$R$1"; mount --bind "$1" "$R$1"; mount -o remount,bind,ro,nosuid,nodev "$R$1"
+  mkdir -p "$R$1"; mount --bind -o ro,nosuid,nodev "$1" "$R$1"
   shift; N=$((N - 1))
 done
 N="$1"; shift
@@ -166,10 +166,9 @@ while [ "$N" -gt 0 ]; do
 done
 mkdir -p "$R/etc" "$R/dev/shm" "$R/proc" "$R/tmp" "$R/var/tmp"
 N="$1"; shift
-while [ "$N" -gt 0 ]; do : > "$R$1"; mount --bind "$1" "$R$1"; mount -o remount,bind,ro "$R$1"; shift; N=$((N - 1)); done
+while [ "$N" -gt 0 ]; do : > "$R$1"; mount --bind -o ro "$1" "$R$1"; shift; N=$((N - 1)); done
 if [ -d /etc/alternatives ]; then
-  mkdir "$R/etc/alternatives"; mount --bind /etc/alternatives "$R/etc/alternatives"
-  mount -o remount,bind,ro,nosuid,nodev "$R/etc/alternatives"
+  mkdir "$R/etc/alternatives"; mount --bind -o ro,nosuid,nodev /etc/alternatives "$R/etc/alternatives"
 fi
 printf 'root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' > "$R/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$R/etc/group"
@@ -183,9 +182,8 @@ ln -s /proc/self/fd "$R/dev/fd"
 ln -s /proc/self/fd/0 "$R/dev/stdin"; ln -s /proc/self/fd/1 "$R/dev/stdout"; ln -s /proc/self/fd/2 "$R/dev/stderr"
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
 for d in /tmp /var/tmp /dev/shm; do mount --no-canonicalize --bind "$T" "$R$d"; done
-mkdir -p "$R$W"
+mkdir -p "$R$W" "$R/.old"
 mount --no-canonicalize --bind "$W" "$R$W"
-mkdir "$R/.old"
 cd "$R"
 "$PIVOT" . .old
 umount -l /.old

@@ -65,7 +65,7 @@ class VerifierConfig(BaseModel):
     )
     timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit for the whole test run.")
     per_test_timeout_s: float = Field(
-        10.0, gt=0, description="Wall-clock limit for one test (its own process, for data-style tests)."
+        10.0, gt=0, description="Wall-clock limit for one test (a batch of n tests gets n times this)."
     )
     max_solution_bytes: int = Field(
         1024 * 1024, ge=1, description="A solution file larger than this is treated as missing."
