@@ -365,3 +365,11 @@ def test_the_child_encodes_exactly_like_the_parent():
         assert child.encode(value) == encode_value(value) or isinstance(value, set | dict)
     with pytest.raises(TypeError):
         child.encode(type("Sub", (int,), {})(1))
+
+
+def test_hugging_face_datasets_get_data_style_tests_too(tmp_path):
+    """A dataset column holding the suite as JSON text (Arrow cannot type a free-form object)."""
+    rows = [{"id": "d", "question": "Write `double(x)`.", "tests": json.dumps(DOUBLE_TESTS)}]
+    path = write_jsonl(tmp_path / "hf.jsonl", rows)
+    (task,) = load_hf_tasks(path, field_map={"task_id": "id", "prompt": "question", "hidden_tests": "tests"})
+    assert task.data_tests and task.hidden_tests == DOUBLE_TESTS
