@@ -158,9 +158,9 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
             distill_topk=self.config.distill_topk,
             generation_params={"temperature": self.config.temperature, "top_p": self.config.top_p},
         )
-        self._record_metrics(item, list(rollouts), time.monotonic() - started)
-        if len(rollouts) < len(outcomes):
-            self._pending_metrics[-1]["group/rollouts_failed"] = len(outcomes) - len(rollouts)
+        self._record_metrics(
+            item, list(rollouts), time.monotonic() - started, failed=len(outcomes) - len(rollouts)
+        )
         self.groups_built += 1
         return group, []
 
@@ -351,7 +351,9 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
             handle.write(json.dumps(record, sort_keys=True) + "\n")
             handle.flush()
 
-    def _record_metrics(self, task: Task, rollouts: list[FinishedRollout], duration_s: float) -> None:
+    def _record_metrics(
+        self, task: Task, rollouts: list[FinishedRollout], duration_s: float, failed: int = 0
+    ) -> None:
         stops = Counter(r.info["stop_reason"] for r in rollouts)
         metrics: dict[str, Any] = {
             "group/score_mean": statistics.fmean(r.score for r in rollouts),
@@ -363,6 +365,7 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
             if any(r.distill for r in rollouts)
             else 0.0,
             **{f"group/stop_{reason}": count for reason, count in stops.items()},
+            "group/rollouts_failed": failed,
         }
         distills = [r.distill for r in rollouts if r.distill is not None]
         if distills:

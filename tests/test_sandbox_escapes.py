@@ -251,3 +251,4 @@ async def test_a_rollout_that_raises_is_left_out_and_counted(
         assert group is not None and len(group["tokens"]) == 1
         assert validate_group(group) == []
         assert env._pending_metrics[-1]["group/rollouts_failed"] == 1
+        assert '"group/rollouts_failed": 1' in (tmp_path / "metrics.jsonl").read_text()
