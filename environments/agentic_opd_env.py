@@ -30,6 +30,7 @@ from environments.cli_lifecycle import CliLifecycleMixin
 from environments.dense_k1_notice import DenseK1Notice
 from environments.group_builder import FinishedRollout, build_group, has_distill_signal, trim_after_last_turn
 from environments.role_servers import check_role_servers, describe_role_servers, resolve_role_servers
+from environments.rollout_isolation import kept_rollouts
 from environments.sandbox import Sandbox, SandboxLimits
 from environments.send_spool import SpoolingSendMixin
 from environments.tasks.builtin import builtin_tasks
@@ -156,16 +157,23 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
 
     async def collect_trajectories(self, item: Task) -> tuple[dict[str, Any] | None, list]:
         started = time.monotonic()
-        rollouts = await asyncio.gather(
-            *(self._rollout_and_distill(item, i) for i in range(self.config.group_size))
+        outcomes = await asyncio.gather(
+            *(self._rollout_and_distill(item, i) for i in range(self.config.group_size)),
+            return_exceptions=True,
         )
+        rollouts = kept_rollouts(outcomes, f"a rollout of {item.task_id}")
+        if not rollouts:
+            logger.error("every rollout of %s failed; no group", item.task_id)
+            return None, []
         group = build_group(
             list(rollouts),
             include_messages=bool(self.config.include_messages),
             opd=self.config.opd_config(),
             generation_params={"temperature": self.config.temperature, "top_p": self.config.top_p},
         )
-        self._record_metrics(item, list(rollouts), time.monotonic() - started)
+        self._record_metrics(
+            item, list(rollouts), time.monotonic() - started, failed=len(outcomes) - len(rollouts)
+        )
         self.groups_built += 1
         return group, []
 
@@ -191,17 +199,21 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
     async def evaluate(self, *args, **kwargs) -> dict[str, float]:
         """pass@1 (every hidden test passes) and mean score over the eval split, one rollout each."""
         started = time.time()
-        results = await asyncio.gather(
-            *(self._rollout(task, seed=i, eval_mode=True) for i, task in enumerate(self.eval_tasks))
+        outcomes = await asyncio.gather(
+            *(self._rollout(task, seed=i, eval_mode=True) for i, task in enumerate(self.eval_tasks)),
+            return_exceptions=True,
         )
-        scores = [r.score for r in results]
+        results = kept_rollouts(outcomes, "an eval rollout")
+        failed = len(outcomes) - len(results)
+        scores = [r.score for r in results] + [0.0] * failed  # a failed rollout counts, as 0
         metrics = {
             "eval/pass@1": sum(
                 1 for r in results if r.info["verifier"]["passed"] == r.info["verifier"]["total"] > 0
             )
-            / max(1, len(results)),
+            / max(1, len(outcomes)),
             "eval/mean_score": statistics.fmean(scores) if scores else 0.0,
-            "eval/tasks": float(len(results)),
+            "eval/tasks": float(len(outcomes)),
+            "eval/rollouts_failed": float(failed),
         }
         logger.info("evaluate: %s", metrics)
         self._append_metrics({"kind": "eval", **metrics})
@@ -359,7 +371,9 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
             handle.write(json.dumps(record, sort_keys=True) + "\n")
             handle.flush()
 
-    def _record_metrics(self, task: Task, rollouts: list[FinishedRollout], duration_s: float) -> None:
+    def _record_metrics(
+        self, task: Task, rollouts: list[FinishedRollout], duration_s: float, failed: int = 0
+    ) -> None:
         stops = Counter(r.info["stop_reason"] for r in rollouts)
         metrics: dict[str, Any] = {
             "group/score_mean": statistics.fmean(r.score for r in rollouts),
@@ -371,6 +385,7 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
             if any(r.distill for r in rollouts)
             else 0.0,
             **{f"group/stop_{reason}": count for reason, count in stops.items()},
+            "group/rollouts_failed": failed,
         }
         distills = [r.distill for r in rollouts if r.distill is not None]
         if distills:

@@ -2,8 +2,11 @@
 
 Each `Sandbox` owns a fresh directory and runs `bash -c` commands there as an unprivileged user,
 with resource limits, no network, an allow-listed environment, a timeout that kills every process
-the command started, and bounded output. See docs/sandbox.md for what is enforced how, and what
-degrades when the OS lacks a feature.
+the command started, and bounded output. Commands see only an allow-list root
+(environments/sandbox_root.py) in their own mount, PID, IPC, UTS and network namespaces; the
+directory is a size-limited container that is reaped if its owner dies
+(environments/sandbox_disk.py). See docs/sandbox.md for what is enforced how, and what degrades
+when the OS lacks a feature.
 
     async with Sandbox.create(SandboxLimits()) as sb:
         result = await sb.run("python3 -c 'print(1 + 1)'")
@@ -40,6 +43,15 @@ from environments.process_tree import (
     signal_quietly,
     terminate_process_tree,
 )
+from environments.sandbox_disk import (
+    CONTAINER_PREFIX,
+    disk_free_fallback_warning,
+    mount_tmpfs,
+    reap_stale,
+    remove_container,
+    write_owner,
+)
+from environments.sandbox_root import ROOT_SETUP, RootPlan, root_plan, setup_args
 from hermes_opd.contract.errors import HermesOPDError
 
 log = logging.getLogger(__name__)
@@ -73,6 +85,13 @@ class SandboxLimits(BaseModel):
     )
     file_size_mb: int = Field(
         64, ge=1, description="RLIMIT_FSIZE: the largest file a command may write, in MiB."
+    )
+    disk_quota_mb: int = Field(
+        256,
+        ge=8,
+        description="Total size of everything the sandbox can write (working directory and private "
+        "/tmp together), in MiB: the sandbox's container is a tmpfs of this size (root only). "
+        "Memory-backed: it uses RAM as files are written.",
     )
     max_processes: int = Field(
         64,
@@ -191,13 +210,39 @@ class Isolation:
     private_tmp: bool = False
     """/tmp, /var/tmp and /dev/shm are the sandbox's own directory, and hidden paths are hidden."""
     setpriv_path: str = ""
+    pivot_root_path: str = ""
+    root: RootPlan | None = None
+    """When set, commands see only the allow-list root of `environments/sandbox_root.py`."""
+
+    @property
+    def private_root(self) -> bool:
+        return self.root is not None
 
     def wrapper(
-        self, uid: int | None, gid: int | None, workdir: Path, tmpdir: Path, hidden: tuple[str, ...] = ()
+        self,
+        uid: int | None,
+        gid: int | None,
+        workdir: Path,
+        tmpdir: Path,
+        hidden: tuple[str, ...] = (),
+        rootdir: Path | None = None,
     ) -> list[str]:
-        """The argv prefix that confines a command; the command's own argv follows it."""
+        """The argv prefix that confines a command; the command's own argv follows it. `rootdir`:
+        an empty directory the allow-list root is mounted on (inside the command's namespace)."""
         if not self.unshare_flags:
             return []
+        if self.root is not None and uid is not None and gid is not None and rootdir is not None:
+            head = [SH, "-c", ROOT_SETUP, "sh", str(rootdir), str(workdir), str(tmpdir), self.setpriv_path]
+            head.append(self.pivot_root_path)
+            return [
+                self.unshare_path,
+                *self.unshare_flags,
+                "--",
+                *head,
+                str(uid),
+                str(gid),
+                *setup_args(self.root, hidden),
+            ]
         if self.private_tmp and uid is not None and gid is not None:
             setup = [SH, "-c", _PRIVATE_MOUNTS_SETUP, "sh", str(workdir), str(tmpdir), self.setpriv_path]
             ids = [str(uid), str(gid)]
@@ -226,6 +271,14 @@ def _probe_isolation(allow_network: bool) -> Isolation:
     candidates: list[Isolation] = []
     if unshare and is_root:
         full = (*net, "--pid", "--fork", "--mount-proc")
+        pivot_root = shutil.which("pivot_root") or shutil.which("pivot_root", path="/usr/sbin:/sbin") or ""
+        if setpriv and shutil.which("mount") and pivot_root:
+            plan = root_plan()
+            for extra in (("--ipc", "--uts", "--cgroup"), ("--ipc", "--uts")):
+                flags = (*net, *extra, "--pid", "--fork", "--mount")
+                candidates.append(
+                    Isolation(unshare, flags, True, True, True, True, setpriv, pivot_root, plan)
+                )
         if setpriv and shutil.which("mount"):
             candidates.append(
                 Isolation(unshare, full, True, True, True, private_tmp=True, setpriv_path=setpriv)
@@ -249,6 +302,12 @@ def _probe_isolation(allow_network: bool) -> Isolation:
                 log.warning(
                     "sandbox: /tmp, /var/tmp and /dev/shm are shared with the host and other sandboxes"
                 )
+            if not iso.private_root:
+                log.warning(
+                    "sandbox: no allow-list root (needs root, mount namespaces, setpriv and pivot_root): "
+                    "commands see the host's filesystem, protected by file permissions only, and "
+                    "SysV IPC is shared with the host"
+                )
             return iso
     if not allow_network:
         log.warning(
@@ -265,7 +324,9 @@ def _works(iso: Isolation, uid: int | None, gid: int | None) -> bool:
         os.chmod(probe_dir, 0o755)
         tmpdir = Path(probe_dir) / "tmp"
         tmpdir.mkdir()
-        argv = [*iso.wrapper(uid, gid, Path(probe_dir), tmpdir), BASH, "-c", "exit 0"]
+        rootdir = Path(probe_dir) / "root"
+        rootdir.mkdir()
+        argv = [*iso.wrapper(uid, gid, Path(probe_dir), tmpdir, rootdir=rootdir), BASH, "-c", "exit 0"]
         try:
             done = subprocess.run(argv, cwd=probe_dir, capture_output=True, timeout=10, check=False)
         except (OSError, subprocess.SubprocessError):
@@ -486,7 +547,9 @@ class Sandbox:
             else:
                 uid, gid = NOBODY_UID, NOBODY_GID
         try:
-            container, workdir, dir_fd = await asyncio.to_thread(_make_dirs, root_dir, uid, gid)
+            container, workdir, dir_fd = await asyncio.to_thread(
+                _make_dirs, root_dir, uid, gid, limits.disk_quota_mb
+            )
         except BaseException:
             if uid is not None and limits.user == "per_sandbox":
                 _release_uid(uid)
@@ -519,7 +582,7 @@ class Sandbox:
                 await asyncio.sleep(0.01)
         with contextlib.suppress(OSError):
             os.close(self._dir_fd)
-        await asyncio.to_thread(shutil.rmtree, self._container, ignore_errors=True)
+        await asyncio.to_thread(remove_container, self._container)
         if self._uid is not None and self._limits.user == "per_sandbox":
             _release_uid(self._uid)
 
@@ -597,14 +660,20 @@ class Sandbox:
         return env
 
     async def run(
-        self, command: str, timeout_s: float | None = None, *, stdin: bytes | None = None
+        self,
+        command: str,
+        timeout_s: float | None = None,
+        *,
+        stdin: bytes | None = None,
+        cpu_time_s: int | None = None,
     ) -> CommandResult:
         """Run `bash -c command` in the sandbox. Never raises for what the command does; raises
-        SandboxError if the sandbox is closed or the process cannot be started."""
+        SandboxError if the sandbox is closed or the process cannot be started. `cpu_time_s`
+        replaces the limits' RLIMIT_CPU for this command only."""
         self._check_open()
         timeout = self._limits.command_timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()
-        running = await self._start(command, with_stdin=stdin is not None)
+        running = await self._start(command, with_stdin=stdin is not None, cpu_time_s=cpu_time_s)
         protocol = running.protocol
         self._running.add(running)
         timed_out = flooded = False
@@ -656,9 +725,14 @@ class Sandbox:
             duration_s=time.monotonic() - started,
         )
 
-    async def _start(self, command: str, *, with_stdin: bool) -> _Running:
+    async def _start(self, command: str, *, with_stdin: bool, cpu_time_s: int | None = None) -> _Running:
         wrapper = self._isolation.wrapper(
-            self._uid, self._gid, self._workdir, self._container / "tmp", self._hidden_paths
+            self._uid,
+            self._gid,
+            self._workdir,
+            self._container / "tmp",
+            self._hidden_paths,
+            rootdir=self._container / "root",
         )
         argv = [*wrapper, *_shell(command, self._isolation.pid_namespace)]
         privileges = {}
@@ -666,6 +740,8 @@ class Sandbox:
             privileges = {"user": self._uid, "group": self._gid, "extra_groups": []}
         loop = asyncio.get_running_loop()
         limits = self._limits
+        if cpu_time_s is not None:
+            limits = limits.model_copy(update={"cpu_time_s": max(1, int(cpu_time_s))})
         creating = asyncio.ensure_future(
             loop.subprocess_exec(
                 lambda: _CommandProtocol(limits.max_output_bytes, limits.kill_output_bytes),
@@ -730,28 +806,50 @@ def _warn_if_not_traversable(root: Path) -> None:
         )
 
 
+_warn_no_quota = functools.cache(disk_free_fallback_warning)
+_reaped_roots: set[Path] = set()
+_reap_lock = threading.Lock()
+_CONTAINER_INODES = 1 << 17
+
+
+def _reap_once(root: Path) -> None:
+    """At the first sandbox under `root` in this process: remove what killed processes left there."""
+    with _reap_lock:
+        if root in _reaped_roots:
+            return
+        _reaped_roots.add(root)
+    reap_stale(root)
+
+
 def _make_dirs(
-    root_dir: str | os.PathLike[str] | None, uid: int | None, gid: int | None
+    root_dir: str | os.PathLike[str] | None, uid: int | None, gid: int | None, quota_mb: int = 256
 ) -> tuple[Path, Path, int]:
-    """Create `<root>/hermes-sbx-XXXX/{work,tmp}`. The container is the host user's (so the sandbox
-    user cannot rename or replace `work`); `work` belongs to the sandbox user, mode 0700; `tmp`
-    (mode 1777) becomes the commands' /tmp when the OS allows private mounts."""
+    """Create `<root>/hermes-sbx-XXXX/{work,tmp,root}` and its owner record. When the host process
+    is root, the container is a tmpfs of `quota_mb` MiB (see environments/sandbox_disk.py). The
+    container is the host user's (so the sandbox user cannot rename or replace `work`); `work`
+    belongs to the sandbox user, mode 0700; `tmp` (mode 1777) becomes the commands' /tmp when the
+    OS allows private mounts; `root` is where each command's allow-list root is mounted."""
     root = Path(root_dir) if root_dir is not None else Path(tempfile.gettempdir())
     root.mkdir(parents=True, exist_ok=True)
+    _reap_once(root.resolve())
     if uid is not None:
         _warn_if_not_traversable(root.resolve())
-    container = Path(tempfile.mkdtemp(prefix="hermes-sbx-", dir=root)).resolve()
+    container = Path(tempfile.mkdtemp(prefix=CONTAINER_PREFIX, dir=root)).resolve()
     try:
+        if not mount_tmpfs(container, quota_mb * 1024 * 1024, _CONTAINER_INODES):
+            _warn_no_quota(container.parent)
         os.chmod(container, 0o711)
+        write_owner(container)
         workdir = container / "work"
         workdir.mkdir(mode=0o700)
         tmpdir = container / "tmp"  # /tmp, /var/tmp and /dev/shm of the commands, when private_tmp
         tmpdir.mkdir()
         os.chmod(tmpdir, 0o1777)
+        (container / "root").mkdir(mode=0o755)
         if uid is not None and gid is not None:
             os.chown(workdir, uid, gid)
         dir_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except BaseException:
-        shutil.rmtree(container, ignore_errors=True)
+        remove_container(container)
         raise
     return container, workdir, dir_fd

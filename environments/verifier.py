@@ -3,16 +3,21 @@
 1. Copy the task's `solution_files` from the agent's working directory (regular files only, no
    links, size-capped) into a fresh sandbox. Nothing else comes along: not the agent's own tests,
    not a `conftest.py`, not a module that shadows the standard library.
-2. Run our small test runner there (`python3 -I -c RUNNER`) under the same limits. The hidden tests
-   and a fresh random nonce reach it on stdin, so neither is ever on disk or in the environment.
-3. The runner sends its per-test results on a private copy of its stdout, each line prefixed with
-   the nonce; the code under test has its stdout/stderr redirected to a file. Only lines that carry
-   the nonce count, so a solution that prints "passed" (or a result line it made up) gains nothing.
-   The total is counted here, from the test source, not reported by the runner.
+2. Data-style tests (`environments/tasks/data_tests.py`, every built-in task): pass or fail is
+   decided HERE, in the trusted process, which never imports or runs the solution. The tests run
+   in the sandbox as `python3 -I -c <environments/verifier_child.py>`: one process for the tests
+   without a CPU budget, and one per test with one (`cpu_s`, its RLIMIT_CPU). That process
+   receives only the tests' inputs (expressions to evaluate), imports the solution, and returns
+   what each expression returned or raised, as tagged JSON, one line per test. Here that report is parsed with a strict JSON parser into plain values and
+   compared with the expectations, which never leave this process, with exact types. The solution
+   may control everything in its process (patch the stdlib, walk frames, read /proc/self); all it
+   can change is a claim about values, and a claim only passes when it is the right answer.
+3. Code-style tests (a Python source with `test_*` functions or top-level asserts; only from user
+   datasets, with a loud warning when loaded): the legacy runner below executes them next to the
+   solution, in the same interpreter, so such a score can be forged (see docs/sandbox.md).
 
-Limit of this design: the solution runs in the same process as the tests, so code written to
-inspect the runner's memory could still find the nonce or patch the tests. That takes deliberate,
-targeted code, which shows up in the transcript; no accidental output can do it.
+`verify()` never raises for anything the agent did, nor for an internal failure: those score 0,
+with the reason in the feedback.
 """
 
 from __future__ import annotations
@@ -21,23 +26,33 @@ import ast
 import asyncio
 import contextlib
 import json
+import logging
+import math
 import os
 import secrets
 import shlex
+import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from environments.sandbox import Sandbox, SandboxLimits
+from environments.sandbox import TIMEOUT_EXIT_CODE, Sandbox, SandboxLimits
+from environments.tasks.data_tests import MalformedResult, TestSuite, judge_test, parse_suite, strict_json
 from environments.tasks.task import Task
 from environments.tools import Jail, ToolError, read_bytes, write_bytes
+
+log = logging.getLogger(__name__)
 
 RESULT_MARK = "@@hermes-test-result@@"
 TEST_OUTPUT_FILE = ".test-output"
 """Inside the verification sandbox: where the code under test's stdout/stderr goes."""
 HIDDEN_TESTS_FILENAME = "hidden_tests.py"
 """The file name the tests are compiled under (for tracebacks); never written to disk."""
+CHILD_SOURCE = (Path(__file__).with_name("verifier_child.py")).read_text(encoding="utf-8")
+CHILD_RESULT_MARK = "@@hermes-check-result@@ "
+"""Must match RESULT_MARK in environments/verifier_child.py."""
 
 
 class VerifierConfig(BaseModel):
@@ -49,7 +64,9 @@ class VerifierConfig(BaseModel):
         "python3", description="Python interpreter inside the sandbox (looked up on its PATH)."
     )
     timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit for the whole test run.")
-    per_test_timeout_s: float = Field(10.0, gt=0, description="Wall-clock limit for one test function.")
+    per_test_timeout_s: float = Field(
+        10.0, gt=0, description="Wall-clock limit for one test (a batch of n tests gets n times this)."
+    )
     max_solution_bytes: int = Field(
         1024 * 1024, ge=1, description="A solution file larger than this is treated as missing."
     )
@@ -233,10 +250,46 @@ async def verify(
     root_dir: str | os.PathLike[str] | None = None,
 ) -> VerificationResult:
     """Run `task.hidden_tests` against the solution files found in `agent_files` (the agent's
-    sandbox, still open, or a directory). Never raises for anything the agent did."""
+    sandbox, still open, or a directory). Never raises (except for cancellation): anything that
+    goes wrong, whoever caused it, scores 0 with the reason in the feedback."""
     config = config or VerifierConfig()
+    try:
+        return await _verify(task, agent_files, limits, config, (turns_used, max_turns), root_dir)
+    except Exception as exc:  # noqa: BLE001 - a reward must never take the rollout (or group) down
+        log.exception("verifier: internal failure for task %s; scored 0", task.task_id)
+        reason = f"{type(exc).__name__}: {exc}"[:300]
+        return VerificationResult(
+            score=0.0,
+            passed=0,
+            total=_count_tests(task),
+            output_tail="",
+            feedback=f"The hidden tests could not be run (verifier error: {reason}); scored 0.",
+        )
+
+
+def _count_tests(task: Task) -> int:
+    with contextlib.suppress(Exception):
+        if isinstance(task.hidden_tests, str):
+            return len(collect_tests(task.hidden_tests)[1])
+        return len(parse_suite(task.hidden_tests).tests)
+    return 1
+
+
+async def _verify(
+    task: Task,
+    agent_files: Sandbox | Path,
+    limits: SandboxLimits | None,
+    config: VerifierConfig,
+    turns: tuple[int | None, int | None],
+    root_dir: str | os.PathLike[str] | None,
+) -> VerificationResult:
+    turns_used, max_turns = turns
     limits = limits or (agent_files.limits if isinstance(agent_files, Sandbox) else SandboxLimits())
-    source, names = collect_tests(task.hidden_tests)
+    suite = None if isinstance(task.hidden_tests, str) else parse_suite(task.hidden_tests)
+    if suite is not None:
+        source, names = "", suite.names
+    else:
+        source, names = collect_tests(task.hidden_tests)
     if isinstance(agent_files, Sandbox):
         files, missing = await agent_files.offload(
             _collect_solution, task, Jail.of(agent_files), config.max_solution_bytes
@@ -251,6 +304,17 @@ async def verify(
         )
 
     run_limits = limits.model_copy(update={"max_output_bytes": max(limits.max_output_bytes, 1_000_000)})
+    if suite is not None:
+        outcomes, timed_out, output_tail = await _run_data_tests(suite, files, run_limits, config, root_dir)
+        return _result(
+            names,
+            outcomes,
+            config,
+            missing=missing,
+            timed_out=timed_out,
+            output_tail=output_tail,
+            turns=(turns_used, max_turns),
+        )
     nonce = secrets.token_hex(16)
     spec = {
         "nonce": nonce,
@@ -288,6 +352,98 @@ async def verify(
         output_tail=output_tail,
         turns=(turns_used, max_turns),
     )
+
+
+async def _run_data_tests(
+    suite: TestSuite,
+    files: dict[str, bytes],
+    limits: SandboxLimits,
+    config: VerifierConfig,
+    root_dir: str | os.PathLike[str] | None,
+) -> tuple[dict[str, TestOutcome], bool, str]:
+    """The tests in a fresh sandbox holding only the solution files: one process for the tests
+    without a CPU budget, one more per test with one (`TestSuite.batches`); each test's report is
+    judged here. Returns (outcomes, whether the run ran out of time, the end of the output)."""
+    outcomes: dict[str, TestOutcome] = {}
+    timed_out = False
+    deadline = time.monotonic() + config.timeout_s
+    command = f"exec {shlex.quote(config.python)} -I -c {shlex.quote(CHILD_SOURCE)}"
+    output_tail = ""
+    async with Sandbox.create(limits, root_dir=root_dir) as sandbox:
+        jail = Jail.of(sandbox)
+        for name, data in files.items():
+            await sandbox.offload(write_bytes, jail, name, data)
+        last_output = ""
+        for batch in suite.batches():
+            tests = [suite.tests[i] for i in batch]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                for test in tests:
+                    outcomes[test.name] = TestOutcome(test.name, False, "not run: the test run timed out")
+                continue
+            budget = config.per_test_timeout_s * len(batch)
+            cut_short = remaining < budget
+            only = tests[0] if len(tests) == 1 else None
+            cpu = math.ceil(only.cpu_s) if only is not None and only.cpu_s is not None else None
+            spec = {
+                **suite.child_spec(batch),
+                "output_file": TEST_OUTPUT_FILE,
+                "per_test_timeout_s": config.per_test_timeout_s,
+            }
+            run = await sandbox.run(
+                command, timeout_s=min(budget, remaining), stdin=json.dumps(spec).encode(), cpu_time_s=cpu
+            )
+            reports = _reports(run.output)
+            for index, test in zip(batch, tests, strict=True):
+                outcomes[test.name] = _judge_report(test, reports.get(index), run, cpu, config, cut_short)
+            if run.timed_out and cut_short:
+                timed_out = True
+            last_output = run.output
+        if config.output_tail_chars:
+            with contextlib.suppress(ToolError, OSError):
+                data, _, _ = await sandbox.offload(
+                    read_bytes, jail, TEST_OUTPUT_FILE, config.output_tail_chars * 4, tail=True
+                )
+                output_tail = data.decode("utf-8", errors="replace")[-config.output_tail_chars :]
+    if all(o.message.startswith("no result") for o in outcomes.values()) and outcomes:
+        # The child never reported (e.g. no interpreter): show what it printed.
+        output_tail = (output_tail + "\n" + last_output).strip()[-max(config.output_tail_chars, 200) :]
+    return outcomes, timed_out, output_tail
+
+
+def _reports(output: str) -> dict[int, object]:
+    """{test index: parsed report} from the child's result lines; the last line per test counts,
+    lines that are not strict JSON objects with an integer "test" are ignored."""
+    reports: dict[int, object] = {}
+    for line in output.splitlines():
+        if not line.startswith(CHILD_RESULT_MARK):
+            continue
+        try:
+            report = strict_json(line[len(CHILD_RESULT_MARK) :])
+        except MalformedResult:
+            continue
+        if isinstance(report, dict) and type(report.get("test")) is int:
+            reports[report["test"]] = report
+    return reports
+
+
+def _judge_report(test, report, run, cpu: int | None, config: VerifierConfig, cut_short: bool) -> TestOutcome:
+    """Judge one test from its report, or say why there is none."""
+    if report is None:
+        if run.timed_out and cut_short:
+            why = "no result: the test run was cut short (timed out)"
+        elif run.timed_out or run.exit_code == TIMEOUT_EXIT_CODE:
+            why = f"no result: timed out after {config.per_test_timeout_s:g}s"
+        elif run.exit_code == 128 + signal.SIGXCPU or (
+            cpu is not None and run.exit_code == 128 + signal.SIGKILL
+        ):
+            why = f"no result: exceeded its CPU budget ({cpu or 'default'} s)"
+        else:
+            why = f"no result: the test process ended without a report (exit status {run.exit_code})"
+        return TestOutcome(test.name, False, why)
+    passed, message = judge_test(test, report, show_source=config.show_assertion_source)
+    return TestOutcome(test.name, passed, message)
 
 
 def _collect_solution(task: Task, jail: Jail, max_bytes: int) -> tuple[dict[str, bytes], list[str]]:

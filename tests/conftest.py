@@ -72,3 +72,24 @@ class _ExternalServer:
     @property
     def model_name(self) -> str:
         return self.served_model_name
+
+
+_SESSION_STARTED = 0.0
+
+
+def pytest_sessionstart(session):
+    import time
+
+    global _SESSION_STARTED
+    _SESSION_STARTED = time.time()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The suite leaves no sandbox behind: none of this process's containers on disk or mounted,
+    and none of a process it started that died (environments/sandbox_disk.py)."""
+    from environments.sandbox_disk import leftover_containers
+
+    left = leftover_containers(os.getpid(), _SESSION_STARTED)
+    if left:
+        print(f"\nLEAKED SANDBOXES ({len(left)}): " + ", ".join(map(str, left[:10])))
+        session.exitstatus = 1

@@ -10,7 +10,10 @@ import pkgutil
 from hermes_opd.contract.errors import ConfigError, HermesOPDError
 
 PACKAGES = ("hermes_opd", "environments", "judge", "scoring", "trainer_adapters")
-SKIP = ("hermes_opd.bench",)  # benchmarks define no errors; some import optional heavy deps
+SKIP = (
+    "hermes_opd.bench",  # benchmarks define no errors; some import optional heavy deps
+    "environments.verifier_child",  # stdlib-only script run inside the sandbox, not a project module
+)
 
 
 def project_exceptions() -> dict[str, type[BaseException]]:

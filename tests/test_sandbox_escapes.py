@@ -208,3 +208,47 @@ async def test_a_rollout_cannot_read_another_rollouts_directory_under_a_shared_s
     assert not (outside_dir / "planted.txt").exists()
     for output in outputs:
         assert output.count("secret-of-") == 1, output
+
+
+DEEP_TREE_COMMAND = (
+    "python3 -c \"import os\nfor _ in range(5000):\n    os.mkdir('d'); os.chdir('d')\"; echo deep-done"
+)
+
+
+def containers_in_tmp() -> set[Path]:
+    return {p for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith("hermes-sbx-")}
+
+
+async def test_a_5000_level_tree_costs_only_its_rollout_not_the_group(dev_model_dir, dev_tokenizer, tmp_path):
+    """Once, Sandbox.close raised RecursionError on such a tree: the group was lost and its
+    containers leaked. Now the group arrives, the rollouts score 0, and nothing is left."""
+    before = containers_in_tmp()
+    async with (
+        asyncio.timeout(180),
+        scripted_env(dev_model_dir, dev_tokenizer, tmp_path, DEEP_TREE_COMMAND) as env,
+    ):
+        group, _ = await env.collect_trajectories(await env.get_next_item())
+    assert group is not None and len(group["tokens"]) == 2
+    assert all("deep-done" in out for out in first_tool_outputs(group)), first_tool_outputs(group)
+    assert group["scores"] == [0.0, 0.0]
+    assert validate_group(group) == []
+    assert containers_in_tmp() - before == set()
+
+
+async def test_a_rollout_that_raises_is_left_out_and_counted(
+    dev_model_dir, dev_tokenizer, tmp_path, monkeypatch
+):
+    async with asyncio.timeout(120), scripted_env(dev_model_dir, dev_tokenizer, tmp_path, "echo hi") as env:
+        real = env._rollout_and_distill
+
+        async def flaky(task, index):
+            if index == 0:
+                raise RuntimeError("the policy server went away")
+            return await real(task, index)
+
+        monkeypatch.setattr(env, "_rollout_and_distill", flaky)
+        group, _ = await env.collect_trajectories(await env.get_next_item())
+        assert group is not None and len(group["tokens"]) == 1
+        assert validate_group(group) == []
+        assert env._pending_metrics[-1]["group/rollouts_failed"] == 1
+        assert '"group/rollouts_failed": 1' in (tmp_path / "metrics.jsonl").read_text()

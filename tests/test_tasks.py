@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from environments.tasks.builtin import builtin_tasks
+from environments.tasks.data_tests import parse_suite
 from environments.tasks.loaders import TaskLoadError, load_hf_tasks, load_jsonl_tasks
 from environments.tasks.split import is_eval_task, split_bucket, split_tasks
 from environments.tasks.task import Task
-from environments.verifier import collect_tests
 
 ROWS = [
     {
@@ -59,7 +59,8 @@ def test_builtin_tasks_are_complete():
         assert task.solution_files == ("solution.py",)
         assert set(task.reference_solution) == {"solution.py"}
         assert "solution.py" in task.prompt
-        _, names = collect_tests(task.hidden_tests)
+        assert task.data_tests, task.task_id
+        names = parse_suite(task.hidden_tests).names
         assert len(names) >= 4, task.task_id
         compile(task.reference_solution["solution.py"], "solution.py", "exec")
 
@@ -238,3 +239,131 @@ def test_split_edges():
     assert len(train) == 1 and len(evals) == 2
     with pytest.raises(ValueError, match="eval_fraction must be in"):
         split_tasks(tasks, 1.5)
+
+
+# -- built-in tasks as data files, and data-style tests --------------------------------------
+
+
+def test_builtin_tasks_are_package_data_read_by_the_user_loader():
+    import tomllib
+    from fnmatch import fnmatch
+
+    from environments.tasks.builtin import DATA_DIR
+    from environments.tasks.loaders import load_task_dirs
+
+    assert load_task_dirs(DATA_DIR) == builtin_tasks()
+    package = DATA_DIR.parents[1]
+    assert not list((package / "tasks").glob("builtin_*.py"))  # no more string-literal modules
+    patterns = tomllib.loads((package.parent / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]
+    shipped = [p for p in DATA_DIR.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert len(shipped) == 1 + 4 * len(builtin_tasks())  # index.json + 4 files per task
+    for path in shipped:
+        relative = str(path.relative_to(DATA_DIR.parent))
+        assert any(fnmatch(relative, pattern) for pattern in patterns["environments.tasks"]), relative
+    for task in builtin_tasks():
+        assert (DATA_DIR / task.task_id / "solution.py").read_text() == task.reference_solution["solution.py"]
+        assert (DATA_DIR / task.task_id / "prompt.md").read_text() == task.prompt
+
+
+def _write_task_dir(root: Path, task_id: str, tests: object) -> Path:
+    directory = root / task_id
+    directory.mkdir(parents=True)
+    (directory / "task.json").write_text(json.dumps({"difficulty": "easy"}))
+    (directory / "prompt.md").write_text("Write `double(x)`.")
+    (directory / "tests.json").write_text(json.dumps(tests))
+    (directory / "solution.py").write_text("def double(x):\n    return 2 * x\n")
+    return directory
+
+
+DOUBLE_TESTS = {
+    "imports": ["double"],
+    "tests": [
+        {
+            "name": "test_double",
+            "checks": [{"expr": "double(2)", "returns": 4}, {"expr": "double(0)", "returns": 0}],
+        }
+    ],
+}
+
+
+def test_user_task_directories_load_like_the_builtin_ones(tmp_path, caplog):
+    from environments.tasks.loaders import load_task_dirs
+
+    _write_task_dir(tmp_path, "double", DOUBLE_TESTS)
+    (task,) = load_task_dirs(tmp_path)
+    assert (task.task_id, task.difficulty, task.prompt) == ("double", "easy", "Write `double(x)`.")
+    assert task.data_tests and task.reference_solution == {
+        "solution.py": "def double(x):\n    return 2 * x\n"
+    }
+    assert "FORGEABLE" not in caplog.text
+    (tmp_path / "double" / "tests.json").write_text(
+        json.dumps({"tests": [{"name": "t", "checks": [{"expr": "1 +"}]}]})
+    )
+    with pytest.raises(
+        TaskLoadError, match=r"double: task 'double': hidden tests: test 't' check 0: does not compile"
+    ):
+        load_task_dirs(tmp_path)
+
+
+def test_code_style_tests_load_but_warn_once_loudly(tmp_path, caplog):
+    code = write_jsonl(
+        tmp_path / "code.jsonl",
+        [{"task_id": f"c{i}", "prompt": "p", "hidden_tests": "assert True"} for i in range(3)],
+    )
+    data = write_jsonl(
+        tmp_path / "data.jsonl", [{"task_id": "d", "prompt": "p", "hidden_tests": DOUBLE_TESTS}]
+    )
+    with caplog.at_level("WARNING"):
+        tasks = load_jsonl_tasks(code)
+        load_jsonl_tasks(code)
+        (data_task,) = load_jsonl_tasks(data)
+    assert [t.data_tests for t in tasks] == [False] * 3 and data_task.data_tests
+    warnings = [r.getMessage() for r in caplog.records if "FORGEABLE REWARDS" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert (
+        warnings[0].startswith("FORGEABLE REWARDS: 3 of 3 task(s) in ") and "docs/sandbox.md" in warnings[0]
+    )
+    # A data suite stored as JSON text (e.g. a string column of a dataset) is data-style too.
+    text = write_jsonl(
+        tmp_path / "text.jsonl", [{"task_id": "t", "prompt": "p", "hidden_tests": json.dumps(DOUBLE_TESTS)}]
+    )
+    assert load_jsonl_tasks(text)[0].hidden_tests == DOUBLE_TESTS
+
+
+def test_values_keep_exact_types_across_the_codec():
+    from environments.tasks.data_tests import MalformedResult, decode_value, encode_value, same, strict_json
+
+    samples = [1, True, 1.0, None, "1", (1, [2, (3,)]), {"a": 1}, {1: "x", (2, 3): [4]}, {1, 2}, frozenset({"a"}),
+               b"\x00\xff", float("inf"), [float("nan")], {"$weird": 1}]  # fmt: skip
+    for value in samples:
+        back = decode_value(strict_json(json.dumps(encode_value(value))))
+        assert same(value, back) and type(back) is type(value), value
+    assert not same(1, True) and not same(1, 1.0) and not same(True, 1) and not same((1, 2), [1, 2])
+    assert not same({1: "a"}, {True: "a"}) and not same({1}, {1.0})
+    assert same(1.75, 1.7500000001, tol=1e-6) and not same(1.75, 1.76, tol=1e-6)
+    for bad in ('{"a": 1, "a": 2}', "[NaN]", '{"x": Infinity}', "[" * 100_000, '{"$tuple": 1}', '{"$nope": []}',
+                '{"$set": [1, true]}', '{"$dict": [[1, 2], [1, 3]]}'):  # fmt: skip
+        with pytest.raises(MalformedResult):
+            decode_value(strict_json(bad))
+
+
+def test_the_child_encodes_exactly_like_the_parent():
+    import environments.verifier_child as child
+    from environments.tasks.data_tests import canonical, encode_value, sha256_of
+
+    for value in [{3, 1, 2}, {(1, "a"): {2.5}}, [None, True, b"x", frozenset({(1,), (0,)})], float("-inf")]:
+        assert child.canonical_json(child.encode(value)) == canonical(value)
+        assert child.digest(value) == sha256_of(value)
+        assert child.encode(value) == encode_value(value) or isinstance(value, set | dict)
+    with pytest.raises(TypeError):
+        child.encode(type("Sub", (int,), {})(1))
+
+
+def test_hugging_face_datasets_get_data_style_tests_too(tmp_path):
+    """A dataset column holding the suite as JSON text (Arrow cannot type a free-form object)."""
+    rows = [{"id": "d", "question": "Write `double(x)`.", "tests": json.dumps(DOUBLE_TESTS)}]
+    path = write_jsonl(tmp_path / "hf.jsonl", rows)
+    (task,) = load_hf_tasks(path, field_map={"task_id": "id", "prompt": "question", "hidden_tests": "tests"})
+    assert task.data_tests and task.hidden_tests == DOUBLE_TESTS

@@ -234,7 +234,12 @@ async def test_symlink_loops_are_refused(sb):
 
 
 async def test_hard_links_to_outside_files_are_not_read_or_written_through(sb, outside):
-    os.link(outside / "secret.txt", sb.workdir / "hl.txt")  # as if the agent could make one
+    try:
+        os.link(outside / "secret.txt", sb.workdir / "hl.txt")  # as if the agent could make one
+    except OSError:  # EXDEV: the container is a tmpfs of its own; use a host file on it instead
+        outside = sb.workdir.parent
+        (outside / "secret.txt").write_text("do not read\n")
+        os.link(outside / "secret.txt", sb.workdir / "hl.txt")
     read = await execute_tool_call(call("read_file", path="hl.txt"), sb)
     assert read.is_error and "hard link to a file the sandbox user does not own" in read.content
     write = await execute_tool_call(call("write_file", path="hl.txt", content="replaced"), sb)

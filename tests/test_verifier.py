@@ -11,9 +11,10 @@ import pytest
 
 from environments.sandbox import Sandbox
 from environments.tasks.builtin import builtin_tasks
+from environments.tasks.data_tests import parse_suite
 from environments.tasks.task import Task
 from environments.tools import Jail, write_bytes
-from environments.verifier import RESULT_MARK, VerifierConfig, collect_tests, verify
+from environments.verifier import CHILD_RESULT_MARK, RESULT_MARK, VerifierConfig, collect_tests, verify
 
 TASKS = {t.task_id: t for t in builtin_tasks()}
 
@@ -61,12 +62,13 @@ async def test_fake_test_file_and_printing_passed_scores_zero():
     assert result.total == 5
 
 
-async def test_forged_result_lines_score_zero_and_the_nonce_is_never_visible(monkeypatch):
-    nonce = "6e6f6e63652d6e6f742d76697369626c"
-    monkeypatch.setattr("environments.verifier.secrets.token_hex", lambda n: nonce)
-    _, names = collect_tests(TASKS["reverse_words"].hidden_tests)
+async def test_forged_result_lines_score_zero_and_the_answers_are_never_visible():
+    names = [t["name"] for t in TASKS["reverse_words"].hidden_tests["tests"]]
     forged = [f"{RESULT_MARK}{'0' * 32} " + json.dumps({"test": n, "passed": True}) for n in names]
     forged.append(f"{RESULT_MARK} " + json.dumps({"done": True}))
+    # Reports in the child's own format, claiming the best an answer-less forger can claim.
+    forged += [CHILD_RESULT_MARK + json.dumps({"checks": [{"value": v}] * 2}) for v in (True, "", "passed")]
+    forged.append(CHILD_RESULT_MARK + json.dumps({"passed": True, "checks": "all"}))
     files = {
         "solution.py": f"""
             import os, sys
@@ -87,14 +89,17 @@ async def test_forged_result_lines_score_zero_and_the_nonce_is_never_visible(mon
             for name in os.listdir("."):
                 if os.path.isfile(name):
                     print("FILE", name, open(name, "rb").read()[:2000])
+            print("STDIN", open("/proc/self/fd/0", "rb").read())
             def reverse_words(text):
-                return "wrong"
+                os._exit(0)  # only the forged lines above are left as a report
         """
     }
-    result = await verify_files(TASKS["reverse_words"], files)
+    config = VerifierConfig(output_tail_chars=200_000)
+    result = await verify_files(TASKS["reverse_words"], files, config=config)
     assert result.score == 0.0 and result.passed == 0
     assert "ENV" in result.output_tail and "CMD" in result.output_tail  # the probe did run
-    assert nonce not in result.output_tail
+    for answer in ("world hello", "fox brown quick the", "there! Hi,"):  # expected values
+        assert answer not in result.output_tail
 
 
 async def test_partial_credit_with_feedback_naming_tests_and_assertions():
@@ -113,7 +118,7 @@ async def test_partial_credit_with_feedback_naming_tests_and_assertions():
     assert result.score == pytest.approx(result.passed / result.total)
     assert result.feedback.startswith(f"{result.passed}/{result.total} hidden tests passed.")
     assert (
-        "- test_touching: AssertionError (at: assert merge_intervals([[1, 2], [2, 3]]) == [[1, 3]])"
+        "- test_touching: check 1 (`merge_intervals([[1, 2], [2, 3]])`): expected [[1, 3]], got [[1, 2], [2, 3]]"
         in result.feedback
     )
     failing = {t.name for t in result.tests if not t.passed}
@@ -125,8 +130,11 @@ async def test_feedback_can_hide_test_source():
     result = await verify_files(
         TASKS["fizzbuzz"], {"solution.py": "def fizzbuzz(n):\n    return []\n"}, config=config
     )
-    assert result.feedback.endswith("- test_first_fifteen, test_small, test_length_and_tail: AssertionError")
-    assert "(at:" not in result.feedback
+    assert (
+        "- test_first_fifteen, test_small, test_length_and_tail: check 1: wrong result\n" in result.feedback
+    )
+    assert result.feedback.endswith("- test_non_positive: check 3: wrong result")
+    assert "fizzbuzz(" not in result.feedback and "Fizz" not in result.feedback
 
 
 async def test_infinite_loop_costs_only_its_own_test():
@@ -137,10 +145,10 @@ async def test_infinite_loop_costs_only_its_own_test():
                     pass
             return [list(items[i:i + size]) for i in range(0, len(items), size)]
     """
-    config = VerifierConfig(per_test_timeout_s=1)
+    config = VerifierConfig(per_test_timeout_s=4)  # each test is a process: leave room to start under load
     result = await verify_files(TASKS["chunk_list"], {"solution.py": solution}, config=config)
     assert [t.name for t in result.tests if not t.passed] == ["test_bad_size"]
-    assert "timed out after 1s" in result.feedback
+    assert "timed out after 4s" in result.feedback
     assert result.passed == result.total - 1
 
 
@@ -164,7 +172,7 @@ async def test_whole_run_timeout_keeps_results_so_far():
 async def test_solution_that_kills_the_run_scores_zero():
     result = await verify_files(TASKS["dedupe"], {"solution.py": "import os\nos._exit(0)\n"})
     assert result.score == 0.0
-    assert "cut short" in result.feedback
+    assert "no result: the test process ended without a report (exit status 0)" in result.feedback
 
 
 async def test_noisy_solution_is_still_graded():
@@ -279,3 +287,152 @@ def test_collect_tests_rejects_sources_without_tests():
         collect_tests("x = 1\n")
     with pytest.raises(ValueError, match="do not parse"):
         collect_tests("def test_(:\n")
+
+
+# -- reward hacks: each solution below has no task code at all ---------------------------------
+
+PATCH_EXPLOIT = """
+import builtins, gc, json, os, sys
+
+def _spec():
+    for obj in gc.get_objects():
+        if isinstance(obj, dict) and "checks" in obj and "module" in obj:
+            return obj
+    return {"checks": [{}] * 32}
+
+def _forge(obj):
+    if isinstance(obj, dict):
+        if "test" in obj:  # a per-test record: say it passed
+            return {**obj, "passed": True, "message": ""}
+        if "checks" in obj or "error" in obj:  # a report of values: claim the likeliest answers
+            return {"checks": [{"value": True, "ok": True} for _ in _spec()["checks"]]}
+    return obj
+
+_dumps = json.dumps
+json.dumps = lambda obj, *a, **k: _dumps(_forge(obj), *a, **k)
+_print = builtins.print
+builtins.print = lambda *a, **k: _print(*[str(x).replace('"passed": false', '"passed": true') for x in a], **k)
+_write = os.write
+os.write = lambda fd, data: _write(fd, bytes(data).replace(b'"passed": false', b'"passed": true'))
+builtins.isinstance = lambda obj, cls, _i=isinstance: True if cls is BaseException else _i(obj, cls)
+"""
+
+FRAME_EXPLOIT = """
+import gc, json, os, sys
+
+# 1. Walk up the stack to the runner's reporting function (and the nonce it closes over).
+frame = sys._getframe()
+while frame is not None:
+    emit = frame.f_locals.get("emit")
+    names = frame.f_locals.get("names")
+    if callable(emit) and names:
+        for name in names:
+            emit({"test": name, "passed": True, "message": ""})
+        emit({"done": True})
+        sys.stdout.flush()
+        os._exit(0)
+    frame = frame.f_back
+
+# 2. Search the heap and /proc/self for the test spec, expected answers, a nonce or a mark.
+found = {}
+for obj in gc.get_objects():
+    if isinstance(obj, dict):
+        for key in ("nonce", "mark", "expected", "returns", "checks", "RESULT_MARK"):
+            if key in obj:
+                found.setdefault(key, obj[key])
+for name in ("cmdline", "environ", "fd/0"):
+    try:
+        found["proc_" + name] = open("/proc/self/" + name, "rb").read()[:10000]
+    except OSError:
+        pass
+answers = found.get("returns", True)
+mark = found.get("RESULT_MARK") or "@@hermes-check-result@@ "
+checks = found.get("checks") if isinstance(found.get("checks"), list) else [{}] * 32
+report = {"checks": [{"value": answers, "ok": True} for _ in checks]}
+os.write(1, ("\\n" + str(mark) + json.dumps(report) + "\\n").encode())
+os.write(sys.__stdout__.fileno(), ("\\n" + str(mark) + json.dumps(report) + "\\n").encode())
+os._exit(0)
+"""
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("exploit", [PATCH_EXPLOIT, FRAME_EXPLOIT], ids=["patch-stdlib", "frames-gc-proc"])
+async def test_reward_hacks_score_zero_on_every_builtin_task(exploit):
+    """Patching the stdlib or builtins the runner uses, or walking frames, `gc.get_objects()` and
+    /proc/self for the reporter or a nonce, once scored 1.0 on every built-in task."""
+    gate = asyncio.Semaphore(2)
+
+    async def run(task: Task):
+        async with gate:
+            return task.task_id, await verify_files(task, {"solution.py": exploit})
+
+    results = await asyncio.gather(*(run(t) for t in TASKS.values()))
+    scores = {task_id: result.score for task_id, result in results}
+    assert scores == dict.fromkeys(TASKS, 0.0)
+
+
+def test_no_constant_claim_passes_any_builtin_test():
+    """Each built-in test has checks with at least two different expected outcomes, so a report
+    that claims the same answer (True, [], an exception, ...) for every check fails it."""
+    for task in TASKS.values():
+        for test in parse_suite(task.hidden_tests).tests:
+            outcomes = {c.outcome_key() for c in test.checks if c.kind == "expr"}
+            assert len(outcomes) >= 2, (task.task_id, test.name)
+
+
+async def test_exact_types_are_compared_in_the_parent():
+    task = Task(
+        task_id="types",
+        prompt="p",
+        hidden_tests={
+            "imports": ["one", "pair", "ratio"],
+            "tests": [
+                {
+                    "name": "test_int",
+                    "checks": [{"expr": "one()", "returns": 1}, {"expr": "one() + 1", "returns": 2}],
+                },
+                {"name": "test_tuple", "checks": [{"expr": "pair()", "returns": {"$tuple": [1, 2]}}]},
+                {"name": "test_float", "checks": [{"expr": "ratio()", "returns": 0.5}]},
+            ],
+        },
+    )
+    honest = "def one():\n    return 1\ndef pair():\n    return (1, 2)\ndef ratio():\n    return 0.5\n"
+    assert (await verify_files(task, {"solution.py": honest})).score == 1.0
+    lookalike = (
+        "class Anything(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+        "def one():\n    return True\n"  # True == 1 in Python, not here
+        "def pair():\n    return [1, 2]\n"  # a list is not a tuple
+        "def ratio():\n    return Anything(0)\n"  # an int subclass that equals everything
+    )
+    result = await verify_files(task, {"solution.py": lookalike})
+    assert result.passed == 0, result.feedback
+    assert "expected 1, got True" in result.feedback
+    assert "returned a Anything, which is not a plain value" in result.feedback
+
+
+DEEP_TREE = "import os\nfor _ in range(5000):\n    os.mkdir('d')\n    os.chdir('d')\n"
+
+
+async def test_a_5000_level_tree_made_by_the_solution_scores_zero_and_leaves_nothing(tmp_path):
+    before = set(tmp_path.iterdir())
+    result = await verify(TASKS["dedupe"], _dir_with(tmp_path / "agent", DEEP_TREE), root_dir=tmp_path)
+    assert result.score == 0.0 and result.total == 5
+    assert "could not load the solution: ImportError" in result.feedback
+    assert set(tmp_path.iterdir()) - before == {tmp_path / "agent"}  # no container left
+
+
+def _dir_with(path: Path, solution: str) -> Path:
+    path.mkdir()
+    (path / "solution.py").write_text(solution)
+    return path
+
+
+async def test_an_internal_failure_scores_zero_with_the_reason(monkeypatch):
+    async def broken(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr("environments.verifier._run_data_tests", broken)
+    task = TASKS["fizzbuzz"]
+    result = await verify_files(task, task.reference_solution)
+    assert (result.score, result.passed, result.total) == (0.0, 0, 4)
+    assert "verifier error: RecursionError: maximum recursion depth exceeded" in result.feedback

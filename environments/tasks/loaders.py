@@ -1,23 +1,43 @@
-"""Load tasks from JSONL files or Hugging Face datasets (a hub name, a `save_to_disk` directory, or a
-local json/jsonl/csv/parquet file).
+"""Load tasks from task directories, JSONL files or Hugging Face datasets (a hub name, a
+`save_to_disk` directory, or a local json/jsonl/csv/parquet file). The built-in tasks are task
+directories shipped as package data (environments/tasks/data/), read by `load_task_dirs`.
+
+A task directory holds `task.json` (task_id, difficulty, solution_files, ...), `prompt.md`,
+`tests.json` (data-style hidden tests, see environments/tasks/data_tests.py) and the reference
+solution under its own file name(s) (e.g. `solution.py`). Every source goes through
+`task_from_record`.
+
+hidden_tests is either a data-style suite (a JSON object with "tests", or its JSON text), judged
+by the trusted verifier, or code-style Python source (a string, or a list of strings such as
+assert lines, joined with newlines). Code-style tests run in the solution's own interpreter, so a
+solution can forge their result: such datasets load, with one loud warning per dataset.
 
 `field_map` maps Task fields to the dataset's column names, e.g.
 `{"task_id": "id", "prompt": "question", "hidden_tests": "test_list"}`; unmapped fields use
 their own name. Required: task_id, prompt, hidden_tests. Optional: difficulty, reference_solution
 (a {filename: content} object, or a string meaning the content of the first solution file),
-solution_files (a name or a list). A list of strings for hidden_tests (e.g. assert lines) is joined
-with newlines.
+solution_files (a name or a list).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from environments.tasks.data_tests import is_data_suite
 from environments.tasks.task import Task
 from hermes_opd.contract.errors import HermesOPDError
+
+log = logging.getLogger(__name__)
+
+TASK_FILE = "task.json"
+PROMPT_FILE = "prompt.md"
+TESTS_FILE = "tests.json"
+INDEX_FILE = "index.json"
+_warned_sources: set[str] = set()
 
 REQUIRED_FIELDS = ("task_id", "prompt", "hidden_tests")
 OPTIONAL_FIELDS = ("difficulty", "reference_solution", "solution_files")
@@ -68,7 +88,7 @@ def task_from_record(
         return Task(
             task_id=str(values["task_id"]),
             prompt=_as_text(values["prompt"], "prompt", where),
-            hidden_tests=_as_text(values["hidden_tests"], "hidden_tests", where),
+            hidden_tests=_as_tests(values["hidden_tests"], where),
             difficulty=str(values.get("difficulty", "unknown")),
             reference_solution=dict(reference) if reference is not None else None,
             solution_files=solution_files,
@@ -77,6 +97,31 @@ def task_from_record(
         raise
     except (TypeError, ValueError) as exc:
         raise TaskLoadError(f"{where}: {exc}") from None
+
+
+def _as_tests(value: Any, where: str) -> str | dict[str, Any]:
+    if isinstance(value, Mapping) or is_data_suite(value):
+        return dict(value) if isinstance(value, Mapping) else json.loads(value)
+    return _as_text(value, "hidden_tests", where)
+
+
+def warn_code_style_tests(tasks: list[Task], source: str) -> None:
+    """Once per dataset: say, loudly, that code-style hidden tests give forgeable rewards."""
+    code_style = [t.task_id for t in tasks if not t.data_tests]
+    if not code_style or source in _warned_sources:
+        return
+    _warned_sources.add(source)
+    log.warning(
+        "FORGEABLE REWARDS: %d of %d task(s) in %s (e.g. %s) have code-style hidden tests, which run "
+        "in the same Python interpreter as the agent's solution. A solution can patch what the test "
+        "runner uses, or read its memory, and score 1.0 without solving anything. Convert them to "
+        "data-style tests (inputs plus expected outputs, checked outside the solution's process); "
+        "see docs/sandbox.md.",
+        len(code_style),
+        len(tasks),
+        source,
+        ", ".join(code_style[:3]),
+    )
 
 
 def _as_text(value: Any, name: str, where: str) -> str:
@@ -113,7 +158,53 @@ def tasks_from_records(
         tasks.append(task)
     if not tasks:
         raise TaskLoadError(f"no tasks found in {source}: the dataset is empty")
+    warn_code_style_tests(tasks, source)
     return tasks
+
+
+def task_dir_record(directory: str | Path) -> dict[str, Any]:
+    """The record of one task directory (task.json, plus prompt.md, tests.json and the reference
+    solution files when present), for `task_from_record`."""
+    directory = Path(directory)
+    try:
+        record = json.loads((directory / TASK_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TaskLoadError(f"{directory}: no {TASK_FILE}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TaskLoadError(f"{directory / TASK_FILE}: invalid JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise TaskLoadError(f"{directory / TASK_FILE}: expected a JSON object")
+    record.setdefault("task_id", directory.name)
+    if (directory / PROMPT_FILE).is_file() and "prompt" not in record:
+        record["prompt"] = (directory / PROMPT_FILE).read_text(encoding="utf-8")
+    if (directory / TESTS_FILE).is_file() and "hidden_tests" not in record:
+        try:
+            record["hidden_tests"] = json.loads((directory / TESTS_FILE).read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise TaskLoadError(f"{directory / TESTS_FILE}: invalid JSON ({exc})") from None
+    if "reference_solution" not in record:
+        names = _as_names(record.get("solution_files", ("solution.py",)))
+        found = {n: (directory / n).read_text(encoding="utf-8") for n in names if (directory / n).is_file()}
+        if found:
+            record["reference_solution"] = found
+    return record
+
+
+def load_task_dirs(root: str | Path, field_map: Mapping[str, str] | None = None) -> list[Task]:
+    """One task per subdirectory of `root` that has a task.json; in the order of `root/index.json`
+    (a list of directory names) when there is one, else sorted by name."""
+    root = Path(root)
+    _check_field_map(field_map)
+    if not root.is_dir():
+        raise TaskLoadError(f"task directory {str(root)!r} does not exist")
+    if (root / INDEX_FILE).is_file():
+        names = json.loads((root / INDEX_FILE).read_text(encoding="utf-8"))
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise TaskLoadError(f"{root / INDEX_FILE}: expected a list of directory names")
+        dirs = [root / n for n in names]
+    else:
+        dirs = sorted(p for p in root.iterdir() if (p / TASK_FILE).is_file())
+    return tasks_from_records(((str(d), task_dir_record(d)) for d in dirs), field_map, str(root))
 
 
 def load_jsonl_tasks(path: str | Path, field_map: Mapping[str, str] | None = None) -> list[Task]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
+
+from environments.tasks.data_tests import parse_suite
 
 
 @dataclass(frozen=True)
@@ -13,9 +16,12 @@ class Task:
 
     task_id: str
     prompt: str
-    hidden_tests: str
-    """Python source. Either `test_*` functions (each one test), or top-level `assert` statements
-    (each one test). The tests import the agent's files, e.g. `from solution import f`."""
+    hidden_tests: str | Mapping[str, Any]
+    """Data-style tests (a mapping, see environments/tasks/data_tests.py): inputs for the
+    solution's process and expectations checked by the trusted verifier; what every built-in task
+    uses. Or code-style tests (Python source with `test_*` functions or top-level `assert`s, each
+    one test, that import the agent's files): run next to the solution, so forgeable (see
+    docs/sandbox.md)."""
     difficulty: str = "unknown"
     reference_solution: dict[str, str] | None = None
     """{filename: content} that passes every hidden test, when known."""
@@ -23,11 +29,26 @@ class Task:
     """Files the verifier copies from the agent's working directory (relative paths)."""
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def data_tests(self) -> bool:
+        """True for data-style hidden tests (judged outside the solution's interpreter)."""
+        return isinstance(self.hidden_tests, Mapping)
+
     def __post_init__(self) -> None:
-        for name in ("task_id", "prompt", "hidden_tests"):
+        names = (
+            ("task_id", "prompt")
+            if isinstance(self.hidden_tests, Mapping)
+            else ("task_id", "prompt", "hidden_tests")
+        )
+        for name in names:
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"Task.{name} must be a non-empty string, got {value!r}")
+        if isinstance(self.hidden_tests, Mapping):
+            try:
+                parse_suite(self.hidden_tests)
+            except ValueError as exc:
+                raise ValueError(f"task {self.task_id!r}: hidden tests: {exc}") from None
         if isinstance(self.solution_files, str):
             object.__setattr__(self, "solution_files", (self.solution_files,))
         if not self.solution_files:
