@@ -171,6 +171,9 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
             opd=self.config.opd_config(),
             generation_params={"temperature": self.config.temperature, "top_p": self.config.top_p},
         )
+        if len(rollouts) < self.config.group_size:
+            # atroposlib drops a group whose size differs from group_size unless the group says so
+            group["group_overrides"]["group_size"] = len(rollouts)
         self._record_metrics(
             item, list(rollouts), time.monotonic() - started, failed=len(outcomes) - len(rollouts)
         )

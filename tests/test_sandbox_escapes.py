@@ -249,6 +249,8 @@ async def test_a_rollout_that_raises_is_left_out_and_counted(
         monkeypatch.setattr(env, "_rollout_and_distill", flaky)
         group, _ = await env.collect_trajectories(await env.get_next_item())
         assert group is not None and len(group["tokens"]) == 1
+        # atroposlib's send path keeps a group only when len(tokens) == group_overrides' group_size
+        assert group["group_overrides"]["group_size"] == 1
         assert validate_group(group) == []
         assert env._pending_metrics[-1]["group/rollouts_failed"] == 1
         assert '"group/rollouts_failed": 1' in (tmp_path / "metrics.jsonl").read_text()
