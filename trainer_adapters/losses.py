@@ -1,4 +1,4 @@
-"""GRPO and OPD losses (DESIGN.md §3.3) as pure torch functions: no model, no batch type, no I/O.
+"""GRPO and OPD losses (docs/trainers.md, docs/distill-format.md) as pure torch functions: no model, no batch type, no I/O.
 
 Shapes: B sequences, T target positions (already causally shifted, see collate.py), K teacher
 entries per position. Inputs are log-probabilities; which temperature each one is at is set out in

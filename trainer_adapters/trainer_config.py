@@ -40,7 +40,7 @@ class AtroposConfig(_Strict):
 
 
 class LossConfig(_Strict):
-    """Weights and shapes of the loss terms (DESIGN.md §3.3, trainer_adapters/losses.py)."""
+    """Weights and shapes of the loss terms (trainer_adapters/losses.py, docs/trainers.md)."""
 
     w_grpo: float = Field(1.0, ge=0, description="Weight of the GRPO term; 0 turns it off (still logged).")
     w_opd: float = Field(1.0, ge=0, description="Weight of the OPD term; 0 turns it off (still logged).")

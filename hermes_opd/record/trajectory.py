@@ -55,7 +55,7 @@ class Trajectory:
         self.check()
 
     def check(self) -> None:
-        """Raise ValueError if the record breaks the §3.1 invariants."""
+        """Raise ValueError if the record breaks its invariants (docs/distill-format.md, the trajectory)."""
         n = len(self.tokens)
         if len(self.masks) != n or len(self.inference_logprobs) != n:
             raise ValueError(
