@@ -115,6 +115,12 @@ class AgenticOPDConfig(BaseEnvConfig):
     check_teacher_tokenizer: bool = Field(
         default=True, description="Refuse a teacher with another tokenizer."
     )
+    teacher_path: Literal["auto", "transformers", "generate", "completions"] = Field(
+        default="auto", description="Teacher scoring path (docs/scaling.md); auto picks the cheapest available."
+    )
+    teacher_local_model_dir: str | None = Field(
+        default=None, description="Teacher weights on this machine, for the in-process `transformers` path."
+    )
     spool_dir: str | None = Field(
         default=None,
         description="Directory where groups the Atropos API could not take are kept and resent, oldest "
@@ -152,5 +158,7 @@ class AgenticOPDConfig(BaseEnvConfig):
                 concurrency=self.teacher_concurrency,
                 timeout_s=self.teacher_timeout_s,
                 check_tokenizer=self.check_teacher_tokenizer,
+                path=self.teacher_path,
+                local_model_dir=self.teacher_local_model_dir,
             ),
         )

@@ -313,9 +313,11 @@ class AgenticOPDEnv(SpoolingSendMixin, BaseEnv):
             retry=RetryPolicy(max_attempts=opd.teacher.max_attempts),
         )
         teacher = TeacherScorer(teacher_client, k=opd.distill_topk, concurrency=opd.teacher.concurrency,
-                                timeout_s=opd.teacher.timeout_s)  # fmt: skip
+                                timeout_s=opd.teacher.timeout_s, path=opd.teacher.path,
+                                local_model_dir=opd.teacher.local_model_dir)  # fmt: skip
         if opd.teacher.check_tokenizer:
             await teacher.check_tokenizer(self.tokenizer)
+        await teacher.choose_path()  # one log line: which path scores the turns, and why
         judge = make_judge_backend(
             opd.judge,
             policy_base_url=policy.base_url,

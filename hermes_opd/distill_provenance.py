@@ -42,6 +42,8 @@ class TurnRecord:
     hint_insert_at: int | None = None
     hint_token_ids: list[int] | None = None
     teacher_prompt_len: int | None = None
+    teacher_path: str | None = None
+    """Which teacher path scored the turn (`transformers`, `generate`, `completions`)."""
 
     @property
     def is_scored(self) -> bool:
@@ -90,6 +92,7 @@ def _parse_turn(index: int, raw: Any, problems: list[str]) -> TurnRecord | None:
         if isinstance(hint_token_ids, list) and all(_is_int(t) for t in hint_token_ids)
         else None,
         teacher_prompt_len=raw.get("teacher_prompt_len") if _is_int(raw.get("teacher_prompt_len")) else None,
+        teacher_path=raw.get("teacher_path") if isinstance(raw.get("teacher_path"), str) else None,
     )
     if status == "scored":
         _check_scored_turn(index, raw, record, problems)

@@ -16,7 +16,8 @@ from hermes_opd.bench.fake_endpoints import FakeEndpoints, FakeSettings, Teacher
 from hermes_opd.bench.teacher_bench import legacy_parse_prompt_topk
 from hermes_opd.vllm_client import VLLMCompletionsClient
 from hermes_opd.vllm_errors import UnexpectedResponseError
-from hermes_opd.vllm_format import parse_prompt_topk, parse_prompt_topk_json
+from scoring.request_paths import completions_prompt_topk
+from scoring.response_parsing import parse_prompt_topk, parse_prompt_topk_json
 
 
 def run_bench(capsys, argv: list[str]) -> dict:
@@ -159,8 +160,8 @@ async def test_client_prompt_topk_from_pos_against_the_fake_teacher():
     with FakeEndpoints(FakeSettings(teacher_latency_s=0.0, judge_latency_s=0.0)) as fake:
         client = VLLMCompletionsClient(fake.base_url, "fake")
         ids = [random.Random(1).randrange(4096) for _ in range(300)]
-        full = await client.prompt_topk(ids, 20)
-        turn = await client.prompt_topk(ids, 20, from_pos=250)
+        full = (await completions_prompt_topk(client, ids, 20)).topk
+        turn = (await completions_prompt_topk(client, ids, 20, from_pos=250)).topk
         await client.close()
     assert turn.token_ids[250:] == full.token_ids[250:] and turn.logprobs[250:] == full.logprobs[250:]
     assert turn.token_ids[:250] == [[]] * 250 and len(full.token_ids[1]) in (20, 21)
@@ -186,7 +187,8 @@ def test_pipeline_bench_quick_remote(capsys, dev_model_dir):
 
 
 def test_payload_bench_on_a_groups_file(capsys, tmp_path):
-    from hermes_opd.distill_format import empty_rows, normalize_row, place_turn_rows
+    from hermes_opd.distill_format import empty_rows
+    from scoring.rows import normalize_row, place_turn_rows
 
     rng = random.Random(0)
     n, start, end, k = 300, 200, 260, 50

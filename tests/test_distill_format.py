@@ -21,15 +21,14 @@ from hermes_opd.distill_format import (
     MODE_TOPK,
     empty_rows,
     make_opd_block,
-    normalize_row,
     parse_provenance,
-    place_turn_rows,
     round_logprobs,
     scored_positions,
     to_dense_k1,
     validate_group,
 )
 from hermes_opd.trajectory import MASKED, PROMPT_LOGPROB
+from scoring.rows import normalize_row, place_turn_rows
 
 VOCAB = 64
 """Token ids 0..63; `build_group` avoids id 0 for student tokens so zero padding is detectable."""

@@ -23,7 +23,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from hermes_opd.distill_format import FLOAT32_LOWEST, normalize_row, validate_group
+from hermes_opd.distill_format import FLOAT32_LOWEST, validate_group
 from hermes_opd.distill_validation import (
     DUPLICATE_ID,
     MISSING_ROW,
@@ -37,6 +37,7 @@ from hermes_opd.distill_validation import (
     ZERO_PADDING,
 )
 from hermes_opd.trajectory import MASKED
+from scoring.rows import normalize_row
 from tests.test_distill_format import packed_sequences, teacher_distribution
 from trainer_adapters.collate import BatchValidationError, collate_groups
 from trainer_adapters.losses import grpo_loss, opd_token_loss, opd_topk_loss, topk_kl

@@ -1,0 +1,122 @@
+"""scoring/rows.py: the vectorized turn normalization equals `normalize_row` row for row (values and
+errors), and the generate route's body parses to the same rows as the completions route's."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+
+from scoring.path_choice import GenerateProbe, decide
+from scoring.response_parsing import parse_prompt_topk_json
+from scoring.rows import normalize_row, normalize_turn_rows, rows_from_topk_arrays
+
+
+def outcome(fn):
+    try:
+        return ("ok", fn())
+    except ValueError as exc:
+        return ("error", str(exc))
+
+
+def random_turn(rng: random.Random, n: int, k: int, vocab: int = 300):
+    """Rows the way the parser hands them over: top-k in rank order, the student's token appended
+    when it ranks below k; now and then a defect."""
+    cand_ids, cand_lps, students = [], [], []
+    for _ in range(n):
+        weights = [rng.random() ** 3 + 1e-9 for _ in range(vocab)]
+        total = math.fsum(weights)
+        lps = [math.log(w / total) for w in weights]
+        order = sorted(range(vocab), key=lambda i: -lps[i])
+        student = rng.randrange(vocab)
+        ids = order[:k]
+        if student not in ids:
+            ids = ids + [student]
+        row_lps = [lps[i] for i in ids]
+        if rng.random() < 0.1:  # ties, tiny positive noise
+            row_lps[1] = row_lps[0]
+            row_lps[0] = min(5e-7, row_lps[0] + 1.0) if rng.random() < 0.5 else row_lps[0]
+        cand_ids.append(ids)
+        cand_lps.append(row_lps)
+        students.append(student)
+    return cand_ids, cand_lps, students
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_turn_rows_equal_per_row_normalization(seed):
+    rng = random.Random(seed)
+    k = rng.choice([1, 2, 5, 20, 50])
+    cand_ids, cand_lps, students = random_turn(rng, rng.randrange(1, 30), k)
+    defect = seed % 8
+    if defect == 1:
+        cand_lps[0][-1] = float("nan")
+    elif defect == 2:
+        cand_lps[-1][0] = 0.01  # positive
+    elif defect == 3:
+        cand_ids[0] = cand_ids[0][:-1] + [cand_ids[0][0]]  # duplicate id
+    elif defect == 4:
+        students[0] = 10_000  # nowhere among the candidates
+    elif defect == 5:
+        cand_lps[0] = [lp + 2.0 for lp in cand_lps[0]]  # not one distribution
+    expected = outcome(lambda: tuple(map(list, zip(*[
+        normalize_row(i, lp, s, None, k) for i, lp, s in zip(cand_ids, cand_lps, students, strict=True)
+    ], strict=True))))  # fmt: skip
+    got = outcome(lambda: normalize_turn_rows(cand_ids, cand_lps, students, k))
+    if expected[0] == "ok":
+        assert got[0] == "ok"
+        assert got[1][0] == expected[1][0] and got[1][1] == expected[1][1]  # bit for bit
+    else:
+        assert got == expected
+
+
+def test_short_rows_and_arrays_match_normalize_row():
+    # fewer than k candidates: the student joins in sorted position (normalize_row's rule)
+    assert normalize_turn_rows([[1, 2]], [[-1.0, -3.0]], [2], 5) == ([[1, 2]], [[-1.0, -3.0]])
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(6, 40))
+    logprobs = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    top_ids = np.argsort(-logprobs, axis=1)[:, :5]
+    top_lps = np.take_along_axis(logprobs, top_ids, axis=1)
+    students = np.array([top_ids[0, 2], 39, 0, 7, top_ids[4, 0], 11])
+    student_lps = logprobs[np.arange(6), students]
+    got = rows_from_topk_arrays(top_ids, top_lps, students, student_lps, 5)
+    for j in range(6):
+        ids = top_ids[j].tolist()
+        lps = top_lps[j].tolist()
+        if students[j] not in ids:
+            ids, lps = ids + [int(students[j])], lps + [float(student_lps[j])]
+        assert (got[0][j], got[1][j]) == normalize_row(ids, lps, int(students[j]), None, 5)
+        assert len(got[0][j]) == (5 if students[j] in top_ids[j] else 6)
+
+
+def test_generate_body_parses_like_the_completions_body():
+    ids = [3, 9, 4, 1]
+    entries = [None] + [
+        {str(t): {"logprob": -0.25, "rank": 1, "decoded_token": None}, "7": {"logprob": -2.0, "rank": 2,
+         "decoded_token": None}} for t in ids[1:]
+    ]  # fmt: skip
+    completions = json.dumps({"choices": [{"prompt_logprobs": entries}]}).encode()
+    generate = json.dumps({"prompt_logprobs": entries, "choices": [{"index": 0, "token_ids": [5]}]}).encode()
+    for from_pos in (0, 2):
+        a = parse_prompt_topk_json(completions, ids, 2, from_pos=from_pos)
+        b = parse_prompt_topk_json(generate, ids, 2, from_pos=from_pos, route="generate")
+        assert a == b and b.token_ids[-1] == [1, 7] and b.logprobs[-1] == [-0.25, -2.0]
+    with pytest.raises(Exception, match="without prompt_logprobs"):
+        parse_prompt_topk_json(b'{"prompt_logprobs": null}', ids, 2, route="generate")
+
+
+def test_auto_path_rule():
+    assert decide("auto", "/models/x", None).path == "transformers"
+    assert decide("auto", None, GenerateProbe(200)).path == "generate"
+    fallback = decide("auto", None, GenerateProbe(404, "Not Found"))
+    assert fallback.path == "completions" and "HTTP 404" in fallback.reason
+    assert "--enable-scale-out" in fallback.reason
+    assert decide("auto", None, GenerateProbe(None, "refused")).path == "completions"
+    assert decide("generate", None, None).reason == "configured"
+    with pytest.raises(ValueError, match="local_model_dir"):
+        decide("transformers", None, None)
+    with pytest.raises(ValueError, match="unknown teacher path"):
+        decide("sglang", None, None)
