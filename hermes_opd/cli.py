@@ -40,7 +40,7 @@ DELEGATED = {
     "inspect": ("hermes_opd.inspector", "render a groups JSONL file as a self-contained HTML report"),
     "validate": ("hermes_opd.validate_file", "check a groups JSONL file against docs/distill-format.md"),
     "train": ("trainer_adapters.train_cli", "run the reference torch trainer against an Atropos API"),
-    "bench": ("hermes_opd.bench.cli", "run a benchmark (pipeline, payload, loss, teacher)"),
+    "bench": ("hermes_opd.bench.cli", "run a benchmark (pipeline, payload, loss, teacher, teacher-scaling)"),
 }
 
 

@@ -98,10 +98,12 @@ class TransformersTeacher:
             input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             mask[b, : len(ids)] = 1
         base = getattr(model, model.base_model_prefix)
+        # Inputs of one length need no padding mask: the plain causal path is ~25% faster on CPU.
+        kwargs = (
+            {} if all(len(ids) == longest for ids, _ in items) else {"attention_mask": mask.to(self.device)}
+        )
         with torch.inference_mode():
-            hidden = base(
-                input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)
-            ).last_hidden_state
+            hidden = base(input_ids=input_ids.to(self.device), **kwargs).last_hidden_state
             # Row `pos` (the distribution over ids[pos]) comes from the hidden state at pos - 1.
             picks = [hidden[b, prompt_len - 1 : len(ids) - 1] for b, (ids, prompt_len) in enumerate(items)]
             logits = model.get_output_embeddings()(torch.cat(picks)).float()
