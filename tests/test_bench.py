@@ -254,3 +254,13 @@ def test_payload_bench_quick_collects_real_groups(capsys, dev_server):
     assert_shape(result, "raw_dense_over_ours")
     assert result["groups"] == 1 and result["sequences"] == 2
     assert result["float_format"]["excess_digit_values"] == 0
+
+
+def test_bound_at_limits_counts_waves_of_the_configured_concurrency():
+    from hermes_opd.bench.pipeline_bench import bound_at_limits
+
+    service = [0.15] * 32
+    assert bound_at_limits(0.3, service, 32, 32) == pytest.approx(0.45)  # one chain
+    # 16 turns judged at a time (two judge waves), 8 teacher requests at a time (two per wave)
+    assert bound_at_limits(0.3, service, 16, 8) == pytest.approx(0.9)
+    assert bound_at_limits(0.3, service, 1, 1) == pytest.approx(31 * 0.3 + 0.3 + 0.15)

@@ -14,7 +14,10 @@ The judge is a local OpenAI-compatible endpoint with a fixed latency (`fake_endp
 always votes +1 with a hint, so every turn is judged AND scored. Lower bound of the OPD phase:
 max(longest single judge-then-teacher chain, S / P), with a chain = the median judge time of one turn
 in the reference run (isolated) + the turn's teacher service time from the probe. Our client's parsing is NOT part of the
-bound, so time spent parsing shows up as distance from it.
+bound, so time spent parsing shows up as distance from it. `lower_bound_at_limits_s` is the same
+with the configured `judge_concurrency` / teacher `concurrency` (`bound_at_limits`): what a schedule
+with zero client CPU could reach under those limits, so the two ratios separate "client CPU" from
+"concurrency limits".
 """
 
 from __future__ import annotations
@@ -246,6 +249,10 @@ async def run_backend(
     judge_median_s = statistics.median(judge_s.values())
     longest_chain_s = judge_median_s + max(probe["service_s"])
     bound_s = max(longest_chain_s, probe["total_s"] / probe["parallelism"])
+    limits_bound_s = max(
+        bound_s,
+        bound_at_limits(judge_median_s, probe["service_s"], cfg.judge_concurrency, cfg.teacher_concurrency),
+    )
     scored_ref = sum(1 for t in reference.turns if t.scored)
     scored_ours = sum(1 for d in ours for r in d.turns if r.status == "scored")
     result: dict[str, Any] = {
@@ -269,6 +276,8 @@ async def run_backend(
         "reference_opd_s": reference_opd_s,
         "ours_opd_s": ours_opd_s,
         "ours_over_lower_bound": ours_opd_s / bound_s,
+        "lower_bound_at_limits_s": limits_bound_s,
+        "ours_over_lower_bound_at_limits": ours_opd_s / limits_bound_s,
         "reference_client_cpu_s": reference_cpu_s,
         "ours_client_cpu_s": ours_cpu_s,
     }
@@ -288,6 +297,27 @@ async def run_backend(
         result["teacher_max_in_flight_ours"] = ours_stats["teacher"]["max_in_flight"]
     result["reference_over_ours_opd"] = reference_opd_s / ours_opd_s
     return result
+
+
+def bound_at_limits(judge_s: float, service_s: list[float], judge_slots: int, teacher_slots: int) -> float:
+    """The OPD phase's length under the configured limits with zero client CPU: every turn ready at 0,
+    at most `judge_slots` turns judged at once (each `judge_s`), then its teacher request, at most
+    `teacher_slots` in flight (request i takes `service_s[i]`), first come first served."""
+    import heapq
+
+    judge_free = [0.0] * judge_slots
+    judged = []
+    for _ in service_s:
+        start = heapq.heappop(judge_free)
+        heapq.heappush(judge_free, start + judge_s)
+        judged.append(start + judge_s)
+    teacher_free = [0.0] * teacher_slots
+    end = 0.0
+    for ready, service in sorted(zip(judged, service_s, strict=True)):
+        start = max(ready, heapq.heappop(teacher_free))
+        heapq.heappush(teacher_free, start + service)
+        end = max(end, start + service)
+    return end
 
 
 def identical_rows_share(reference, ours, trajectories: list[Trajectory], k: int) -> float:
