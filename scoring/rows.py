@@ -25,6 +25,22 @@ from hermes_opd.distill_format import (
     round_logprobs,
 )
 
+try:  # orjson prints float32 arrays as their shortest round-tripping decimals (ryu), ~30x faster
+    import orjson
+except ImportError:  # pragma: no cover - the numpy path below gives identical values
+    orjson = None  # type: ignore[assignment]
+
+
+def shortest_float32(values: np.ndarray) -> np.ndarray:
+    """Each value rounded to float32, then to the float64 of its shortest round-tripping decimal:
+    element for element what `round_logprobs` returns, for a whole array at once (finite values)."""
+    as_f32 = np.asarray(values, dtype=np.float64).astype(np.float32)
+    if orjson is not None:
+        return np.asarray(
+            orjson.loads(orjson.dumps(as_f32, option=orjson.OPT_SERIALIZE_NUMPY)), dtype=np.float64
+        )
+    return as_f32.astype(str).astype(np.float64)
+
 
 def _checked_logprob(value: float, what: str) -> float:
     value = float(value)
@@ -217,7 +233,7 @@ def _fast_rows(
         return None  # duplicate ids
     clamped = np.minimum(values, 0.0)
     with np.errstate(over="ignore"):
-        rounded = clamped.astype(np.float32).astype(str).astype(np.float64)
+        rounded = shortest_float32(clamped)
     rounded[~valid_nw] = -np.inf
     order = np.argsort(-rounded, axis=1, kind="stable")[:, :k]
     top_ids = np.take_along_axis(ids_nw, order, axis=1)

@@ -120,3 +120,17 @@ def test_auto_path_rule():
         decide("transformers", None, None)
     with pytest.raises(ValueError, match="unknown teacher path"):
         decide("sglang", None, None)
+
+
+def test_shortest_float32_equals_round_logprobs_bit_for_bit():
+    from hermes_opd.distill_format import round_logprobs
+    from scoring.rows import shortest_float32
+
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0x80000000, 0xFF7FFFFF, size=20000, dtype=np.uint64).astype(np.uint32)
+    values = np.concatenate([
+        bits.view(np.float32).astype(np.float64),  # every negative finite float32 magnitude
+        -rng.random(5000) * 30,  # typical logprobs
+        [-0.0, 0.0, -1e-45, -3.4028234663852886e38, -1.1754943508222875e-38],
+    ])  # fmt: skip
+    assert shortest_float32(values).tolist() == round_logprobs(values.tolist())

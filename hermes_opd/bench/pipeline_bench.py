@@ -32,6 +32,7 @@ from typing import Any
 
 import aiohttp
 
+from hermes_opd.bench.client_cpu import client_cpu_per_turn
 from hermes_opd.bench.common import machine_info, with_headline, with_retries
 from hermes_opd.bench.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSettings
 from hermes_opd.bench.reference_schedule import reference_process_group
@@ -295,6 +296,10 @@ async def run_backend(
     if remote:
         result["teacher_max_in_flight_reference"] = ref_stats["teacher"]["max_in_flight"]
         result["teacher_max_in_flight_ours"] = ours_stats["teacher"]["max_in_flight"]
+        pairs = [p for t in trajectories for p in extract_turn_pairs(t) if p.has_next_state and len(p.span)]
+        judge_config = JudgeConfig(base_url=judge_url, model="fake-judge", m=cfg.judge_m, timeout_s=120.0,
+                                   turn_deadline_s=None)  # fmt: skip
+        result["client_cpu_per_turn"] = await client_cpu_per_turn(judge_url, judge_config, pairs, requests, cfg.k)
     result["reference_over_ours_opd"] = reference_opd_s / ours_opd_s
     return result
 
