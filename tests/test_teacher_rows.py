@@ -134,3 +134,41 @@ def test_shortest_float32_equals_round_logprobs_bit_for_bit():
         [-0.0, 0.0, -1e-45, -3.4028234663852886e38, -1.1754943508222875e-38],
     ])  # fmt: skip
     assert shortest_float32(values).tolist() == round_logprobs(values.tolist())
+
+
+def test_in_process_scorer_equal_length_batch_matches_the_oracle(dev_model_dir, reference_model):
+    from scoring.transformers_scorer import TransformersTeacher
+    from tests.oracle import full_logprobs
+
+    rng = random.Random(5)
+    inputs = [([rng.randrange(3000) for _ in range(120)], 100) for _ in range(2)]  # one length: no mask
+    teacher = TransformersTeacher(str(dev_model_dir), 20)
+    out = teacher.score_batch(inputs)
+    for (ids, prompt_len), (ids_rows, lp_rows) in zip(inputs, out, strict=True):
+        oracle = full_logprobs(reference_model, ids)
+        for j, (row_ids, row_lps) in enumerate(zip(ids_rows, lp_rows, strict=True)):
+            pos = prompt_len + j
+            assert set(row_ids[:20]) == set(oracle[pos].topk(20).indices.tolist())
+            assert ids[pos] in row_ids
+            assert (
+                max(abs(lp - float(oracle[pos, t])) for t, lp in zip(row_ids, row_lps, strict=True)) <= 1e-4
+            )
+
+
+@pytest.mark.parametrize("scale_out", [True, False])
+async def test_auto_against_the_fake_endpoint(scale_out):
+    from hermes_opd.bench.fake_endpoints import FakeSettings, FakeVLLM
+    from hermes_opd.vllm_client import VLLMCompletionsClient
+    from scoring.teacher import TeacherScorer
+
+    settings = FakeSettings(teacher_latency_s=0.0, vocab_size=512)
+    async with FakeVLLM(model="m", settings=settings, scale_out=scale_out) as fake:
+        teacher = TeacherScorer(VLLMCompletionsClient(fake.base_url, "m"), k=5)
+        ids = [random.Random(2).randrange(512) for _ in range(60)]
+        try:
+            turn = await teacher.score_turn(ids, 40, ids[40:])
+        finally:
+            await teacher.aclose()
+    assert turn.stats.path == ("generate" if scale_out else "completions")
+    assert len(turn.ids_rows) == 20 and all(ids[40 + j] in row for j, row in enumerate(turn.ids_rows))
+    assert all(len(row) in (5, 6) for row in turn.ids_rows)
