@@ -63,6 +63,7 @@ class TeacherScorer:
         path: str = "auto",
         local_model_dir: str | None = None,
         local_device: str = "cpu",
+        local_threads: int | None = None,
     ):
         if k < 1:
             raise ValueError(f"distill top-k must be >= 1, got {k}")
@@ -75,7 +76,9 @@ class TeacherScorer:
         decide(path, local_model_dir, None)  # a bad path or a missing directory fails here, not per turn
         self.local: TransformersTeacher | None = None
         if local_model_dir and path in ("auto", "transformers"):
-            self.local = TransformersTeacher(local_model_dir, k, device=local_device, max_batch=concurrency)
+            self.local = TransformersTeacher(
+                local_model_dir, k, device=local_device, max_batch=concurrency, threads=local_threads
+            )
         self.choice: PathChoice | None = None
         self._choosing = asyncio.Lock()
 

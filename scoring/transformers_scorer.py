@@ -45,6 +45,7 @@ class TransformersTeacher:
         dtype: str = "float32",
         max_batch: int = 8,
         max_batch_tokens: int = 32768,
+        threads: int | None = None,
     ) -> None:
         if k < 1:
             raise ValueError(f"distill top-k must be >= 1, got {k}")
@@ -54,6 +55,9 @@ class TransformersTeacher:
         self.dtype = dtype
         self.max_batch = max_batch
         self.max_batch_tokens = max_batch_tokens
+        self.threads = threads
+        """torch intra-op threads for the forward (None: torch's default). On a CPU shared with other
+        busy processes, 1 avoids waiting on a descheduled worker thread (docs/scaling.md)."""
         self._model: Any = None
         self._queue: list[_Pending] = []
         self._wake: asyncio.Event | None = None
@@ -87,6 +91,8 @@ class TransformersTeacher:
         import torch
 
         self.load()
+        if self.threads is not None and torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
         model = self._model
         for ids, prompt_len in items:
             if not 1 <= prompt_len < len(ids):

@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=50)
     p.add_argument("--iters", type=int, default=None, help="requests per path and length (default 3)")
     p.add_argument("--paths", default="completions,generate,transformers", help="comma-separated paths")
+    p.add_argument("--local-threads", type=int, default=None, help="torch threads of the in-process path")
     _server_args(p)
     return parser
 
@@ -191,6 +192,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 k=args.k,
                 iters=_pick(args.iters, 3, 1, q),
                 paths=tuple(p for p in args.paths.split(",") if p),
+                local_threads=args.local_threads,
             )
         )
     raise ValueError(f"unknown benchmark {args.bench!r}")

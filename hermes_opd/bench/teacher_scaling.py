@@ -3,8 +3,8 @@
 For each L, one teacher input of L real token ids (the dev tokenizer over source text) whose last
 `turn_tokens` ids are the turn, scored on every available path, one request at a time, and a plain
 prefill of the same ids on the same server in the same run (the floor no top-K path can beat):
-- `prefill`: `/v1/completions`, `max_tokens: 1`, no prompt logprobs; sent FIRST for fresh ids, so
-  it never reads a prefix cache the other requests warmed;
+- `prefill`: `/v1/completions`, `max_tokens: 1`, no prompt logprobs; sent FIRST for ids never sent
+  before (the seeds carry a per-run salt), so it never reads a prefix cache other requests warmed;
 - `completions`: `/v1/completions` with `prompt_logprobs: K` (today's path);
 - `generate`: `/inference/v1/generate`, `detokenize: false` (needs `--enable-scale-out`; skipped,
   and reported as unavailable, when the server does not have the route);
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import statistics
 import sys
 import time
@@ -119,10 +120,10 @@ class _Server:
             return False
 
 
-def _local(model_dir: str, k: int):
+def _local(model_dir: str, k: int, threads: int | None):
     from scoring.transformers_scorer import TransformersTeacher
 
-    teacher = TransformersTeacher(model_dir, k, max_batch=1)
+    teacher = TransformersTeacher(model_dir, k, max_batch=1, threads=threads)
     teacher.load()
     return teacher
 
@@ -144,18 +145,22 @@ async def run(
     k: int,
     iters: int,
     paths: tuple[str, ...] = PATHS,
+    local_threads: int | None = None,
 ) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    local = _local(tokenizer_dir, k) if "transformers" in paths else None
+    local = _local(tokenizer_dir, k, local_threads) if "transformers" in paths else None
+    # Fresh ids in every run (`--repeat`): vLLM's prefix cache must never serve a prefill from an
+    # earlier run's requests, so the seeds carry a per-run salt.
+    salt = random.SystemRandom().randrange(1, 1 << 30)
     cells: dict[str, dict[str, Any]] = {}
     connector = aiohttp.TCPConnector(keepalive_timeout=4)  # vLLM drops idle keep-alives after 5 s
     async with aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=900), connector=connector
     ) as session:
         server = _Server(session, base_url, model, k)
-        warm = prompt_of_length(tokenizer, max(lengths), seed=7)
+        warm = prompt_of_length(tokenizer, max(lengths), seed=salt - 1)
         available = [p for p in paths if p != "generate" or await server.has_generate(warm[:16])]
         if "generate" in paths and "generate" not in available:
             _progress("the server has no /inference/v1/generate route (start vLLM with --enable-scale-out)")
@@ -172,7 +177,7 @@ async def run(
             agree: dict[str, tuple[bool, float]] = {}
             turn_rows_bytes = 0
             for i in range(iters):
-                ids = prompt_of_length(tokenizer, length, seed=length * 1000 + i)
+                ids = prompt_of_length(tokenizer, length, seed=salt + length * 1000 + i)
                 samples["prefill"].append(await server.prefill(ids))  # first: nothing cached for these ids
                 rows_by_path = {}
                 for name in available:
@@ -212,6 +217,7 @@ async def run(
         "base_url": base_url,
         "k": k,
         "iters": iters,
+        "local_threads": local_threads if local_threads is not None else "torch default",
         "paths": list(available),
         "generate_available": "generate" in available,
         "cells": cells,
