@@ -116,7 +116,8 @@ class AgenticOPDConfig(BaseEnvConfig):
         default=True, description="Refuse a teacher with another tokenizer."
     )
     teacher_path: Literal["auto", "transformers", "generate", "completions"] = Field(
-        default="auto", description="Teacher scoring path (docs/scaling.md); auto picks the cheapest available."
+        default="auto",
+        description="Teacher scoring path (docs/scaling.md); auto picks the cheapest available.",
     )
     teacher_local_model_dir: str | None = Field(
         default=None, description="Teacher weights on this machine, for the in-process `transformers` path."

@@ -299,7 +299,9 @@ async def run_backend(
         pairs = [p for t in trajectories for p in extract_turn_pairs(t) if p.has_next_state and len(p.span)]
         judge_config = JudgeConfig(base_url=judge_url, model="fake-judge", m=cfg.judge_m, timeout_s=120.0,
                                    turn_deadline_s=None)  # fmt: skip
-        result["client_cpu_per_turn"] = await client_cpu_per_turn(judge_url, judge_config, pairs, requests, cfg.k)
+        result["client_cpu_per_turn"] = await client_cpu_per_turn(
+            judge_url, judge_config, pairs, requests, cfg.k
+        )
     result["reference_over_ours_opd"] = reference_opd_s / ours_opd_s
     return result
 
