@@ -16,7 +16,8 @@ so that building multi-megabyte teacher bodies never competes with the measured 
   repeated prompts are cached, so on a small machine the fake costs the measured client little CPU,
   as a remote server would.
 - `POST /inference/v1/generate` with `sampling_params.prompt_logprobs` (vLLM's scale-out route): the
-  same rows at the top level, `decoded_token: null`; a 404 when built with `scale_out=False`.
+  same rows at the top level, `decoded_token: null`; with `scale_out=False` the 403 vLLM 0.32 gives
+  when started without `--enable-scale-out`.
 - `POST /v1/completions` without `prompt_logprobs` (the policy): vLLM 0.32's answer to
   `return_token_ids: true, logprobs: 0` (`choices[i].token_ids`, `choices[i].logprobs.token_logprobs`,
   `finish_reason`), the ids from `reply`, each with logprob -0.5.
@@ -303,8 +304,13 @@ class FakeVLLM:
         return await self._token_route(request, "completions")
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        if not self.scale_out:
-            return web.json_response({"detail": "Not Found"}, status=404)
+        if not self.scale_out:  # what vLLM 0.32 answers when started without --enable-scale-out
+            message = (
+                "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to enable them."
+            )
+            return web.json_response(
+                {"error": {"message": message, "type": "Forbidden", "code": 403}}, status=403
+            )
         return await self._token_route(request, "generate")
 
     async def _token_route(self, request: web.Request, route: str) -> web.StreamResponse:
