@@ -264,3 +264,20 @@ def test_bound_at_limits_counts_waves_of_the_configured_concurrency():
     # 16 turns judged at a time (two judge waves), 8 teacher requests at a time (two per wave)
     assert bound_at_limits(0.3, service, 16, 8) == pytest.approx(0.9)
     assert bound_at_limits(0.3, service, 1, 1) == pytest.approx(31 * 0.3 + 0.3 + 0.15)
+
+
+@pytest.mark.integration
+def test_teacher_scaling_bench_quick(capsys, dev_server):
+    argv = ["teacher-scaling", "--quick", "--base-url", dev_server.base_url, "--model", dev_server.model_name,
+            "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    result = run_bench(capsys, argv)
+    assert_shape(result, "completions_over_best")
+    assert "best_over_prefill" in result and result["best_over_prefill"] > 0
+    assert result["all_paths_agree"] is True and result["generate_available"] is True
+    assert result["paths"] == ["completions", "generate", "transformers"]
+    for cell in result["cells"].values():
+        assert cell["prefill_s"] > 0
+        assert cell["transformers"]["bytes_over_turn_rows"] == pytest.approx(1.0, abs=0.02)
+        assert cell["generate"]["bytes"] < cell["completions"]["bytes"]  # no decoded strings
+        assert cell["completions"]["max_abs_diff_vs_completions"] == 0.0
+        assert cell["transformers"]["max_abs_diff_vs_completions"] <= 1e-4
