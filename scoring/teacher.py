@@ -95,7 +95,10 @@ class TeacherScorer:
                 if choice.path == "transformers" and self.local is not None:
                     await asyncio.to_thread(self.local.load)
                 self.choice = choice
-                logger.info(choice.log_line(f"model {self.client.model!r} at {self.client.base_url}"))
+                # A fallback of `auto` to the slow path is worth a warning: it names the flag that fixes it.
+                fell_back = self.configured_path == "auto" and choice.path == "completions"
+                logger.log(logging.WARNING if fell_back else logging.INFO,
+                           choice.log_line(f"model {self.client.model!r} at {self.client.base_url}"))  # fmt: skip
         return self.choice
 
     async def score_turn(self, ids: list[int], prompt_len: int, student_ids: list[int]) -> TurnScore:

@@ -153,7 +153,9 @@ async def test_auto_falls_back_to_completions_without_scale_out(
             await teacher.aclose()
     assert teacher.choice is not None and teacher.choice.path == "completions"
     assert turn.stats.path == "completions"
-    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("teacher path:"))
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("teacher path:")]
+    line = record.getMessage()
+    assert record.levelname == "WARNING"  # visible at `hermes-opd process`'s default log level
     # vLLM 0.32 answers 403 "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out"
     assert "HTTP 403" in line and "Scale-out endpoints are disabled" in line, line
     assert_oracle_rows(reference_model, ids, prompt_len, turn.ids_rows, turn.lp_rows)
