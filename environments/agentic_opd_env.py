@@ -26,6 +26,7 @@ from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
 from environments.agent_loop import RolloutLimits, run_rollout
 from environments.agentic_opd_config import AgenticOPDConfig
+from environments.atropos_server import CurrentVLLMServer
 from environments.cli_lifecycle import CliLifecycleMixin
 from environments.dense_k1_notice import DenseK1Notice
 from environments.group_builder import FinishedRollout, build_group, has_distill_signal, trim_after_last_turn
@@ -43,7 +44,6 @@ from hermes_opd.contract.errors import ConfigError
 from hermes_opd.devkit.paths import default_dev_model_dir
 from hermes_opd.pipeline.opd_metrics import group_metrics
 from hermes_opd.pipeline.opd_pipeline import OPDPipeline
-from hermes_opd.vllm_api.atropos_server import CurrentVLLMServer
 from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient
 from hermes_opd.vllm_api.wire_format import GeneratedSequence
 from judge.make_backend import make_judge_backend
@@ -344,9 +344,11 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
             retry=RetryPolicy(max_attempts=opd.teacher.max_attempts),
         )
         teacher = TeacherScorer(teacher_client, k=opd.distill_topk, concurrency=opd.teacher.concurrency,
-                                timeout_s=opd.teacher.timeout_s)  # fmt: skip
+                                timeout_s=opd.teacher.timeout_s, path=opd.teacher.path,
+                                local_model_dir=opd.teacher.local_model_dir)  # fmt: skip
         if opd.teacher.check_tokenizer:
             await teacher.check_tokenizer(self.tokenizer)
+        await teacher.choose_path()  # one log line: which path scores the turns, and why
         judge = make_judge_backend(
             opd.judge,
             policy_base_url=policy.base_url,

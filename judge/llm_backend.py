@@ -7,7 +7,9 @@ The m votes are m SEPARATE requests run together with `asyncio.gather`, not one 
   reject it), while every one accepts `n = 1`;
 - on vLLM the repeated prompt is nearly free: automatic prefix caching reuses its KV blocks.
 
-Retries are ours, not the SDK's (the client runs with `max_retries=0`), so the policy is explicit:
+Requests go through `judge/chat_client.py`, a lean aiohttp client (the `openai` SDK cost ~7 ms of
+CPU per vote; pass `client=openai.AsyncOpenAI(...)` to use the SDK instead). Retries are ours (an
+SDK client must run with `max_retries=0`), so the policy is explicit:
 timeouts, connection errors, 5xx and 429 are retried with exponential backoff and jitter (a 429's
 `Retry-After`/`retry-after-ms` is honoured, capped by `retry_after_cap_s`); any other 4xx, and any
 other error, is final for that vote. Every attempt has a hard wall-clock limit of `timeout_s`, and
@@ -27,9 +29,9 @@ from typing import Any
 
 import openai
 
-from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.record.turn_pairs import TurnPair
 from judge.backends import JudgeError
+from judge.chat_client import APIConnectionError, ChatClient, ChatStatusError, MalformedResponseError
 from judge.config import JudgeConfig
 from judge.parsing import Vote, parse_vote
 from judge.prompt import build_judge_prompt_from_config
@@ -37,8 +39,8 @@ from judge.prompt import build_judge_prompt_from_config
 Sleep = Callable[[float], Awaitable[None]]
 
 
-class MalformedResponseError(HermesOPDError, RuntimeError):
-    """The endpoint answered 2xx with something that is not a chat completion (never retried)."""
+__all__ = ["LLMJudgeBackend", "LLMJudgeStats", "MalformedResponseError", "backoff_seconds", "retry_after_seconds",
+           "retry_delay"]  # fmt: skip
 
 
 @dataclass
@@ -83,17 +85,18 @@ def backoff_seconds(config: JudgeConfig, attempt: int, jitter: float) -> float:
 
 def retry_delay(exc: BaseException, attempt: int, config: JudgeConfig, jitter: float) -> float | None:
     """How long to wait before retrying after `exc`, or None if it must not be retried."""
-    if isinstance(exc, openai.APIStatusError):
+    if isinstance(exc, openai.APIStatusError | ChatStatusError):
         status = exc.status_code
         if status == 429:
-            asked = retry_after_seconds(exc.response.headers)
+            headers = exc.headers if isinstance(exc, ChatStatusError) else exc.response.headers
+            asked = retry_after_seconds(headers)
             if asked is not None:
                 return min(asked, config.retry_after_cap_s)
             return backoff_seconds(config, attempt, jitter)
         if status >= 500:
             return backoff_seconds(config, attempt, jitter)
         return None
-    if isinstance(exc, openai.APIConnectionError | TimeoutError):  # APITimeoutError is a connection error
+    if isinstance(exc, openai.APIConnectionError | APIConnectionError | TimeoutError):  # SDK timeouts too
         return backoff_seconds(config, attempt, jitter)
     return None
 
@@ -124,9 +127,9 @@ class LLMJudgeBackend:
         self.config = config
         self.base_url = base_url
         self.model = model
-        self.client = client or openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key, timeout=config.timeout_s, max_retries=0
-        )
+        self.client = client
+        """An `openai.AsyncOpenAI` passed in (with max_retries=0), else None: the lean client."""
+        self.chat = ChatClient(base_url, api_key) if client is None else None
         self.stats = LLMJudgeStats()
         self._sleep = sleep
         self._jitter = jitter
@@ -179,6 +182,17 @@ class LLMJudgeBackend:
 
     async def complete_once(self, messages: list[dict[str, str]]) -> str:
         self.stats.requests += 1
+        if self.chat is not None:
+            payload: dict[str, Any] = {
+                "model": self.model,
+                "messages": messages,
+                "temperature": self.config.temperature,
+                "max_tokens": self.config.max_tokens,
+                "n": 1,
+                **(self.config.extra_body or {}),
+            }
+            return await asyncio.wait_for(self.chat.complete(payload), timeout=self.config.timeout_s)
+        assert self.client is not None
         request = self.client.chat.completions.create(
             model=self.model,
             messages=messages,  # type: ignore[arg-type]
@@ -196,4 +210,7 @@ class LLMJudgeBackend:
         return choices[0].message.content or ""
 
     async def aclose(self) -> None:
-        await self.client.close()
+        if self.chat is not None:
+            await self.chat.close()
+        if self.client is not None:
+            await self.client.close()

@@ -7,8 +7,8 @@ context. Nothing is searched: the mapping is an offset, and it is checked token 
 from __future__ import annotations
 
 from hermes_opd.contract.errors import HermesOPDError
-from hermes_opd.contract.rows import normalize_row
-from hermes_opd.vllm_api.wire_format import PromptTopK
+from scoring.response_parsing import PromptTopK
+from scoring.rows import normalize_turn_rows
 
 
 class AlignmentError(HermesOPDError, ValueError):
@@ -32,11 +32,4 @@ def turn_rows(
         raise AlignmentError(
             f"teacher turn id {scored_turn[first]} != student id {student_ids[first]} at offset {first}"
         )
-    ids_rows: list[list[int]] = []
-    lp_rows: list[list[float]] = []
-    for j, student_token in enumerate(student_ids):
-        pos = prompt_len + j
-        row_ids, row_lps = normalize_row(topk.token_ids[pos], topk.logprobs[pos], student_token, None, k)
-        ids_rows.append(row_ids)
-        lp_rows.append(row_lps)
-    return ids_rows, lp_rows
+    return normalize_turn_rows(topk.token_ids[prompt_len:], topk.logprobs[prompt_len:], student_ids, k)

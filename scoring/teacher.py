@@ -1,5 +1,9 @@
-"""The teacher scorer: one vLLM request per turn (prompt_logprobs=K, max_tokens=1), bounded
-concurrency, per-call timeout, and a one-time tokenizer check against the teacher endpoint."""
+"""The teacher scorer: a turn's teacher input in, the turn's contract rows out.
+
+One request per turn on the chosen path (`scoring/path_choice.py`: `transformers` in-process,
+`generate` or `completions` against vLLM), bounded concurrency, a per-call timeout, the turn's ids
+checked against the student's, and a one-time tokenizer check against the teacher endpoint. The path
+is chosen once, on first use or by `choose_path()` at startup, and logged in one line."""
 
 from __future__ import annotations
 
@@ -12,8 +16,12 @@ from typing import Any
 import aiohttp
 
 from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.contract.rows import Rows
 from hermes_opd.vllm_api.client import VLLMCompletionsClient, root_url
-from hermes_opd.vllm_api.wire_format import PromptTopK
+from scoring.alignment import AlignmentError, turn_rows
+from scoring.path_choice import PathChoice, decide, probe_generate
+from scoring.request_paths import completions_prompt_topk, generate_prompt_topk
+from scoring.transformers_scorer import TransformersTeacher
 
 logger = logging.getLogger(__name__)
 
@@ -31,13 +39,32 @@ class TeacherTokenizerMismatchError(HermesOPDError, RuntimeError):
 class TeacherCallStats:
     latency_s: float
     prompt_tokens: int
+    path: str = "completions"
+    body_bytes: int = 0
+    """Bytes of the response body (0 for the in-process path, which has none)."""
+
+
+@dataclass
+class TurnScore:
+    ids_rows: list[list[int]]
+    lp_rows: list[list[float]]
+    stats: TeacherCallStats
 
 
 class TeacherScorer:
-    """Scores teacher inputs through vLLM prompt logprobs."""
+    """Scores teacher inputs on one path: `auto` (default), `transformers`, `generate` or `completions`."""
 
     def __init__(
-        self, client: VLLMCompletionsClient, k: int = 50, concurrency: int = 8, timeout_s: float = 120.0
+        self,
+        client: VLLMCompletionsClient,
+        k: int = 50,
+        concurrency: int = 8,
+        timeout_s: float = 120.0,
+        *,
+        path: str = "auto",
+        local_model_dir: str | None = None,
+        local_device: str = "cpu",
+        local_threads: int | None = None,
     ):
         if k < 1:
             raise ValueError(f"distill top-k must be >= 1, got {k}")
@@ -45,14 +72,64 @@ class TeacherScorer:
         self.k = k
         self.timeout_s = timeout_s
         self.semaphore = asyncio.Semaphore(concurrency)
+        self.configured_path = path
+        self.local_model_dir = local_model_dir
+        decide(path, local_model_dir, None)  # a bad path or a missing directory fails here, not per turn
+        self.local: TransformersTeacher | None = None
+        if local_model_dir and path in ("auto", "transformers"):
+            self.local = TransformersTeacher(
+                local_model_dir, k, device=local_device, max_batch=concurrency, threads=local_threads
+            )
+        self.choice: PathChoice | None = None
+        self._choosing = asyncio.Lock()
 
-    async def score(self, ids: list[int], from_pos: int = 0) -> tuple[PromptTopK, TeacherCallStats]:
-        """Teacher top-K rows for `ids`; rows before `from_pos` (the context) are not parsed."""
+    async def choose_path(self, probe_ids: list[int] | None = None) -> PathChoice:
+        """Settle the path once (probing the server for `auto`) and log it in one line."""
+        if self.choice is not None:
+            return self.choice
+        async with self._choosing:
+            if self.choice is None:
+                probe = None
+                if self.configured_path == "auto" and not self.local_model_dir:
+                    probe = await probe_generate(self.client, probe_ids or [1, 2, 3, 4])
+                choice = decide(self.configured_path, self.local_model_dir, probe)
+                if choice.path == "transformers" and self.local is not None:
+                    await asyncio.to_thread(self.local.load)
+                self.choice = choice
+                # A fallback of `auto` to the slow path is worth a warning: it names the flag that fixes it.
+                fell_back = self.configured_path == "auto" and choice.path == "completions"
+                logger.log(logging.WARNING if fell_back else logging.INFO,
+                           choice.log_line(f"model {self.client.model!r} at {self.client.base_url}"))  # fmt: skip
+        return self.choice
+
+    async def score_turn(self, ids: list[int], prompt_len: int, student_ids: list[int]) -> TurnScore:
+        """The contract rows of the turn `ids[prompt_len:]`, which must be `student_ids`."""
+        if list(ids[prompt_len:]) != list(student_ids):
+            raise AlignmentError(
+                f"teacher input ends in {len(ids) - prompt_len} ids that are not the student's {len(student_ids)}"
+            )
+        choice = await self.choose_path(list(ids[: min(len(ids), 8)]))
+        started = time.perf_counter()
+        if choice.path == "transformers":
+            assert self.local is not None
+            async with asyncio.timeout(self.timeout_s):
+                ids_rows, lp_rows = await self.local.score_turn(ids, prompt_len)
+            return TurnScore(
+                ids_rows, lp_rows, TeacherCallStats(time.perf_counter() - started, len(ids), choice.path)
+            )
+        request = generate_prompt_topk if choice.path == "generate" else completions_prompt_topk
         async with self.semaphore:
             started = time.perf_counter()
             async with asyncio.timeout(self.timeout_s):
-                result = await self.client.prompt_topk(ids, self.k, from_pos=from_pos)
-            return result, TeacherCallStats(time.perf_counter() - started, len(ids))
+                raw = await request(self.client, ids, self.k, from_pos=prompt_len)
+            latency = time.perf_counter() - started
+        rows: Rows = turn_rows(raw.topk, prompt_len, list(student_ids), self.k)
+        return TurnScore(rows[0], rows[1], TeacherCallStats(latency, len(ids), choice.path, raw.body_bytes))
+
+    async def aclose(self) -> None:
+        await self.client.close()
+        if self.local is not None:
+            await self.local.close()
 
     async def check_tokenizer(self, tokenizer: Any) -> None:
         """Refuse a teacher whose tokenizer differs from the policy's (vLLM `/tokenize`, `/detokenize`).

@@ -21,9 +21,9 @@ from pydantic import ValidationError
 from environments.agentic_opd_config import AgenticOPDConfig
 from environments.agentic_opd_env import AgenticOPDEnv
 from environments.tasks.loaders import TaskLoadError
+from hermes_opd.bench.fake_endpoints import FakeVLLM
 from hermes_opd.contract.validation import validate_group
 from tests.env_factory import CapturingSampler, make_env
-from tests.fake_vllm import FakeVLLM
 
 pytestmark = pytest.mark.reliability
 

@@ -16,7 +16,8 @@ from hermes_opd.bench.fake_endpoints import FakeEndpoints, FakeSettings, Teacher
 from hermes_opd.bench.teacher_bench import legacy_parse_prompt_topk
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
 from hermes_opd.vllm_api.errors import UnexpectedResponseError
-from hermes_opd.vllm_api.wire_format import parse_prompt_topk, parse_prompt_topk_json
+from scoring.request_paths import completions_prompt_topk
+from scoring.response_parsing import parse_prompt_topk, parse_prompt_topk_json
 
 
 def run_bench(capsys, argv: list[str]) -> dict:
@@ -159,8 +160,8 @@ async def test_client_prompt_topk_from_pos_against_the_fake_teacher():
     with FakeEndpoints(FakeSettings(teacher_latency_s=0.0, judge_latency_s=0.0)) as fake:
         client = VLLMCompletionsClient(fake.base_url, "fake")
         ids = [random.Random(1).randrange(4096) for _ in range(300)]
-        full = await client.prompt_topk(ids, 20)
-        turn = await client.prompt_topk(ids, 20, from_pos=250)
+        full = (await completions_prompt_topk(client, ids, 20)).topk
+        turn = (await completions_prompt_topk(client, ids, 20, from_pos=250)).topk
         await client.close()
     assert turn.token_ids[250:] == full.token_ids[250:] and turn.logprobs[250:] == full.logprobs[250:]
     assert turn.token_ids[:250] == [[]] * 250 and len(full.token_ids[1]) in (20, 21)
@@ -186,7 +187,8 @@ def test_pipeline_bench_quick_remote(capsys, dev_model_dir):
 
 
 def test_payload_bench_on_a_groups_file(capsys, tmp_path):
-    from hermes_opd.contract.rows import empty_rows, normalize_row, place_turn_rows
+    from hermes_opd.contract.rows import empty_rows
+    from scoring.rows import normalize_row, place_turn_rows
 
     rng = random.Random(0)
     n, start, end, k = 300, 200, 260, 50
@@ -252,3 +254,30 @@ def test_payload_bench_quick_collects_real_groups(capsys, dev_server):
     assert_shape(result, "raw_dense_over_ours")
     assert result["groups"] == 1 and result["sequences"] == 2
     assert result["float_format"]["excess_digit_values"] == 0
+
+
+def test_bound_at_limits_counts_waves_of_the_configured_concurrency():
+    from hermes_opd.bench.pipeline_bench import bound_at_limits
+
+    service = [0.15] * 32
+    assert bound_at_limits(0.3, service, 32, 32) == pytest.approx(0.45)  # one chain
+    # 16 turns judged at a time (two judge waves), 8 teacher requests at a time (two per wave)
+    assert bound_at_limits(0.3, service, 16, 8) == pytest.approx(0.9)
+    assert bound_at_limits(0.3, service, 1, 1) == pytest.approx(31 * 0.3 + 0.3 + 0.15)
+
+
+@pytest.mark.integration
+def test_teacher_scaling_bench_quick(capsys, dev_server):
+    argv = ["teacher-scaling", "--quick", "--base-url", dev_server.base_url, "--model", dev_server.model_name,
+            "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    result = run_bench(capsys, argv)
+    assert_shape(result, "completions_over_best")
+    assert "best_over_prefill" in result and result["best_over_prefill"] > 0
+    assert result["all_paths_agree"] is True and result["generate_available"] is True
+    assert result["paths"] == ["completions", "generate", "transformers"]
+    for cell in result["cells"].values():
+        assert cell["prefill_s"] > 0
+        assert cell["transformers"]["bytes_over_turn_rows"] == pytest.approx(1.0, abs=0.02)
+        assert cell["generate"]["bytes"] < cell["completions"]["bytes"]  # no decoded strings
+        assert cell["completions"]["max_abs_diff_vs_completions"] == 0.0
+        assert cell["transformers"]["max_abs_diff_vs_completions"] <= 1e-4

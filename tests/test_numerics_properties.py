@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hermes_opd.contract.constants import MASKED
-from hermes_opd.contract.rows import FLOAT32_LOWEST, normalize_row
+from hermes_opd.contract.rows import FLOAT32_LOWEST
 from hermes_opd.contract.validation import (
     DUPLICATE_ID,
     MISSING_ROW,
@@ -38,6 +38,7 @@ from hermes_opd.contract.validation import (
     ZERO_PADDING,
     validate_group,
 )
+from scoring.rows import normalize_row
 from tests.test_distill_format import packed_sequences, teacher_distribution
 from trainer_adapters.collate import BatchValidationError, collate_groups
 from trainer_adapters.losses import grpo_loss, opd_token_loss, opd_topk_loss, topk_kl

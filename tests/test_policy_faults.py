@@ -1,5 +1,5 @@
 """Policy-server faults through the real env code path: `AgenticOPDEnv` (its `CurrentVLLMServer`,
-agent loop, sandboxed tools and verifier) against a fake vLLM (tests/fake_vllm.py) that fails on
+agent loop, sandboxed tools and verifier) against the fake vLLM (hermes_opd/bench/fake_endpoints.py) that fails on
 demand. OPD is off here: judge and teacher faults are tests/test_opd_faults.py.
 
 Expected outcomes (docs/reliability.md):
@@ -31,10 +31,10 @@ from pathlib import Path
 import pytest
 
 from environments.agentic_opd_env import AgenticOPDEnv
+from hermes_opd.bench.fake_endpoints import FakeVLLM
 from hermes_opd.contract.validation import validate_group
 from hermes_opd.devkit.dev_server import free_port
 from hermes_opd.vllm_api.errors import ServerUnreachableError
-from tests.fake_vllm import FakeVLLM
 
 pytestmark = pytest.mark.reliability
 
@@ -163,14 +163,15 @@ async def test_policy_killed_mid_rollout_keeps_earlier_turns_and_the_group(dev_m
     tool_call, final = replies
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.fake_vllm", "--port", str(port), "--replies",
+        sys.executable, "-m", "hermes_opd.bench.fake_endpoints", "--port", str(port), "--replies",
         json.dumps([tool_call, tool_call, final]), "--plan", "ok,ok", "--default", "hang",
+        "--model", "fake-model", "--announce-requests",
         cwd=REPO, stdout=asyncio.subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     try:
         async with asyncio.timeout(120):
             assert proc.stdout is not None
-            assert (await proc.stdout.readline()).strip() == b"READY"
+            assert (await proc.stdout.readline()).strip() == f"PORT {port}".encode()
             async with policy_env(
                 f"http://127.0.0.1:{port}/v1", "fake-model", dev_model_dir, tmp_path
             ) as env:

@@ -1,7 +1,7 @@
 """Escapes the sandbox abuse tests (tests/test_sandbox_abuse.py, tests/test_sandbox.py,
 tests/test_tools.py) do not cover: symlinks planted with the terminal tool against the host side,
 signals aimed at the parent and the host, and one rollout reading another rollout's directory,
-the last two also through the env (`AgenticOPDEnv` against tests/fake_vllm.py).
+the last two also through the env (`AgenticOPDEnv` against the fake endpoint of hermes_opd/bench/fake_endpoints.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from environments.agentic_opd_env import AgenticOPDEnv
 from environments.sandbox import NOBODY_GID, NOBODY_UID, Sandbox, SandboxLimits, detect_isolation
 from environments.tool_calls import ToolCall
 from environments.tools import execute_tool_call
+from hermes_opd.bench.fake_endpoints import FakeVLLM
 from hermes_opd.contract.validation import validate_group
-from tests.fake_vllm import FakeVLLM
 
 pytestmark = [
     pytest.mark.reliability,

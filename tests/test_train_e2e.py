@@ -87,7 +87,10 @@ async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_se
                         "poll_max_s": 1.0, "poll_timeout_s": 400},
             "model": {"path": str(dev_server.model_dir), "device": "cpu"},
             "optim": {"lr": 1e-4, "micro_batch_size": 4},
-            "loss": {"w_grpo": 1.0, "w_opd": 1.0},
+            # GRPO off: the assertion is about the OPD term, and two GRPO steps on 8 random rollouts
+            # moved the held-out KL by more than OPD did (1 of 2 runs up). GRPO is still computed
+            # and logged (weight 0), and its exact gradient is unit-tested in test_losses.py.
+            "loss": {"w_grpo": 0.0, "w_opd": 1.0},
             "checkpoint": {"dir": str(tmp_path / "ckpt"), "every_steps": 2, "keep_last": 1},
             "logging": {"metrics_path": str(tmp_path / "train.jsonl"), "stdout": False},
         })  # fmt: skip

@@ -9,7 +9,9 @@ from aiohttp import web
 
 from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient
 from hermes_opd.vllm_api.errors import TransientServerError, UnexpectedResponseError
-from hermes_opd.vllm_api.wire_format import parse_generated, parse_prompt_topk
+from hermes_opd.vllm_api.wire_format import parse_generated
+from scoring.request_paths import completions_prompt_topk
+from scoring.response_parsing import parse_prompt_topk
 
 
 def entry(*items):
@@ -97,7 +99,7 @@ async def test_client_reports_unexpected_shape(fake_vllm):
     url, _ = fake_vllm
     client = VLLMCompletionsClient(url, "m")
     with pytest.raises(UnexpectedResponseError, match="prompt_logprobs"):
-        await client.prompt_topk([1, 2, 3], 5)
+        await completions_prompt_topk(client, [1, 2, 3], 5)
     await client.close()
 
 
@@ -105,7 +107,7 @@ async def test_client_retries_transient_500_then_succeeds(fake_vllm):
     url, state = fake_vllm
     state["mode"] = "500-then-ok"
     client = VLLMCompletionsClient(url, "m", retry=RetryPolicy(max_attempts=3, base_delay_s=0.01))
-    result = await client.prompt_topk([1, 2, 3], 1)
+    result = (await completions_prompt_topk(client, [1, 2, 3], 1)).topk
     assert state["calls"] == 2 and result.token_ids == [[], [2], [3]]
     await client.close()
 
@@ -115,7 +117,7 @@ async def test_client_gives_up_after_max_attempts(fake_vllm):
     state["mode"] = "always-500"
     client = VLLMCompletionsClient(url, "m", retry=RetryPolicy(max_attempts=3, base_delay_s=0.01))
     with pytest.raises(TransientServerError, match="answered 500: engine crashed"):
-        await client.prompt_topk([1, 2, 3], 1)
+        await completions_prompt_topk(client, [1, 2, 3], 1)
     assert state["calls"] == 3
     await client.close()
 
@@ -125,5 +127,5 @@ async def test_client_reports_non_json_body(fake_vllm):
     state["mode"] = "not-json"
     client = VLLMCompletionsClient(url, "m")
     with pytest.raises(UnexpectedResponseError, match="not JSON"):
-        await client.prompt_topk([1, 2, 3], 1)
+        await completions_prompt_topk(client, [1, 2, 3], 1)
     await client.close()

@@ -1,4 +1,4 @@
-"""`hermes-opd bench <pipeline|payload|loss|teacher> [--json] [--quick] [--repeat N]`.
+"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling> [--json] [--quick] [--repeat N]`.
 
 Every benchmark prints a short human summary and, with `--json`, one JSON object on its LAST line.
 The object's last key is the headline ratio (larger is better). `--repeat N` runs the benchmark N
@@ -20,7 +20,7 @@ from typing import Any
 from hermes_opd.bench.common import median_result, rounded, with_headline
 from hermes_opd.devkit.paths import default_dev_model_dir
 
-BENCHES = ("pipeline", "payload", "loss", "teacher")
+BENCHES = ("pipeline", "payload", "loss", "teacher", "teacher-scaling")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +76,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ks", default=None, help="comma-separated K values (default 1,20,50)")
     p.add_argument("--turn-tokens", type=int, default=64, help="positions the teacher needs (the turn)")
     p.add_argument("--iters", type=int, default=None, help="requests per cell (default 3)")
+    _server_args(p)
+
+    p = sub.add_parser("teacher-scaling", help="one teacher request on every path against context length, "
+                       "vs a plain prefill")  # fmt: skip
+    _common(p)
+    p.add_argument(
+        "--lengths", default=None, help="comma-separated context lengths (default 256,1024,2048,3584)"
+    )
+    p.add_argument(
+        "--turn-tokens", type=int, default=64, help="the turn's positions (the rows a teacher needs)"
+    )
+    p.add_argument("--k", type=int, default=50)
+    p.add_argument("--iters", type=int, default=None, help="requests per path and length (default 3)")
+    p.add_argument("--paths", default="completions,generate,transformers", help="comma-separated paths")
+    p.add_argument("--local-threads", type=int, default=None, help="torch threads of the in-process path")
     _server_args(p)
     return parser
 
@@ -161,6 +176,23 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 ks=ks,
                 turn_tokens=min(args.turn_tokens, min(lengths) // 2),
                 iters=_pick(args.iters, 3, 1, q),
+            )
+        )
+    if args.bench == "teacher-scaling":
+        from hermes_opd.bench import teacher_scaling
+
+        lengths = [int(x) for x in (args.lengths or ("128,256" if q else "256,1024,2048,3584")).split(",")]
+        return asyncio.run(
+            teacher_scaling.run(
+                base_url=args.base_url,
+                model=args.model,
+                tokenizer_dir=args.tokenizer,
+                lengths=lengths,
+                turn_tokens=min(args.turn_tokens, min(lengths) // 2),
+                k=args.k,
+                iters=_pick(args.iters, 3, 1, q),
+                paths=tuple(p for p in args.paths.split(",") if p),
+                local_threads=args.local_threads,
             )
         )
     raise ValueError(f"unknown benchmark {args.bench!r}")

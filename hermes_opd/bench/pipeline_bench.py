@@ -14,13 +14,15 @@ The judge is a local OpenAI-compatible endpoint with a fixed latency (`fake_endp
 always votes +1 with a hint, so every turn is judged AND scored. Lower bound of the OPD phase:
 max(longest single judge-then-teacher chain, S / P), with a chain = the median judge time of one turn
 in the reference run (isolated) + the turn's teacher service time from the probe. Our client's parsing is NOT part of the
-bound, so time spent parsing shows up as distance from it.
+bound, so time spent parsing shows up as distance from it. `lower_bound_at_limits_s` is the same
+with the configured `judge_concurrency` / teacher `concurrency` (`bound_at_limits`): what a schedule
+with zero client CPU could reach under those limits, so the two ratios separate "client CPU" from
+"concurrency limits".
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import statistics
 import sys
@@ -30,6 +32,7 @@ from typing import Any
 
 import aiohttp
 
+from hermes_opd.bench.client_cpu import client_cpu_per_turn
 from hermes_opd.bench.common import machine_info, with_headline, with_retries
 from hermes_opd.bench.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSettings
 from hermes_opd.bench.reference_schedule import reference_process_group
@@ -63,6 +66,10 @@ class PipelineBenchConfig:
     judge_concurrency: int = OPDConfig().judge_concurrency
     teacher_concurrency: int = TeacherConfig().concurrency
     teacher_timeout_s: float = 300.0
+    real_teacher_path: str = "completions"
+    """Teacher path of both schedules against the real server; the teacher probe (the bound) sends
+    `/v1/completions` requests, so the bound holds for this path (`bench teacher-scaling` compares
+    the paths). The remote-like fake is always scored through `completions`."""
 
 
 def _progress(message: str) -> None:
@@ -134,37 +141,12 @@ async def probe_teacher(base_url: str, model: str, inputs: list[list[int]], k: i
     }
 
 
-TEACHER_SCORE_TAKES_FROM_POS = "from_pos" in inspect.signature(TeacherScorer.score).parameters
-"""Whether `TeacherScorer.score` can be told the turn's first position (so the client parses only the
-turn's rows). When it cannot, the pipeline as wired parses every row of every teacher response."""
-
-
-class TurnOnlyTeacherScorer(TeacherScorer):
-    """A stand-in for the proposed wiring `pipeline -> teacher.score(ids, from_pos=prompt_len) ->
-    client.prompt_topk(ids, k, from_pos=...)`: it looks the turn's first position up in a table built
-    from the same teacher inputs, so that the effect of parsing only the turn's rows can be measured
-    before `scoring/teacher.py` and `opd_pipeline.py` pass it. Unknown inputs are parsed in full."""
-
-    def __init__(self, *args: Any, prompt_lens: dict[tuple[int, ...], int], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.prompt_lens = prompt_lens
-
-    async def score(self, ids: list[int], from_pos: int | None = None):  # type: ignore[override]
-        from scoring.teacher import TeacherCallStats
-
-        from_pos = self.prompt_lens.get(tuple(ids), 0) if from_pos is None else from_pos
-        async with self.semaphore:
-            started = time.perf_counter()
-            async with asyncio.timeout(self.timeout_s):
-                result = await self.client.prompt_topk(ids, self.k, from_pos=from_pos)
-            return result, TeacherCallStats(time.perf_counter() - started, len(ids))
-
-
 class _Backend:
     """The objects one run needs, built fresh for each schedule (same endpoints)."""
 
-    def __init__(self, cfg: PipelineBenchConfig, judge_url: str, teacher_url: str, teacher_model: str,
-                 prompt_lens: dict[tuple[int, ...], int] | None = None):  # fmt: skip
+    def __init__(
+        self, cfg: PipelineBenchConfig, judge_url: str, teacher_url: str, teacher_model: str, path: str
+    ):
         self.judge_config = JudgeConfig(base_url=judge_url, model="fake-judge", m=cfg.judge_m, timeout_s=120.0,
                                         turn_deadline_s=None)  # fmt: skip
         self.opd_config = OPDConfig(
@@ -180,17 +162,13 @@ class _Backend:
         )
         self.judge = LLMJudgeBackend(self.judge_config, base_url=judge_url, model="fake-judge")
         self.client = VLLMCompletionsClient(teacher_url, teacher_model, timeout_s=cfg.teacher_timeout_s)
-        if prompt_lens is None:
-            self.teacher = TeacherScorer(self.client, k=cfg.k, concurrency=cfg.teacher_concurrency,
-                                         timeout_s=cfg.teacher_timeout_s)  # fmt: skip
-        else:
-            self.teacher = TurnOnlyTeacherScorer(self.client, k=cfg.k, concurrency=cfg.teacher_concurrency,
-                                                 timeout_s=cfg.teacher_timeout_s, prompt_lens=prompt_lens)  # fmt: skip
+        self.teacher = TeacherScorer(self.client, k=cfg.k, concurrency=cfg.teacher_concurrency,
+                                     timeout_s=cfg.teacher_timeout_s, path=path)  # fmt: skip
 
-    async def warm_up(self, pair: Any, teacher_ids: list[int]) -> None:
-        """Open connections and pay first-request costs outside the timed part."""
+    async def warm_up(self, pair: Any, request: TeacherRequest) -> None:
+        """Open connections, choose the teacher path, pay first-request costs outside the timed part."""
         await self.judge.collect_votes(pair)
-        await self.teacher.score(teacher_ids)
+        await self.teacher.score_turn(request.ids, request.prompt_len, request.ids[request.prompt_len :])
 
     async def aclose(self) -> None:
         await self.judge.aclose()
@@ -206,16 +184,17 @@ async def run_backend(
     judge_url = fake.base_url
     requests = teacher_inputs(trajectories, tokenizer, DEFAULT_HINT)
     warm_pair = next(p for p in extract_turn_pairs(trajectories[0]) if p.has_next_state)
-    warm_ids = requests[0].ids
+    warm_request = requests[0]
     probe = await probe_teacher(teacher_url, teacher_model, [r.ids for r in requests], cfg.k)
     _progress(f"{name}: teacher probe: {len(requests)} requests, {probe['total_s']:.2f}s one at a time, "
               f"{probe['concurrent_s']:.2f}s all at once")  # fmt: skip
     finishes = finish_times(len(trajectories), cfg.gen_time_s)
 
-    async def backend(turn_only: bool = False) -> _Backend:
-        lens = {tuple(r.ids): r.prompt_len for r in requests} if turn_only else None
-        built = _Backend(cfg, judge_url, teacher_url, teacher_model, lens)
-        await built.warm_up(warm_pair, warm_ids)
+    async def backend() -> _Backend:
+        built = _Backend(
+            cfg, judge_url, teacher_url, teacher_model, "completions" if remote else cfg.real_teacher_path
+        )
+        await built.warm_up(warm_pair, warm_request)
         fake.reset_stats()
         return built
 
@@ -262,23 +241,6 @@ async def run_backend(
     await b.aclose()
     _progress(f"{name}: ours as the env runs it: group {ours_group_s:.2f}s")
 
-    # -- (b'') ours with turn-only parsing (the proposed from_pos wiring), OPD phase alone. Remote
-    # back-end only: against the CPU server the client's parsing hides behind the server's compute.
-    turn_only_s = turn_only_cpu_s = None
-    if remote and not TEACHER_SCORE_TAKES_FROM_POS:
-        b = await backend(turn_only=True)
-        pipeline = OPDPipeline(tokenizer, b.judge, b.teacher, b.opd_config)
-        started, cpu = time.perf_counter(), time.process_time()
-        ours_turn_only = await asyncio.gather(*(pipeline.process(t) for t in trajectories))
-        turn_only_s = time.perf_counter() - started
-        turn_only_cpu_s = time.process_time() - cpu
-        await b.aclose()
-        if remote and identical_rows_share(reference, ours_turn_only, trajectories, cfg.k) != 1.0:
-            _progress(f"{name}: WARNING: turn-only parsing gave different rows")
-        _progress(
-            f"{name}: ours with turn-only parsing, all rollouts finished at once: OPD {turn_only_s:.2f}s"
-        )
-
     # -- bounds and checks -------------------------------------------------------------------------
     # Every turn's judge work is the same (m votes against a fixed-latency endpoint), so a chain is the
     # MEDIAN judge time of the reference's (isolated) turns plus that turn's teacher service time;
@@ -287,6 +249,10 @@ async def run_backend(
     judge_median_s = statistics.median(judge_s.values())
     longest_chain_s = judge_median_s + max(probe["service_s"])
     bound_s = max(longest_chain_s, probe["total_s"] / probe["parallelism"])
+    limits_bound_s = max(
+        bound_s,
+        bound_at_limits(judge_median_s, probe["service_s"], cfg.judge_concurrency, cfg.teacher_concurrency),
+    )
     scored_ref = sum(1 for t in reference.turns if t.scored)
     scored_ours = sum(1 for d in ours for r in d.turns if r.status == "scored")
     result: dict[str, Any] = {
@@ -310,14 +276,11 @@ async def run_backend(
         "reference_opd_s": reference_opd_s,
         "ours_opd_s": ours_opd_s,
         "ours_over_lower_bound": ours_opd_s / bound_s,
+        "lower_bound_at_limits_s": limits_bound_s,
+        "ours_over_lower_bound_at_limits": ours_opd_s / limits_bound_s,
         "reference_client_cpu_s": reference_cpu_s,
         "ours_client_cpu_s": ours_cpu_s,
     }
-    if turn_only_s is not None:
-        result["ours_turn_only_opd_s"] = turn_only_s
-        result["ours_turn_only_client_cpu_s"] = turn_only_cpu_s
-        result["ours_turn_only_over_lower_bound"] = turn_only_s / bound_s
-        result["reference_over_ours_turn_only_opd"] = reference_opd_s / turn_only_s
     result.update(
         {
             "generation_s": generation_s,
@@ -332,8 +295,35 @@ async def run_backend(
     if remote:
         result["teacher_max_in_flight_reference"] = ref_stats["teacher"]["max_in_flight"]
         result["teacher_max_in_flight_ours"] = ours_stats["teacher"]["max_in_flight"]
+        pairs = [p for t in trajectories for p in extract_turn_pairs(t) if p.has_next_state and len(p.span)]
+        judge_config = JudgeConfig(base_url=judge_url, model="fake-judge", m=cfg.judge_m, timeout_s=120.0,
+                                   turn_deadline_s=None)  # fmt: skip
+        result["client_cpu_per_turn"] = await client_cpu_per_turn(
+            judge_url, judge_config, pairs, requests, cfg.k
+        )
     result["reference_over_ours_opd"] = reference_opd_s / ours_opd_s
     return result
+
+
+def bound_at_limits(judge_s: float, service_s: list[float], judge_slots: int, teacher_slots: int) -> float:
+    """The OPD phase's length under the configured limits with zero client CPU: every turn ready at 0,
+    at most `judge_slots` turns judged at once (each `judge_s`), then its teacher request, at most
+    `teacher_slots` in flight (request i takes `service_s[i]`), first come first served."""
+    import heapq
+
+    judge_free = [0.0] * judge_slots
+    judged = []
+    for _ in service_s:
+        start = heapq.heappop(judge_free)
+        heapq.heappush(judge_free, start + judge_s)
+        judged.append(start + judge_s)
+    teacher_free = [0.0] * teacher_slots
+    end = 0.0
+    for ready, service in sorted(zip(judged, service_s, strict=True)):
+        start = max(ready, heapq.heappop(teacher_free))
+        heapq.heappush(teacher_free, start + service)
+        end = max(end, start + service)
+    return end
 
 
 def identical_rows_share(reference, ours, trajectories: list[Trajectory], k: int) -> float:
@@ -389,7 +379,7 @@ async def run(cfg: PipelineBenchConfig) -> dict[str, Any]:
             "gen_time_s": cfg.gen_time_s,
             "judge_concurrency": cfg.judge_concurrency,
             "teacher_concurrency": cfg.teacher_concurrency,
-            "teacher_score_takes_from_pos": TEACHER_SCORE_TAKES_FROM_POS,
+            "real_teacher_path": cfg.real_teacher_path,
         },
         "machine": machine_info(),
     }

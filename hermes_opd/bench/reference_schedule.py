@@ -23,7 +23,6 @@ from hermes_opd.record.turn_pairs import extract_turn_pairs
 from judge.backends import JudgeBackend
 from judge.config import JudgeConfig
 from judge.judge_turn import judge_turn
-from scoring.alignment import turn_rows
 from scoring.teacher import TeacherScorer
 
 
@@ -76,9 +75,9 @@ async def reference_process_group(
             hint_ids = tokenizer.encode(hint_text(verdict.hint), add_special_tokens=False)
             teacher_input = build_teacher_input(trajectory, pair.span, hint_ids)
             teacher_started = time.perf_counter()
-            topk, _stats = await teacher.score(teacher_input.ids)
             student_ids = trajectory.tokens[pair.span.start : pair.span.end]
-            ids_rows, lp_rows = turn_rows(topk, teacher_input.prompt_len, student_ids, k)
+            scored = await teacher.score_turn(teacher_input.ids, teacher_input.prompt_len, student_ids)
+            ids_rows, lp_rows = scored.ids_rows, scored.lp_rows
             teacher_s = time.perf_counter() - teacher_started
             for j, (row_ids, row_lps) in enumerate(zip(ids_rows, lp_rows, strict=True)):
                 # Dense [K] rows: the top-K only (the reference has no K+1-th entry), zero-padded.

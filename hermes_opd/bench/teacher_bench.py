@@ -26,7 +26,8 @@ import aiohttp
 from hermes_opd.bench.common import machine_info, with_headline, with_retries
 from hermes_opd.bench.synth import filler
 from hermes_opd.vllm_api.errors import UnexpectedResponseError
-from hermes_opd.vllm_api.wire_format import PromptTopK, _snippet, parse_prompt_topk_json
+from hermes_opd.vllm_api.wire_format import _snippet
+from scoring.response_parsing import PromptTopK, parse_prompt_topk_json
 
 
 def legacy_parse_prompt_topk(body: dict[str, Any], prompt_ids: list[int], k: int) -> PromptTopK:

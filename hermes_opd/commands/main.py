@@ -29,6 +29,7 @@ def _dev_server(args: argparse.Namespace) -> int:
         max_model_len=args.max_model_len,
         max_logprobs=args.max_logprobs,
         log_path=args.log,
+        enable_scale_out=not args.no_scale_out,
     )
     return serve_forever(server)
 
@@ -48,7 +49,7 @@ DELEGATED = {
         "check a groups JSONL file against docs/distill-format.md",
     ),
     "train": ("trainer_adapters.train_cli", "run the reference torch trainer against an Atropos API"),
-    "bench": ("hermes_opd.bench.cli", "run a benchmark (pipeline, payload, loss, teacher)"),
+    "bench": ("hermes_opd.bench.cli", "run a benchmark (pipeline, payload, loss, teacher, teacher-scaling)"),
 }
 
 
@@ -74,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max-model-len", type=int, default=4096)
     server.add_argument("--max-logprobs", type=int, default=100)
     server.add_argument("--log", default=None, help="vLLM log file (default: next to the model dir)")
+    server.add_argument("--no-scale-out", action="store_true",
+                        help="start vLLM without --enable-scale-out (no /inference/v1/generate route)")  # fmt: skip
     server.set_defaults(handler=_dev_server)
 
     for name, (_module, help_text) in DELEGATED.items():

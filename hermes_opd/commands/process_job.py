@@ -306,6 +306,7 @@ async def preflight(job: JobConfig, tokenizer: Any) -> list[str]:
     PreflightError with what to change."""
     from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient
     from hermes_opd.vllm_api.errors import VLLMError
+    from scoring.request_paths import completions_prompt_topk
 
     env = job.env
     policy = job.servers[0]
@@ -350,7 +351,7 @@ async def preflight(job: JobConfig, tokenizer: Any) -> list[str]:
         )
         probe = tokenizer.encode("def f(x):\n    return x\n", add_special_tokens=False) or [0, 1]
         try:
-            await client.prompt_topk(list(probe), env.distill_topk)
+            await completions_prompt_topk(client, list(probe), env.distill_topk)
         except VLLMError as exc:
             raise PreflightError(f"teacher scoring probe failed: {exc}") from exc
         finally:

@@ -54,6 +54,8 @@ class TurnRecord:
     """Version 2: the student positions `[r0, r1)` the teacher input replaces (around the anchor)."""
     replacement_ids: list[int] | None = None
     """Version 2: the ids that replace them (the tokenizer's encoding of that text with the hint)."""
+    teacher_path: str | None = None
+    """Which teacher path scored the turn (`transformers`, `generate`, `completions`)."""
 
     @property
     def is_scored(self) -> bool:
@@ -123,6 +125,7 @@ def _parse_turn(
         teacher_prompt_len=raw.get("teacher_prompt_len") if _is_int(raw.get("teacher_prompt_len")) else None,
         replaced_range=_as_span(raw.get("replaced_range")) if version != 1 else None,
         replacement_ids=_as_ids(raw.get("replacement_ids")) if version != 1 else None,
+        teacher_path=raw.get("teacher_path") if isinstance(raw.get("teacher_path"), str) else None,
     )
     if status == "scored":
         _check_scored_turn(index, raw, record, problems, version)

@@ -3,7 +3,6 @@ placement, the `dense_k1` conversion and the provenance block. Pure functions, n
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,8 +12,6 @@ from hermes_opd.contract.constants import (
     FORMAT_VERSION,
     MASKED,
     MODES,
-    POSITIVE_NOISE_TOLERANCE,
-    TOPK_MASS_TOLERANCE,
 )
 
 Rows = tuple[list[list[int]], list[list[float]]]
@@ -41,7 +38,7 @@ def round_logprobs(values: Sequence[float]) -> list[float]:
     to the identical float32, and Python's `repr`/`json.dumps` of the parsed float64 prints exactly
     that string. vLLM computes logprobs in float32, so nothing is lost; a K=50 row shrinks by about
     a third in JSON. Cost: about 1 microsecond per value (numpy's Dragon4 formatting), about
-    50-100 microseconds per K=50 row. Values beyond float32's range become +-inf; `normalize_row`
+    50-100 microseconds per K=50 row. Values beyond float32's range become +-inf; `scoring.rows`
     rejects them.
     """
     if len(values) == 0:
@@ -52,111 +49,6 @@ def round_logprobs(values: Sequence[float]) -> list[float]:
 
 
 FLOAT32_LOWEST = float(np.finfo(np.float32).min)
-
-
-def _checked_logprob(value: float, what: str) -> float:
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{what} is not finite: {value!r}")
-    if value < FLOAT32_LOWEST:
-        raise ValueError(f"{what} {value!r} is below the float32 range")
-    if value > POSITIVE_NOISE_TOLERANCE:
-        raise ValueError(f"{what} is positive: {value!r} (a logprob must be <= 0)")
-    return min(value, 0.0)
-
-
-def normalize_row(
-    ids: list[int],
-    logprobs: list[float],
-    student_token: int,
-    student_token_logprob: float | None,
-    k: int,
-) -> tuple[list[int], list[float]]:
-    """One contract row from a teacher's candidate tokens at one position.
-
-    - `ids`/`logprobs`: the teacher's candidates in any order (e.g. vLLM's prompt-logprobs dict for
-      the position, which may already contain the student's token); ids must be distinct.
-    - Sorts by logprob descending (stable: ties keep the input order, i.e. vLLM's rank order) and
-      keeps the top `k`.
-    - Appends the student token as entry k+1 when it is not among them. Its logprob comes from the
-      candidates when present there, else from `student_token_logprob`, which is then required.
-      (With fewer than k candidates the row is the teacher's whole list, and the student token is
-      inserted in sorted position instead, so such a row is sorted throughout.)
-    - Every logprob must be finite and <= 0. Values in (0, 1e-6] are float noise and become 0.0;
-      larger ones, NaN and +-inf raise ValueError (a failed row fails the turn, never the group).
-    - Each logprob is rounded with `round_logprobs` (float32, shortest repr) before sorting, so the
-      stored values are sorted exactly.
-    - The row's total mass (top-k plus the student entry: distinct tokens of one distribution) must
-      not exceed 1 (logsumexp <= 1e-4), else ValueError: such input is not one log-softmax (logits
-      passed by mistake, or a student logprob from another model).
-    """
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if len(ids) != len(logprobs):
-        raise ValueError(f"ids and logprobs differ in length: {len(ids)} != {len(logprobs)}")
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"duplicate token ids in teacher candidates: {sorted(ids)}")
-    checked = [
-        _checked_logprob(lp, f"teacher logprob of token {tok}") for tok, lp in zip(ids, logprobs, strict=True)
-    ]
-    rounded = round_logprobs(checked)
-    order = sorted(range(len(ids)), key=lambda i: -rounded[i])
-    top = order[:k]
-    row_ids = [int(ids[i]) for i in top]
-    row_lps = [rounded[i] for i in top]
-    if student_token not in row_ids:
-        if student_token in ids:
-            student_lp = rounded[ids.index(student_token)]
-        elif student_token_logprob is None:
-            raise ValueError(
-                f"student token {student_token} is not among the teacher's top-{k} and its logprob was not given"
-            )
-        else:
-            checked_lp = _checked_logprob(student_token_logprob, f"student token {student_token} logprob")
-            student_lp = round_logprobs([checked_lp])[0]
-        # A full top-k gets the student as entry k+1. Fewer than k candidates means the row is the
-        # teacher's whole candidate list, so the student token joins it in sorted position.
-        at = len(row_lps)
-        if len(row_lps) < k:
-            at = next((i for i, lp in enumerate(row_lps) if lp < student_lp), len(row_lps))
-        row_ids.insert(at, int(student_token))
-        row_lps.insert(at, student_lp)
-    peak = max(row_lps)
-    row_mass = peak + math.log(sum(math.exp(lp - peak) for lp in row_lps))
-    if row_mass > TOPK_MASS_TOLERANCE:
-        raise ValueError(
-            f"row probability mass exceeds 1 (logsumexp {row_mass:.6g}); not logprobs of one distribution?"
-        )
-    return row_ids, row_lps
-
-
-def place_turn_rows(
-    ids_rows: list[list[int]],
-    lp_rows: list[list[float]],
-    start: int,
-    turn_ids_rows: Sequence[list[int]],
-    turn_lp_rows: Sequence[list[float]],
-) -> None:
-    """Write one turn's rows, in place, at positions `[start, start + len(turn_ids_rows))`.
-
-    Raises ValueError when the turn does not fit, when its ids/logprob rows differ in shape, or
-    when a target position already holds a row (two turns must never overlap).
-    """
-    if len(ids_rows) != len(lp_rows):
-        raise ValueError(f"row lists differ in length: {len(ids_rows)} != {len(lp_rows)}")
-    if len(turn_ids_rows) != len(turn_lp_rows):
-        raise ValueError(f"turn row lists differ in length: {len(turn_ids_rows)} != {len(turn_lp_rows)}")
-    end = start + len(turn_ids_rows)
-    if start < 0 or end > len(ids_rows):
-        raise ValueError(f"turn rows [{start}, {end}) do not fit a sequence of {len(ids_rows)} positions")
-    for j, (row_ids, row_lps) in enumerate(zip(turn_ids_rows, turn_lp_rows, strict=True)):
-        if len(row_ids) != len(row_lps):
-            raise ValueError(f"position {start + j}: {len(row_ids)} ids but {len(row_lps)} logprobs")
-        if ids_rows[start + j] or lp_rows[start + j]:
-            raise ValueError(f"position {start + j} already holds a row (overlapping turns?)")
-    for j, (row_ids, row_lps) in enumerate(zip(turn_ids_rows, turn_lp_rows, strict=True)):
-        ids_rows[start + j] = list(row_ids)
-        lp_rows[start + j] = list(row_lps)
 
 
 def to_dense_k1(

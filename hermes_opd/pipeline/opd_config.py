@@ -27,6 +27,17 @@ class TeacherConfig(BaseModel):
     check_tokenizer: bool = Field(
         default=True, description="Compare the teacher's tokenizer with the policy's at startup."
     )
+    path: Literal["auto", "transformers", "generate", "completions"] = Field(
+        default="auto",
+        description="How the teacher scores a turn (docs/scaling.md): `generate` (vLLM /inference/v1/generate, "
+        "needs --enable-scale-out), `completions` (/v1/completions, any vLLM), `transformers` (in-process "
+        "from local_model_dir, a prefill's cost). `auto`: transformers if local_model_dir is set, else "
+        "generate if the server has it, else completions.",
+    )
+    local_model_dir: str | None = Field(
+        default=None,
+        description="The teacher's weights on this machine, for the in-process `transformers` path.",
+    )
 
 
 class OPDConfig(BaseModel):

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_opd.contract.constants import TURN_STATUSES
-from hermes_opd.contract.rows import empty_rows, make_opd_block, place_turn_rows, to_dense_k1
+from hermes_opd.contract.rows import empty_rows, make_opd_block, to_dense_k1
 from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.record.hint_splice import NoHintAnchorError, build_canonical_teacher_input, tokenizer_codec
 from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.turn_pairs import TurnPair, extract_turn_pairs
 from judge.backends import JudgeBackend
 from judge.judge_turn import judge_turn
-from scoring.alignment import turn_rows
+from scoring.rows import place_turn_rows
 from scoring.teacher import TeacherScorer
 
 logger = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class TurnResult:
     replacement_ids: list[int] | None = None
     judge_latency_s: float | None = None
     teacher_latency_s: float | None = None
+    teacher_path: str | None = None
     error: str | None = None
 
     def provenance(self) -> dict[str, Any]:
@@ -67,6 +68,7 @@ class TurnResult:
             entry["replaced_range"] = list(self.replaced_range) if self.replaced_range else None
             entry["replacement_ids"] = self.replacement_ids
             entry["teacher_prompt_len"] = self.teacher_prompt_len
+            entry["teacher_path"] = self.teacher_path
         if self.error:
             entry["error"] = self.error[:500]
         return entry
@@ -106,7 +108,7 @@ class OPDPipeline:
         with contextlib.suppress(Exception):
             await self.judge.aclose()
         with contextlib.suppress(Exception):
-            await self.teacher.client.close()
+            await self.teacher.aclose()
 
     async def process(self, trajectory: Trajectory) -> SequenceDistill:
         started = time.perf_counter()
@@ -180,19 +182,19 @@ class OPDPipeline:
             result.status, result.error = "skipped", str(exc)
             return result
         try:
-            topk, stats = await self.teacher.score(teacher_input.ids, from_pos=teacher_input.prompt_len)
             student_ids = trajectory.tokens[pair.span.start : pair.span.end]
-            ids_rows, lp_rows = turn_rows(topk, teacher_input.prompt_len, student_ids, self.teacher.k)
+            scored = await self.teacher.score_turn(teacher_input.ids, teacher_input.prompt_len, student_ids)
         except Exception as exc:  # noqa: BLE001 - a teacher failure leaves the turn unscored
             result.status = "teacher_error"
             result.error = f"teacher: {type(exc).__name__}: {exc}"
             logger.warning("turn %d: %s", pair.turn_index, result.error)
             return result
         result.status = "scored"
-        result.ids_rows, result.lp_rows = ids_rows, lp_rows
+        result.ids_rows, result.lp_rows = scored.ids_rows, scored.lp_rows
         result.teacher_prompt_len = teacher_input.prompt_len
         result.hint_insert_at = teacher_input.hint_insert_at
         result.replaced_range = teacher_input.replaced
         result.replacement_ids = teacher_input.replacement_ids
-        result.teacher_latency_s = stats.latency_s
+        result.teacher_latency_s = scored.stats.latency_s
+        result.teacher_path = scored.stats.path
         return result

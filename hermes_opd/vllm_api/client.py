@@ -1,5 +1,6 @@
 """Async HTTP client for stock vLLM's OpenAI-compatible `/v1/completions` (token ids in, token ids
-and logprobs out). Shared by the Atropos server class and the teacher scorer.
+and logprobs out). Shared by the Atropos server class and the teacher scorer (whose request paths,
+`/v1/completions` and `/inference/v1/generate` with prompt logprobs, are in `scoring/request_paths.py`).
 
 Errors are classified once, here, into the types of `hermes_opd.vllm_api.errors`, with messages that
 say what to change (a server flag, a URL, a model name).
@@ -30,9 +31,7 @@ from hermes_opd.vllm_api.errors import (
 )
 from hermes_opd.vllm_api.wire_format import (
     GeneratedSequence,
-    PromptTopK,
     parse_generated,
-    parse_prompt_topk_json,
 )
 
 logger = logging.getLogger(__name__)
@@ -108,11 +107,16 @@ class VLLMCompletionsClient:
 
     # -- requests ------------------------------------------------------------------------------
     async def _post_once(
-        self, path: str, payload: dict[str, Any], decode: Callable[[bytes], Any] | None = None
+        self,
+        path: str,
+        payload: dict[str, Any],
+        decode: Callable[[bytes], Any] | None = None,
+        root: bool = False,
     ) -> Any:
-        """One POST. The 200 body goes through `decode` (bytes -> result), by default `json.loads`."""
+        """One POST. The 200 body goes through `decode` (bytes -> result), by default `json.loads`.
+        `root`: `path` is relative to the server root (`/inference/...`), not to the `/v1` base URL."""
         session = await self._get_session()
-        url = f"{self.base_url}{path}"
+        url = f"{root_url(self.base_url) if root else self.base_url}{path}"
         try:
             async with session.post(url, data=json.dumps(payload)) as response:
                 raw = await response.read()
@@ -154,7 +158,10 @@ class VLLMCompletionsClient:
                 else body_text
             )
         message = str(message)
-        wanted = max(int(payload.get("prompt_logprobs") or 0), int(payload.get("logprobs") or 0))
+        params = (
+            payload.get("sampling_params") if isinstance(payload.get("sampling_params"), dict) else payload
+        )
+        wanted = max(int(params.get("prompt_logprobs") or 0), int(params.get("logprobs") or 0))
         if status == 404 and "model" in message.lower():
             served = await self.served_models()
             raise ModelNotServedError(
@@ -176,7 +183,12 @@ class VLLMCompletionsClient:
         raise BadRequestError(f"vLLM at {self.base_url} rejected the request ({status}): {message[:500]}")
 
     async def post(
-        self, path: str, payload: dict[str, Any], decode: Callable[[bytes], Any] | None = None
+        self,
+        path: str,
+        payload: dict[str, Any],
+        decode: Callable[[bytes], Any] | None = None,
+        *,
+        root: bool = False,
     ) -> Any:
         """POST with retries on transient errors; permanent errors are raised at once. The 200 body is
         decoded by `decode` (bytes -> result; default `json.loads`); its errors are never retried."""
@@ -184,7 +196,7 @@ class VLLMCompletionsClient:
         while True:
             attempt += 1
             try:
-                return await self._post_once(path, payload, decode)
+                return await self._post_once(path, payload, decode, root)
             except VLLMError as exc:
                 if not exc.transient or attempt >= self.retry.max_attempts:
                     raise
@@ -236,25 +248,3 @@ class VLLMCompletionsClient:
             payload.update(extra)
         body = await self.post("/completions", payload)
         return parse_generated(body, expected_n=n)
-
-    async def prompt_topk(self, prompt_ids: list[int], k: int, *, from_pos: int = 0) -> PromptTopK:
-        """Top-k prompt logprobs at every position of `prompt_ids` (one forward pass, 1 token sampled).
-
-        `from_pos`: parse only the rows from this position on (earlier rows come back empty and are
-        not inspected). A teacher needs only the turn's positions, the last ones of the prompt, and
-        vLLM returns rows for every position: skipping the rest saves most of the client's time."""
-        if not prompt_ids:
-            raise ValueError("prompt_ids is empty")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        payload = {
-            "model": self.model,
-            "prompt": list(prompt_ids),
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "prompt_logprobs": k,
-        }
-        ids = list(prompt_ids)
-        return await self.post(
-            "/completions", payload, lambda raw: parse_prompt_topk_json(raw, ids, k, from_pos=from_pos)
-        )

@@ -150,7 +150,9 @@ class CurrentVLLMServer(APIServer):
         kwargs.pop("model", None)
         top_k = max(1, int(kwargs.pop("top_k", kwargs.pop("top_logprobs", 1))))
         prompt_ids = self._prompt_ids(kwargs)
-        result = await self.client.prompt_topk(prompt_ids, top_k)
+        from scoring.request_paths import completions_prompt_topk  # the teacher's request code
+
+        result = (await completions_prompt_topk(self.client, prompt_ids, top_k)).topk
         return {
             "prompt_tokens": result.prompt_ids,
             "prompt_topk_token_ids": result.token_ids,

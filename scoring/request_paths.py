@@ -1,0 +1,90 @@
+"""The teacher's HTTP request paths to a vLLM server: what each one sends, and how its body is read.
+
+- `completions`: `POST /v1/completions` with `prompt_logprobs: K, max_tokens: 1`, any vLLM.
+- `generate`: `POST /inference/v1/generate` (vLLM started with `--enable-scale-out`), token ids in,
+  `sampling_params.detokenize: false`, so vLLM builds the same rows without decoding a string per
+  candidate (about 3x less server CPU per position on the dev model); rows are read by token id.
+
+Both return a row for every prompt position (vLLM has no "rows from position p on" for top-K);
+the client parses only the rows from `from_pos` on (the turn's). Payload builders are pure; the
+`*_prompt_topk` functions do the I/O through `VLLMCompletionsClient.post` (retries, error types).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hermes_opd.vllm_api.client import VLLMCompletionsClient, root_url
+from scoring.response_parsing import PromptTopK, parse_prompt_topk_json
+
+GENERATE_PATH = "/inference/v1/generate"
+
+
+def completions_payload(model: str, prompt_ids: list[int], k: int) -> dict[str, Any]:
+    return {
+        "model": model,
+        "prompt": list(prompt_ids),
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "prompt_logprobs": k,
+    }
+
+
+def generate_payload(model: str, prompt_ids: list[int], k: int) -> dict[str, Any]:
+    return {
+        "model": model,
+        "token_ids": list(prompt_ids),
+        "sampling_params": {"max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k, "detokenize": False},
+    }
+
+
+def _check(prompt_ids: list[int], k: int) -> None:
+    if not prompt_ids:
+        raise ValueError("prompt_ids is empty")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+
+
+@dataclass(frozen=True)
+class RawTopK:
+    """Parsed rows plus the size of the body they came in (for metrics and benchmarks)."""
+
+    topk: PromptTopK
+    body_bytes: int
+
+
+async def completions_prompt_topk(
+    client: VLLMCompletionsClient, prompt_ids: list[int], k: int, *, from_pos: int = 0
+) -> RawTopK:
+    """Top-k prompt logprobs through `/v1/completions`; rows before `from_pos` are left empty."""
+    _check(prompt_ids, k)
+    ids = list(prompt_ids)
+    sizes: list[int] = []
+
+    def decode(raw: bytes) -> PromptTopK:
+        sizes.append(len(raw))
+        return parse_prompt_topk_json(raw, ids, k, from_pos=from_pos, route="completions")
+
+    topk = await client.post("/completions", completions_payload(client.model, ids, k), decode)
+    return RawTopK(topk, sizes[-1])
+
+
+async def generate_prompt_topk(
+    client: VLLMCompletionsClient, prompt_ids: list[int], k: int, *, from_pos: int = 0
+) -> RawTopK:
+    """Top-k prompt logprobs through `/inference/v1/generate` (detokenize off)."""
+    _check(prompt_ids, k)
+    ids = list(prompt_ids)
+    sizes: list[int] = []
+
+    def decode(raw: bytes) -> PromptTopK:
+        sizes.append(len(raw))
+        return parse_prompt_topk_json(raw, ids, k, from_pos=from_pos, route="generate")
+
+    topk = await client.post(GENERATE_PATH, generate_payload(client.model, ids, k), decode, root=True)
+    return RawTopK(topk, sizes[-1])
+
+
+def generate_url(client: VLLMCompletionsClient) -> str:
+    return root_url(client.base_url) + GENERATE_PATH
