@@ -42,6 +42,7 @@ from environments.sandbox import TIMEOUT_EXIT_CODE, Sandbox, SandboxLimits
 from environments.tasks.data_tests import MalformedResult, TestSuite, judge_test, parse_suite, strict_json
 from environments.tasks.task import Task
 from environments.tools import Jail, ToolError, read_bytes, write_bytes
+from environments.verifier_child import RESULT_MARK as CHILD_RESULT_MARK
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,6 @@ TEST_OUTPUT_FILE = ".test-output"
 HIDDEN_TESTS_FILENAME = "hidden_tests.py"
 """The file name the tests are compiled under (for tracebacks); never written to disk."""
 CHILD_SOURCE = (Path(__file__).with_name("verifier_child.py")).read_text(encoding="utf-8")
-CHILD_RESULT_MARK = "@@hermes-check-result@@ "
-"""Must match RESULT_MARK in environments/verifier_child.py."""
 
 
 class VerifierConfig(BaseModel):

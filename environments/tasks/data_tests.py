@@ -26,17 +26,17 @@ tag is a dict with string keys. Types are exact: `1`, `True` and `1.0` are three
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from environments.verifier_child import MAX_DEPTH, canonical_json, digest
+from environments.verifier_child import encode as encode_value
 from hermes_opd.contract.errors import HermesOPDError
 
 _TAGS = ("$tuple", "$set", "$frozenset", "$dict", "$float", "$bytes")
-_MAX_DEPTH = 200
 _NO_VALUE = object()
 
 
@@ -48,38 +48,9 @@ class MalformedResult(HermesOPDError, ValueError):
 # The value codec (the same rules as the child's encoder in environments/verifier_child.py).
 
 
-def encode_value(value: Any, depth: int = 0) -> Any:
-    """Plain Python value -> tagged JSON. Raises TypeError for anything but exact builtin types."""
-    if depth > _MAX_DEPTH:
-        raise TypeError("value nested too deeply")
-    kind = type(value)
-    if value is None or kind in (bool, int, str):
-        return value
-    if kind is float:
-        if math.isnan(value):
-            return {"$float": "nan"}
-        if math.isinf(value):
-            return {"$float": "inf" if value > 0 else "-inf"}
-        return value
-    if kind is list:
-        return [encode_value(v, depth + 1) for v in value]
-    if kind is tuple:
-        return {"$tuple": [encode_value(v, depth + 1) for v in value]}
-    if kind in (set, frozenset):
-        items = sorted((encode_value(v, depth + 1) for v in value), key=_canonical_json)
-        return {"$set" if kind is set else "$frozenset": items}
-    if kind is dict:
-        if all(type(k) is str and not k.startswith("$") for k in value):
-            return {k: encode_value(v, depth + 1) for k, v in value.items()}
-        return {"$dict": [[encode_value(k, depth + 1), encode_value(v, depth + 1)] for k, v in value.items()]}
-    if kind is bytes:
-        return {"$bytes": value.hex()}
-    raise TypeError(f"cannot encode a value of type {kind.__name__}")
-
-
 def decode_value(data: Any, depth: int = 0) -> Any:
     """Tagged JSON (as parsed by `strict_json`) -> plain Python value. Raises MalformedResult."""
-    if depth > _MAX_DEPTH:
+    if depth > MAX_DEPTH:
         raise MalformedResult("value nested too deeply")
     kind = type(data)
     if data is None or kind in (bool, int, float, str):
@@ -132,17 +103,14 @@ def decode_value(data: Any, depth: int = 0) -> Any:
     return result
 
 
-def _canonical_json(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def canonical(value: Any) -> str:
     """A string that is equal for two values exactly when they are equal with exact types."""
-    return _canonical_json(encode_value(value))
+    return canonical_json(encode_value(value))
 
 
 def sha256_of(value: Any) -> str:
-    return hashlib.sha256(canonical(value).encode()).hexdigest()
+    """The child's `digest` of the same value: one encoder serves both sides of the boundary."""
+    return digest(value)
 
 
 def _reject_constant(name: str) -> Any:
