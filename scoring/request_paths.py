@@ -54,20 +54,27 @@ class RawTopK:
     body_bytes: int
 
 
+async def _post_prompt_topk(
+    client: VLLMCompletionsClient, path: str, payload: dict, ids: list[int], k: int, from_pos: int, route: str
+) -> RawTopK:
+    sizes: list[int] = []
+
+    def decode(raw: bytes) -> PromptTopK:
+        sizes.append(len(raw))
+        return parse_prompt_topk_json(raw, ids, k, from_pos=from_pos, route=route)
+
+    topk = await client.post(path, payload, decode, root=route == "generate")
+    return RawTopK(topk, sizes[-1])
+
+
 async def completions_prompt_topk(
     client: VLLMCompletionsClient, prompt_ids: list[int], k: int, *, from_pos: int = 0
 ) -> RawTopK:
     """Top-k prompt logprobs through `/v1/completions`; rows before `from_pos` are left empty."""
     _check(prompt_ids, k)
     ids = list(prompt_ids)
-    sizes: list[int] = []
-
-    def decode(raw: bytes) -> PromptTopK:
-        sizes.append(len(raw))
-        return parse_prompt_topk_json(raw, ids, k, from_pos=from_pos, route="completions")
-
-    topk = await client.post("/completions", completions_payload(client.model, ids, k), decode)
-    return RawTopK(topk, sizes[-1])
+    payload = completions_payload(client.model, ids, k)
+    return await _post_prompt_topk(client, "/completions", payload, ids, k, from_pos, "completions")
 
 
 async def generate_prompt_topk(
@@ -76,14 +83,8 @@ async def generate_prompt_topk(
     """Top-k prompt logprobs through `/inference/v1/generate` (detokenize off)."""
     _check(prompt_ids, k)
     ids = list(prompt_ids)
-    sizes: list[int] = []
-
-    def decode(raw: bytes) -> PromptTopK:
-        sizes.append(len(raw))
-        return parse_prompt_topk_json(raw, ids, k, from_pos=from_pos, route="generate")
-
-    topk = await client.post(GENERATE_PATH, generate_payload(client.model, ids, k), decode, root=True)
-    return RawTopK(topk, sizes[-1])
+    payload = generate_payload(client.model, ids, k)
+    return await _post_prompt_topk(client, GENERATE_PATH, payload, ids, k, from_pos, "generate")
 
 
 def generate_url(client: VLLMCompletionsClient) -> str:
