@@ -264,11 +264,6 @@ def _validate_sequence(
 
     if "distill_token_ids" in fields_:
         ids_rows, lp_rows = fields_["distill_token_ids"][seq], fields_["distill_logprobs"][seq]
-        overrides = fields_.get("overrides")
-        keep = _dense_k1_teacher_positions(overrides[seq] if overrides else None, n, group, seq)
-        if keep is not None:
-            ids_rows = [row if k else [] for row, k in zip(ids_rows, keep, strict=True)]
-            lp_rows = [row if k else [] for row, k in zip(lp_rows, keep, strict=True)]
         lengths, ids, lps, teacher_token = _rows_arrays(ids_rows, lp_rows, tokens, options, group, seq)
     else:
         lengths, ids, lps = np.zeros(n, np.int64), np.zeros(0, np.int64), np.zeros(0)
@@ -323,7 +318,11 @@ def _raise_first_violation(checked: dict[str, Any], group: int) -> None:
 def validate_group(raw: Mapping[str, Any], group: int, options: CollateOptions) -> list[ValidatedSequence]:
     """Every sequence of group `group`, validated; raises BatchValidationError on the first problem."""
     fields_ = _per_sequence_fields(raw, group)
-    _raise_first_violation(_as_trained(raw, fields_, group), group)
+    checked = _as_trained(raw, fields_, group)
+    _raise_first_violation(checked, group)
+    if "distill_token_ids" in fields_:  # the rows as trained: dense_k1 copies already dropped
+        fields_ = {**fields_, "distill_token_ids": checked["distill_token_ids"],
+                   "distill_logprobs": checked["distill_logprobs"]}  # fmt: skip
     scores = _group_scores(fields_["scores"], group)
     group_adv = group_advantages(
         scores, eps=options.advantage_eps, normalize_std=options.normalize_advantage_std
