@@ -25,6 +25,7 @@ import httpx
 import pytest
 import torch
 
+from environments.sandbox_disk import default_root, reap_stale
 from hermes_opd.devkit.dev_server import free_port
 from tests.env_factory import make_env
 from trainer_adapters.train_cli import main as train_main
@@ -125,6 +126,10 @@ async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_se
     finally:
         if env_proc is not None:
             stop_process(env_proc)
+            # Stopped mid-rollout, the worker can leave its in-flight sandboxes behind (seen once in
+            # a clean-checkout run); the next start reaps them. This is that next start, so the
+            # session-end check still catches any sandbox leaked in another way.
+            reap_stale(default_root())
         stop_process(api)
 
     records = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
