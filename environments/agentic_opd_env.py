@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import random
@@ -122,6 +123,12 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
             self.pipeline = await self._build_pipeline()
         logger.info("agentic-opd: %d train / %d eval tasks; OPD %s", len(self.train_tasks), len(self.eval_tasks),
                     "on" if self.pipeline else "off")  # fmt: skip
+        # What start-up loaded (torch, transformers, the tokenizer, the tasks) lives as long as the
+        # process. Frozen, it is left out of every later full collection, which would otherwise walk
+        # those ~400k objects (30-600 ms each) on the loop that runs rollouts and OPD; vLLM's own
+        # server does the same after loading its model (docs/benchmarks.md).
+        gc.collect()
+        gc.freeze()
 
     async def get_next_item(self) -> Task:
         task = self.task_at(self._task_cursor)
@@ -345,6 +352,7 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
         )
         teacher = TeacherScorer(teacher_client, k=opd.distill_topk, concurrency=opd.teacher.concurrency,
                                 timeout_s=opd.teacher.timeout_s, path=opd.teacher.path,
+                                max_positions_in_flight=opd.teacher.max_positions_in_flight,
                                 local_model_dir=opd.teacher.local_model_dir)  # fmt: skip
         if opd.teacher.check_tokenizer:
             await teacher.check_tokenizer(self.tokenizer)

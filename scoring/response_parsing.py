@@ -12,7 +12,9 @@ them:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
@@ -164,6 +166,7 @@ try:  # msgspec ships with vLLM; without it the stdlib path below is used, with 
     _BODY_DECODER: Any = msgspec.json.Decoder(_Body)
     _FULL_BODY_DECODER: Any = msgspec.json.Decoder(_FullBody)
     _ENTRY_DECODER: Any = msgspec.json.Decoder(dict[int, _Entry])
+    _TAIL_DECODER: Any = msgspec.json.Decoder(list[dict[int, _Entry]])
     _DECODERS: Any = {
         ("completions", False): _BODY_DECODER,
         ("completions", True): _FULL_BODY_DECODER,
@@ -194,9 +197,76 @@ def _decoded_entries(raw: bytes, route: str, full: bool, n: int) -> list[Any]:
     return entries
 
 
+_ARRAY_KEY = b'"prompt_logprobs":['
+_ENTRY_BOUNDARY = b'}},{"'
+_PROMPT_TOKENS = re.compile(rb'"prompt_tokens":(\d+)')
+_DIGIT_OR_MINUS = frozenset(b"-0123456789")
+
+
+def _tail_prompt_topk(raw: bytes, prompt_ids: list[int], k: int, from_pos: int, route: str) -> PromptTopK:
+    """The turn's rows without scanning the rest of the body: its entries are the array's last
+    `len(prompt_ids) - from_pos`, found from the end of vLLM's compact JSON. Anything unexpected raises
+    `_SlowPath` (the whole-body decoders then decide), so the result is exactly theirs.
+
+    Why the byte patterns are safe: a JSON string cannot hold an unescaped `"`, so `"prompt_logprobs":[`
+    is the key itself, and `}},{"` followed by a digit or `-` opens a key (a closing quote is followed
+    by `,`, `:`, `}` or `]`, never a digit): the start of an entry, whose first key is a token id.
+    The entry count is `usage.prompt_tokens`, which must equal the prompt's length, and every decoded
+    entry must hold its position's actual token (checked by `_rank_row`)."""
+    n = len(prompt_ids)
+    wanted = n - from_pos
+    if from_pos < 2 or wanted < 1:  # entry 1 follows the null of entry 0, not another entry
+        raise _SlowPath
+    start = raw.find(_ARRAY_KEY)
+    if start < 0:
+        raise _SlowPath
+    start += len(_ARRAY_KEY)
+    end = raw.rfind(b"}}]")
+    if end < start or raw[end + 3 : end + 4] not in (b",", b"}"):
+        raise _SlowPath
+    end += 2  # the array's closing bracket
+    usage = (
+        _PROMPT_TOKENS.search(raw, end) if route == "completions" else _PROMPT_TOKENS.search(raw, 0, start)
+    )
+    if usage is None or int(usage.group(1)) != n:
+        raise _SlowPath
+    first = end  # walks back one entry per step, to the start of entry `from_pos`
+    for _ in range(wanted):
+        at = raw.rfind(_ENTRY_BOUNDARY, start, first)
+        while at >= 0 and raw[at + 5] not in _DIGIT_OR_MINUS:
+            at = raw.rfind(_ENTRY_BOUNDARY, start, at + 4)
+        if at < 0:
+            raise _SlowPath
+        first = at + 3
+    try:
+        entries = _TAIL_DECODER.decode(b"[" + raw[first:end] + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise _SlowPath from exc
+    if len(entries) != wanted:
+        raise _SlowPath
+    ids_rows: list[list[int]] = [[] for _ in range(from_pos)]
+    lp_rows: list[list[float]] = [[] for _ in range(from_pos)]
+    for pos, entry in enumerate(entries, start=from_pos):
+        toks = list(entry)
+        if prompt_ids[pos] not in entry:
+            raise _SlowPath  # misaligned (or a malformed row): the full path words the error
+        values = list(entry.values())
+        try:
+            row_ids, row_lps = _rank_row(
+                pos, toks, [v.logprob for v in values], [v.rank or 10**9 for v in values], prompt_ids[pos], k
+            )
+        except UnexpectedResponseError as exc:
+            raise _SlowPath from exc
+        ids_rows.append(row_ids)
+        lp_rows.append(row_lps)
+    return PromptTopK(prompt_ids=list(prompt_ids), token_ids=ids_rows, logprobs=lp_rows)
+
+
 def _fast_prompt_topk(raw: bytes, prompt_ids: list[int], k: int, from_pos: int, route: str) -> PromptTopK:
     if from_pos <= 1:
         return _fast_full_prompt_topk(raw, prompt_ids, k, route)
+    with contextlib.suppress(_SlowPath):
+        return _tail_prompt_topk(raw, prompt_ids, k, from_pos, route)
     entries = _decoded_entries(raw, route, False, len(prompt_ids))
     skip = min(from_pos, len(entries))  # rows the caller does not need: not even looked at
     ids_rows: list[list[int]] = [[] for _ in range(skip)]

@@ -1,7 +1,8 @@
 """The teacher scorer: a turn's teacher input in, the turn's contract rows out.
 
 One request per turn on the chosen path (`scoring/path_choice.py`: `transformers` in-process,
-`generate` or `completions` against vLLM), bounded concurrency, a per-call timeout, the turn's ids
+`generate` or `completions` against vLLM), bounded concurrency (requests, and prompt positions in
+flight: `scoring/position_budget.py`), a per-call timeout, the turn's ids
 checked against the student's, and a one-time tokenizer check against the teacher endpoint. The path
 is chosen once, on first use or by `choose_path()` at startup, and logged in one line."""
 
@@ -20,6 +21,7 @@ from hermes_opd.contract.rows import Rows
 from hermes_opd.vllm_api.client import VLLMCompletionsClient, root_url
 from scoring.alignment import AlignmentError, turn_rows
 from scoring.path_choice import PathChoice, decide, probe_generate
+from scoring.position_budget import PositionBudget
 from scoring.request_paths import completions_prompt_topk, generate_prompt_topk
 from scoring.transformers_scorer import TransformersTeacher
 
@@ -58,9 +60,10 @@ class TeacherScorer:
         self,
         client: VLLMCompletionsClient,
         k: int = 50,
-        concurrency: int = 8,
+        concurrency: int = 32,
         timeout_s: float = 120.0,
         *,
+        max_positions_in_flight: int = 65536,
         path: str = "auto",
         local_model_dir: str | None = None,
         local_device: str = "cpu",
@@ -72,6 +75,7 @@ class TeacherScorer:
         self.k = k
         self.timeout_s = timeout_s
         self.semaphore = asyncio.Semaphore(concurrency)
+        self.positions = PositionBudget(max_positions_in_flight)
         self.configured_path = path
         self.local_model_dir = local_model_dir
         decide(path, local_model_dir, None)  # a bad path or a missing directory fails here, not per turn
@@ -118,7 +122,7 @@ class TeacherScorer:
                 ids_rows, lp_rows, TeacherCallStats(time.perf_counter() - started, len(ids), choice.path)
             )
         request = generate_prompt_topk if choice.path == "generate" else completions_prompt_topk
-        async with self.semaphore:
+        async with self.semaphore, self.positions.hold(len(ids)):
             started = time.perf_counter()
             async with asyncio.timeout(self.timeout_s):
                 raw = await request(self.client, ids, self.k, from_pos=prompt_len)

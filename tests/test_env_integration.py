@@ -3,6 +3,8 @@ against an independent transformers forward pass."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -151,7 +153,10 @@ async def test_dense_k1_mode_emits_one_entry_everywhere(dev_server, tmp_path):
 
 async def test_evaluate_reports_pass_at_1_and_mean_score(dev_server, tmp_path):
     env = make_env(dev_server, tmp_path, max_turns=2, opd_enabled=False)
+    gc.unfreeze()
     await env.setup()
+    # setup leaves what start-up loaded out of later full collections (they would stall the loop)
+    assert gc.get_freeze_count() > 10_000
     assert env.eval_tasks and not {t.task_id for t in env.eval_tasks} & {t.task_id for t in env.train_tasks}
     metrics = await env.evaluate()
     assert metrics["eval/tasks"] == len(env.eval_tasks)

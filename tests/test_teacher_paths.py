@@ -5,13 +5,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
+import aiohttp
 import pytest
 
 from hermes_opd.devkit.dev_server import DevServer
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
+from scoring import response_parsing
 from scoring.alignment import AlignmentError
+from scoring.request_paths import GENERATE_PATH, completions_payload, generate_payload
+from scoring.response_parsing import parse_prompt_topk
 from scoring.teacher import TeacherScorer
 from tests.oracle import full_logprobs
 
@@ -102,6 +107,57 @@ async def test_paths_agree_with_each_other_and_refuse_foreign_turn_ids(
     assert rows["generate"].lp_rows == rows["completions"].lp_rows
     # Same bytes per row apart from the decoded strings: generate's body is smaller.
     assert rows["generate"].stats.body_bytes < rows["completions"].stats.body_bytes
+
+
+@pytest.mark.parametrize("route", ["completions", "generate"])
+async def test_real_vllm_bodies_are_read_from_their_end(route, dev_server, dev_tokenizer):
+    """The byte patterns the tail reader relies on are vLLM's own: on real bodies of both routes it
+    finds the turn's rows without falling back, and they equal the whole-body parse."""
+    ids, prompt_len = teacher_input(dev_tokenizer, 400, 60, shift=3)
+    root = dev_server.base_url.removesuffix("/v1")
+    url, payload = (
+        (root + GENERATE_PATH, generate_payload(dev_server.model_name, ids, K))
+        if route == "generate"
+        else (dev_server.base_url + "/completions", completions_payload(dev_server.model_name, ids, K))
+    )
+    async with aiohttp.ClientSession() as session, session.post(url, json=payload) as response:
+        assert response.status == 200
+        raw = await response.read()
+    tail = response_parsing._tail_prompt_topk(raw, ids, K, prompt_len, route)
+    assert tail == parse_prompt_topk(json.loads(raw), ids, K, from_pos=prompt_len, route=route)
+    assert sum(1 for row in tail.token_ids if row) == 60
+
+
+async def test_the_teacher_holds_its_position_budget_against_the_real_server(
+    dev_server, dev_tokenizer, reference_model
+):
+    """Six turns of 300 positions under a 700-position budget: never more than two in flight (a
+    spy around the real client's post counts them), and every turn still gets its exact rows."""
+    client = VLLMCompletionsClient(dev_server.base_url, dev_server.model_name, timeout_s=120)
+    teacher = TeacherScorer(client, k=K, path="generate", concurrency=32, max_positions_in_flight=700)
+    in_flight = peak = 0
+    post = client.post
+
+    async def counting_post(*args, **kwargs):
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            return await post(*args, **kwargs)
+        finally:
+            in_flight -= 1
+
+    client.post = counting_post
+    inputs = [teacher_input(dev_tokenizer, 300, 30, shift) for shift in range(6)]
+    try:
+        await teacher.choose_path()
+        scored = await asyncio.gather(*(teacher.score_turn(ids, p, ids[p:]) for ids, p in inputs))
+    finally:
+        await teacher.aclose()
+    assert peak == 2
+    assert teacher.positions.in_use == 0
+    for (ids, prompt_len), turn in zip(inputs, scored, strict=True):
+        assert_oracle_rows(reference_model, ids, prompt_len, turn.ids_rows, turn.lp_rows)
 
 
 async def test_auto_picks_generate_on_the_dev_server(dev_server, dev_tokenizer, caplog):

@@ -23,6 +23,7 @@ with zero client CPU could reach under those limits, so the two ratios separate 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import statistics
 import sys
@@ -65,6 +66,9 @@ class PipelineBenchConfig:
     judge_m: int = 3
     judge_concurrency: int = OPDConfig().judge_concurrency
     teacher_concurrency: int = TeacherConfig().concurrency
+    teacher_positions: int = TeacherConfig().max_positions_in_flight
+    """The teacher's budget of prompt positions in flight; the group's 32 inputs (~20k positions)
+    fit in the default, so `bound_at_limits` counts requests only."""
     teacher_timeout_s: float = 300.0
     real_teacher_path: str = "completions"
     """Teacher path of both schedules against the real server; the teacher probe (the bound) sends
@@ -157,12 +161,14 @@ class _Backend:
                 base_url=teacher_url,
                 model=teacher_model,
                 concurrency=cfg.teacher_concurrency,
+                max_positions_in_flight=cfg.teacher_positions,
                 timeout_s=cfg.teacher_timeout_s,
             ),  # fmt: skip
         )
         self.judge = LLMJudgeBackend(self.judge_config, base_url=judge_url, model="fake-judge")
         self.client = VLLMCompletionsClient(teacher_url, teacher_model, timeout_s=cfg.teacher_timeout_s)
         self.teacher = TeacherScorer(self.client, k=cfg.k, concurrency=cfg.teacher_concurrency,
+                                     max_positions_in_flight=cfg.teacher_positions,
                                      timeout_s=cfg.teacher_timeout_s, path=path)  # fmt: skip
 
     async def warm_up(self, pair: Any, request: TeacherRequest) -> None:
@@ -364,6 +370,9 @@ async def run(cfg: PipelineBenchConfig) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_dir)
     trajectories = synth_group(tokenizer, cfg.spec)
     _progress(f"{len(trajectories)} trajectories synthesized in {time.perf_counter() - started:.1f}s")
+    # The env freezes its start-up heap after setup (AgenticOPDEnv.setup); this process stands in for it.
+    gc.collect()
+    gc.freeze()
     settings = FakeSettings(judge_latency_s=cfg.judge_latency_s, teacher_latency_s=cfg.teacher_latency_s,
                             vocab_size=len(tokenizer), tokenizer_dir=cfg.tokenizer_dir)  # fmt: skip
     result: dict[str, Any] = {

@@ -11,7 +11,7 @@ prefill of the same ids on the same server in the same run (the floor no top-K p
 - `transformers`: the in-process scorer (`scoring/transformers_scorer.py`) with the model at
   `--tokenizer` (the dev model directory holds the weights the server serves).
 
-Per path and L: wall time (request + the client's parse into the turn's contract rows), ms per
+The paths' order rotates from one iteration to the next (prefill always first). Per path and L: wall time (request + the client's parse into the turn's contract rows), ms per
 context position, response bytes, the client's parse time, and the ratio to the prefill. For the
 in-process path the "response" is the turn's rows themselves (nothing else is built). Every path's
 rows are checked against the `completions` rows (same top-K sets, values within 1e-4).
@@ -180,7 +180,11 @@ async def run(
                 ids = prompt_of_length(tokenizer, length, seed=salt + length * 1000 + i)
                 samples["prefill"].append(await server.prefill(ids))  # first: nothing cached for these ids
                 rows_by_path = {}
-                for name in available:
+                # The paths take turns going first: a request pays for the garbage the one before it
+                # left in the server's frontend (vLLM allocates ~L x K objects per top-K response), so
+                # a fixed order would charge that to whichever path always comes second.
+                shift = i % len(available)
+                for name in available[shift:] + available[:shift]:
                     if name == "transformers":
                         stats, rows = await asyncio.to_thread(_score_local, local, ids, prompt_len)
                     else:

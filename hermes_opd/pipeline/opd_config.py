@@ -17,7 +17,18 @@ class TeacherConfig(BaseModel):
     base_url: str | None = Field(default=None, description="vLLM base URL (…/v1). None: the policy server.")
     model: str | None = Field(default=None, description="Served model name. None: the policy's model.")
     api_key: str | None = Field(default=None, description="API key; None means none (local vLLM).")
-    concurrency: int = Field(default=8, ge=1, description="Teacher requests in flight at once.")
+    concurrency: int = Field(
+        default=32,
+        ge=1,
+        description="Teacher requests in flight at once (also the in-process path's largest batch).",
+    )
+    max_positions_in_flight: int = Field(
+        default=65536,
+        ge=1,
+        description="Sum of the prompt lengths of the teacher requests in flight (vLLM paths). A top-50 "
+        "response is about 3.7 KB per position, so 65536 bounds the bodies in flight to ~240 MB whatever "
+        "the context length; one request longer than this runs alone.",
+    )
     timeout_s: float = Field(
         default=120.0, gt=0, description="Timeout of one teacher request, retries included."
     )
@@ -59,7 +70,9 @@ class OPDConfig(BaseModel):
         ge=100,
         description="Each tool result / user message shown to the judge is cut to this length.",
     )
-    judge_concurrency: int = Field(default=16, ge=1, description="Turn pairs being judged at once.")
+    judge_concurrency: int = Field(
+        default=32, ge=1, description="Turn pairs being judged at once (each sends the judge's m votes)."
+    )
     send_equal_score_groups_with_distill: bool = Field(
         default=True,
         description="Send a group whose scores are all equal when it carries teacher rows (its OPD term "
