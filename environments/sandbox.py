@@ -546,11 +546,16 @@ class Sandbox:
                 uid = gid = _allocate_uid(limits)
             else:
                 uid, gid = NOBODY_UID, NOBODY_GID
+        # The thread runs to its end even when this task is cancelled: shielded, its directories are
+        # still ours to remove (a SIGTERM mid-rollout would otherwise leave them for the next start).
+        making = asyncio.ensure_future(
+            asyncio.to_thread(_make_dirs, root_dir, uid, gid, limits.disk_quota_mb)
+        )
         try:
-            container, workdir, dir_fd = await asyncio.to_thread(
-                _make_dirs, root_dir, uid, gid, limits.disk_quota_mb
-            )
+            container, workdir, dir_fd = await asyncio.shield(making)
         except BaseException:
+            if not making.cancelled():
+                await asyncio.shield(_discard_made_dirs(making))
             if uid is not None and limits.user == "per_sandbox":
                 _release_uid(uid)
             raise
@@ -819,6 +824,14 @@ def _reap_once(root: Path) -> None:
             return
         _reaped_roots.add(root)
     reap_stale(root)
+
+
+async def _discard_made_dirs(making: asyncio.Future) -> None:
+    """Remove what a `_make_dirs` thread made for a sandbox whose opener was cancelled."""
+    with contextlib.suppress(BaseException):
+        _container, _workdir, dir_fd = await making
+        os.close(dir_fd)
+        await asyncio.to_thread(remove_container, _container)
 
 
 def _make_dirs(

@@ -216,6 +216,27 @@ async def test_cancellation_mid_command_kills_process_and_removes_directory():
     assert not [c for c in my_children() if c[1] == "Z"]
 
 
+async def test_cancelled_while_its_directories_are_being_made_leaves_nothing(monkeypatch, tmp_path):
+    import environments.sandbox as sandbox_module
+
+    made = sandbox_module._make_dirs
+    started = []
+
+    def slow_make_dirs(*args, **kwargs):
+        started.append(True)
+        time.sleep(0.3)  # the thread goes on after the opener is cancelled
+        return made(*args, **kwargs)
+
+    monkeypatch.setattr(sandbox_module, "_make_dirs", slow_make_dirs)
+    task = asyncio.create_task(Sandbox.open(root_dir=tmp_path))
+    assert await wait_until(lambda: bool(started), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.6)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("hermes-sbx-")] == []
+
+
 async def test_exception_inside_block_still_cleans_up():
     with pytest.raises(RuntimeError, match="boom"):
         async with Sandbox.create() as sb:
