@@ -162,7 +162,7 @@ class SandboxError(HermesOPDError, RuntimeError):
 
 _PRIVATE_MOUNTS_SETUP = r"""
 set -e
-W="$1"; T="$2"; SETPRIV="$3"; U="$4"; G="$5"; N="$6"; shift 6
+W="$1"; T="$2"; SETPRIV="$3"; PD="$4"; U="$5"; G="$6"; N="$7"; shift 7
 for d in /dev/shm /var/tmp /tmp; do
   if [ -d "$d" ]; then mount --no-canonicalize --bind "$T" "$d"; fi
 done
@@ -173,7 +173,7 @@ done
 mkdir -p "$W"
 mount --no-canonicalize --bind . "$W"
 cd "$W"
-exec "$SETPRIV" --reuid="$U" --regid="$G" --clear-groups -- "$@"
+exec "$SETPRIV" --reuid="$U" --regid="$G" --clear-groups $PD -- "$@"
 """
 """Runs as root inside the command's new mount namespace, before the command:
 1. the sandbox's own temp directory is bind-mounted on /dev/shm, /var/tmp and /tmp (nothing is
@@ -181,7 +181,8 @@ exec "$SETPRIV" --reuid="$U" --regid="$G" --clear-groups -- "$@"
 2. each hidden path is covered by an empty directory (e.g. the tree holding the hidden tests);
 3. the working directory is bind-mounted back at its own path (the cwd still refers to it, hence
    `--no-canonicalize`), in case 1 or 2 covered it;
-4. the command is exec'd as the sandbox user."""
+4. the command is exec'd as the sandbox user, killed when `unshare` dies when `$PD` is setpriv's
+   `--pdeathsig=KILL` (see `_setpriv_death_flag`)."""
 
 
 def default_hidden_paths() -> tuple[str, ...]:
@@ -233,7 +234,7 @@ class Isolation:
             return []
         if self.root is not None and uid is not None and gid is not None and rootdir is not None:
             head = [SH, "-c", ROOT_SETUP, "sh", str(rootdir), str(workdir), str(tmpdir), self.setpriv_path]
-            head.append(self.pivot_root_path)
+            head += [_setpriv_death_flag(self.setpriv_path), self.pivot_root_path]
             return [
                 self.unshare_path,
                 *self.unshare_flags,
@@ -245,10 +246,22 @@ class Isolation:
             ]
         if self.private_tmp and uid is not None and gid is not None:
             setup = [SH, "-c", _PRIVATE_MOUNTS_SETUP, "sh", str(workdir), str(tmpdir), self.setpriv_path]
+            setup.append(_setpriv_death_flag(self.setpriv_path))
             ids = [str(uid), str(gid)]
             return [self.unshare_path, *self.unshare_flags, "--", *setup, *ids, str(len(hidden)), *hidden]
         ids = [] if uid is None or gid is None else ["--setgid", str(gid), "--setuid", str(uid)]
         return [self.unshare_path, *self.unshare_flags, *ids, "--"]
+
+
+@functools.cache
+def _setpriv_death_flag(setpriv: str) -> str:
+    """`--pdeathsig=KILL` when this setpriv has it (util-linux >= 2.33), else "" (the command then
+    outlives a killed env until the next start reaps its sandbox)."""
+    try:
+        help_text = subprocess.run([setpriv, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return "--pdeathsig=KILL" if "--pdeathsig" in help_text else ""
 
 
 _isolation_cache: dict[bool, Isolation] = {}
@@ -337,8 +350,9 @@ def _works(iso: Isolation, uid: int | None, gid: int | None) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Child-side setup: rlimits and no_new_privs, applied after fork and before exec.
+# Child-side setup: rlimits, no_new_privs and the parent-death signal, applied after fork and before exec.
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 
 
@@ -381,6 +395,8 @@ def _make_preexec(limits: SandboxLimits):
             setrlimit(which, value)
         if prctl is not None:
             prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            # Dies with the env (the thread that started it): a killed env leaves no command running.
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
     return preexec
 

@@ -142,7 +142,7 @@ def setup_args(plan: RootPlan, hidden: tuple[str, ...]) -> list[str]:
 
 ROOT_SETUP = r"""
 set -e
-R="$1"; W="$2"; T="$3"; SETPRIV="$4"; PIVOT="$5"; U="$6"; G="$7"; shift 7
+R="$1"; W="$2"; T="$3"; SETPRIV="$4"; PD="$5"; PIVOT="$6"; U="$7"; G="$8"; shift 8
 mount -t tmpfs -o size=2m,nr_inodes=4096,mode=755,nosuid,nodev hermes-sbx-root "$R"
 N="$1"; shift
 while [ "$N" -gt 0 ]; do
@@ -190,8 +190,10 @@ umount -l /.old
 rmdir /.old
 mount -o remount,bind,ro,nosuid,nodev /
 cd "$W"
-exec "$SETPRIV" --reuid="$U" --regid="$G" --clear-groups -- "$@"
+exec "$SETPRIV" --reuid="$U" --regid="$G" --clear-groups $PD -- "$@"
 """
 """Runs as root inside the command's new namespaces. Arguments: the root mountpoint, the working
-directory, the private temp directory, the setpriv and pivot_root paths, uid, gid, then `setup_args(...)`, then
-the command's argv."""
+directory, the private temp directory, the setpriv path, setpriv's parent-death flag (`--pdeathsig=KILL`,
+or empty where setpriv lacks it), the pivot_root path, uid, gid, then `setup_args(...)`, then the
+command's argv. With the flag, the command (the PID namespace's init) is killed when `unshare`
+dies, and the kernel then kills everything else in the namespace."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from environments.sandbox import (
     default_hidden_paths,
     detect_isolation,
 )
+from environments.sandbox_disk import reap_stale
 from environments.tasks.builtin import DATA_DIR
 
 IS_ROOT = os.geteuid() == 0
@@ -235,6 +237,35 @@ async def test_cancelled_while_its_directories_are_being_made_leaves_nothing(mon
         await task
     await asyncio.sleep(0.6)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("hermes-sbx-")] == []
+
+
+HOLDER = """
+import asyncio, sys
+from environments.sandbox import Sandbox
+async def main():
+    sandbox = await Sandbox.open(root_dir=sys.argv[1])
+    command = asyncio.ensure_future(sandbox.run("sleep 96.4412 & sleep 96.4413", timeout_s=300))
+    await asyncio.sleep(0.5)
+    print("ready", flush=True)
+    await command
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_env_leaves_no_command_running(tmp_path):
+    """SIGKILL gives the env no chance to clean up: its sandboxed commands die with it anyway (the
+    parent-death signal), and the next start's reap removes the directory."""
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", HOLDER, str(tmp_path), stdout=asyncio.subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    assert (await asyncio.wait_for(holder.stdout.readline(), 60)) == b"ready\n"
+    assert await wait_until(lambda: len(processes_matching("sleep 96.441")) >= 2, 5)
+    holder.kill()
+    await holder.wait()
+    assert await wait_until(lambda: not processes_matching("96.441"), 5), processes_matching("96.441")
+    assert [p.name for p in reap_stale(tmp_path)] != []
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("hermes-sbx-")]
 
 
 async def test_exception_inside_block_still_cleans_up():
