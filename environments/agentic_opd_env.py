@@ -11,6 +11,7 @@ Run it with Atropos' CLI: `python -m environments.agentic_opd_env serve|process|
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import gc
 import json
@@ -127,8 +128,12 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
         # process. Frozen, it is left out of every later full collection, which would otherwise walk
         # those ~400k objects (30-600 ms each) on the loop that runs rollouts and OPD; vLLM's own
         # server does the same after loading its model (docs/benchmarks.md).
+        # Unfrozen again at exit, so that the interpreter's last collection still finalizes them
+        # (extension modules such as triton's nanobind bindings report frozen objects as leaks).
         gc.collect()
         gc.freeze()
+        atexit.unregister(gc.unfreeze)  # once, however many setups
+        atexit.register(gc.unfreeze)
 
     async def get_next_item(self) -> Task:
         task = self.task_at(self._task_cursor)

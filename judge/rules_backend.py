@@ -6,7 +6,9 @@ It looks for, in order of how much they tell the assistant:
 3. a Python traceback (exception type and message, and the last frame's file, line and code),
 4. `command not found`,
 5. `No such file or directory`,
-6. a non-zero exit code (pattern `JudgeConfig.rules_exit_code_pattern`, default `exit code N`).
+6. a tool call the env refused (`Error: ...` from the tool layer: not valid JSON, an unknown tool,
+   invalid arguments),
+7. a non-zero exit code (pattern `JudgeConfig.rules_exit_code_pattern`, default `exit code N`).
 
 The hint states the first two findings and one piece of advice for the top one (at most three
 sentences). The exit code is only mentioned when nothing more specific was found. With no finding
@@ -47,6 +49,13 @@ _COMMAND_NOT_FOUND = [
     re.compile(r"command not found: ([\w.+-]+)\s*$", re.MULTILINE),  # zsh
 ]
 _MISSING_PATH = re.compile(r"^(.*No such file or directory.*)$", re.MULTILINE)
+_TOOL_ERROR = re.compile(r"^Error: (.+)$", re.MULTILINE)
+"""How `environments/tools.py` words a call it refused or a tool that failed."""
+_TOOL_ERROR_ADVICE = (
+    ("not valid JSON", 'Write each call as one valid JSON object with a "name" and an "arguments" object.'),
+    ("unknown tool", "Call one of the tools the error lists, by its exact name."),
+    ("invalid arguments", "Pass exactly the arguments of the signature the error gives."),
+)
 
 
 @dataclass(frozen=True)
@@ -157,6 +166,18 @@ def find_missing_path(text: str) -> Finding | None:
     )
 
 
+def find_tool_error(text: str) -> Finding | None:
+    match = _TOOL_ERROR.search(text)
+    if not match:
+        return None
+    reason = match.group(1).split("; expected ", 1)[0]  # the env's own format reminder is left out
+    advice = next(
+        (advice for marker, advice in _TOOL_ERROR_ADVICE if marker in reason),
+        "Fix what the error names before calling the tool again.",
+    )
+    return Finding(kind="tool_error", statement=f"The tool call failed: `{_quote(reason)}`.", advice=advice)
+
+
 def _last_output_line(text: str, exit_code_pattern: re.Pattern[str]) -> str | None:
     for line in reversed(text.splitlines()):
         stripped = line.strip()
@@ -199,6 +220,7 @@ def find_failures(text: str, patterns: RulePatterns) -> list[Finding]:
         find_python_exception,
         find_command_not_found,
         find_missing_path,
+        find_tool_error,
     ]
     findings = [f for f in (detect(text) for detect in detectors) if f is not None]
     if not findings:

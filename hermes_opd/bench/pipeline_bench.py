@@ -23,6 +23,7 @@ with zero client CPU could reach under those limits, so the two ratios separate 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import gc
 import json
 import statistics
@@ -373,6 +374,8 @@ async def run(cfg: PipelineBenchConfig) -> dict[str, Any]:
     # The env freezes its start-up heap after setup (AgenticOPDEnv.setup); this process stands in for it.
     gc.collect()
     gc.freeze()
+    atexit.unregister(gc.unfreeze)
+    atexit.register(gc.unfreeze)
     settings = FakeSettings(judge_latency_s=cfg.judge_latency_s, teacher_latency_s=cfg.teacher_latency_s,
                             vocab_size=len(tokenizer), tokenizer_dir=cfg.tokenizer_dir)  # fmt: skip
     result: dict[str, Any] = {
