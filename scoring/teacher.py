@@ -136,10 +136,15 @@ class TeacherScorer:
             await self.local.close()
 
     async def check_tokenizer(self, tokenizer: Any) -> None:
-        """Refuse a teacher whose tokenizer differs from the policy's (vLLM `/tokenize`, `/detokenize`).
+        """Refuse a teacher whose tokenizer differs from the policy's: the in-process teacher's own
+        tokenizer files when it scores (`local_model_dir`), else the endpoint's (vLLM `/tokenize`,
+        `/detokenize`).
 
         Raises TeacherTokenizerMismatchError on a mismatch; logs a warning when the endpoint has no
         tokenize route (not vLLM), since then the check cannot be made."""
+        if self.local is not None:
+            await asyncio.to_thread(self._check_local_tokenizer, tokenizer)
+            return
         base = root_url(self.client.base_url)
         local = tokenizer.encode(TOKENIZER_PROBE, add_special_tokens=False)
         vocab = len(tokenizer)
@@ -173,4 +178,32 @@ class TeacherScorer:
             raise TeacherTokenizerMismatchError(
                 f"teacher at {base} decodes ids {sample[:6]}... differently from the policy tokenizer; "
                 "OPD needs the same vocabulary"
+            )
+
+    def _check_local_tokenizer(self, tokenizer: Any) -> None:
+        from transformers import AutoTokenizer
+
+        where = f"the in-process teacher's directory {self.local_model_dir!r}"
+        try:
+            local = AutoTokenizer.from_pretrained(self.local_model_dir)
+        except (OSError, ValueError) as exc:
+            raise TeacherTokenizerMismatchError(
+                f"cannot load a tokenizer from {where} to check it against the policy's ({exc}); put the "
+                "teacher's tokenizer files there, or set check_teacher_tokenizer: false"
+            ) from exc
+        policy_ids = tokenizer.encode(TOKENIZER_PROBE, add_special_tokens=False)
+        teacher_ids = local.encode(TOKENIZER_PROBE, add_special_tokens=False)
+        if teacher_ids != policy_ids or len(local) != len(tokenizer):
+            raise TeacherTokenizerMismatchError(
+                f"{where} tokenizes a probe string into {len(teacher_ids)} ids over a vocabulary of "
+                f"{len(local)}, the policy tokenizer into {len(policy_ids)} over {len(tokenizer)}; OPD needs "
+                "the same tokenizer"
+            )
+        vocab = len(tokenizer)
+        sample = sorted({0, 1, vocab // 3, vocab // 2, vocab - 1, *policy_ids})
+        decode = {"skip_special_tokens": False, "clean_up_tokenization_spaces": False}
+        if local.decode(sample, **decode) != tokenizer.decode(sample, **decode):
+            raise TeacherTokenizerMismatchError(
+                f"{where} decodes ids {sample[:6]}... differently from the policy tokenizer; OPD needs the "
+                "same vocabulary"
             )

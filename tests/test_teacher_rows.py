@@ -172,3 +172,38 @@ async def test_auto_against_the_fake_endpoint(scale_out):
     assert turn.stats.path == ("generate" if scale_out else "completions")
     assert len(turn.ids_rows) == 20 and all(ids[40 + j] in row for j, row in enumerate(turn.ids_rows))
     assert all(len(row) in (5, 6) for row in turn.ids_rows)
+
+
+async def test_the_in_process_teacher_checks_its_own_tokenizer(dev_model_dir, dev_tokenizer, tmp_path):
+    """With `local_model_dir`, the tokenizer that matters is the one next to the local weights."""
+    import shutil
+
+    from hermes_opd.vllm_api.client import VLLMCompletionsClient
+    from scoring.teacher import TeacherScorer, TeacherTokenizerMismatchError
+
+    def scorer(model_dir) -> TeacherScorer:  # no request is made: the client is never used
+        return TeacherScorer(VLLMCompletionsClient("http://127.0.0.1:9/v1", "m"), k=5,
+                             path="transformers", local_model_dir=str(model_dir))  # fmt: skip
+
+    await scorer(dev_model_dir).check_tokenizer(dev_tokenizer)  # the same files: accepted
+
+    swapped = tmp_path / "swapped"
+    shutil.copytree(dev_model_dir, swapped)
+    spec = json.loads((swapped / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = (
+        dev_tokenizer.convert_ids_to_tokens(i)
+        for i in dev_tokenizer.encode("def", add_special_tokens=False)[:1] * 2
+    )
+    other = next(t for t in vocab if t not in (a, "<|endoftext|>") and vocab[t] > 300)
+    vocab[a], vocab[other] = vocab[other], vocab[a]  # two ids swapped: same size, other ids
+    (swapped / "tokenizer.json").write_text(json.dumps(spec))
+    with pytest.raises(TeacherTokenizerMismatchError, match="in-process teacher's directory"):
+        await scorer(swapped).check_tokenizer(dev_tokenizer)
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(dev_model_dir / "config.json", bare / "config.json")
+    # transformers builds an empty tokenizer from a bare config.json: refused, by its vocabulary size
+    with pytest.raises(TeacherTokenizerMismatchError, match="over a vocabulary of 1,"):
+        await scorer(bare).check_tokenizer(dev_tokenizer)
