@@ -2,9 +2,10 @@
 
 One request per turn on the chosen path (`scoring/path_choice.py`: `transformers` in-process,
 `generate` or `completions` against vLLM), bounded concurrency (requests, and prompt positions in
-flight: `scoring/position_budget.py`), a per-call timeout, the turn's ids
-checked against the student's, and a one-time tokenizer check against the teacher endpoint. The path
-is chosen once, on first use or by `choose_path()` at startup, and logged in one line."""
+flight: `scoring/position_budget.py`), a per-call timeout, the turn's ids checked against the
+student's, and a one-time tokenizer check (against the teacher endpoint, or the in-process
+teacher's own tokenizer files). The path is chosen once, on first use or by `choose_path()` at
+startup, and logged in one line."""
 
 from __future__ import annotations
 

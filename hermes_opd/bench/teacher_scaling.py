@@ -11,8 +11,9 @@ prefill of the same ids on the same server in the same run (the floor no top-K p
 - `transformers`: the in-process scorer (`scoring/transformers_scorer.py`) with the model at
   `--tokenizer` (the dev model directory holds the weights the server serves).
 
-The paths' order rotates from one iteration to the next (prefill always first). Per path and L: wall time (request + the client's parse into the turn's contract rows), ms per
-context position, response bytes, the client's parse time, and the ratio to the prefill. For the
+The paths' order rotates from one iteration to the next (the prefill always goes first). Per path
+and L: wall time (request + the client's parse into the turn's contract rows), ms per context
+position, response bytes, the client's parse time, and the ratio to the prefill. For the
 in-process path the "response" is the turn's rows themselves (nothing else is built). Every path's
 rows are checked against the `completions` rows (same top-K sets, values within 1e-4).
 
