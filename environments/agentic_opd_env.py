@@ -34,7 +34,8 @@ from environments.dense_k1_notice import DenseK1Notice
 from environments.group_builder import FinishedRollout, build_group, has_distill_signal, trim_after_last_turn
 from environments.role_servers import check_role_servers, describe_role_servers, resolve_role_servers
 from environments.rollout_isolation import kept_rollouts
-from environments.sandbox import Sandbox, SandboxLimits
+from environments.sandbox import Sandbox
+from environments.sandbox_limits import SandboxLimits
 from environments.send_spool import SpoolingSendMixin
 from environments.tasks.builtin import builtin_tasks
 from environments.tasks.loaders import load_hf_tasks, load_jsonl_tasks

@@ -5,7 +5,9 @@ with resource limits, no network, an allow-listed environment, a timeout that ki
 the command started, and bounded output. Commands see only an allow-list root
 (environments/sandbox_root.py) in their own mount, PID, IPC, UTS and network namespaces; the
 directory is a size-limited container that is reaped if its owner dies
-(environments/sandbox_disk.py). See docs/sandbox.md for what is enforced how, and what degrades
+(environments/sandbox_disk.py). How a command is confined (namespaces wrapper, rlimits, the
+parent-death signal) is environments/sandbox_isolation.py; the limits, results and error are
+environments/sandbox_limits.py. See docs/sandbox.md for what is enforced how, and what degrades
 when the OS lacks a feature.
 
     async with Sandbox.create(SandboxLimits()) as sb:
@@ -16,15 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
-import dataclasses
 import functools
 import logging
 import os
 import random
-import resource
-import shutil
 import signal
 import stat
 import subprocess
@@ -34,9 +31,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any, TypeVar
 
 from environments.process_tree import (
     pids_of_uid,
@@ -51,354 +46,29 @@ from environments.sandbox_disk import (
     remove_container,
     write_owner,
 )
-from environments.sandbox_root import ROOT_SETUP, RootPlan, root_plan, setup_args
-from hermes_opd.contract.errors import HermesOPDError
+from environments.sandbox_isolation import (
+    BASH,
+    Isolation,
+    default_hidden_paths,
+    detect_isolation,
+    make_preexec,
+)
+from environments.sandbox_limits import (
+    KILLED_EXIT_CODE,
+    NOBODY_GID,
+    NOBODY_UID,
+    TIMEOUT_EXIT_CODE,
+    CommandResult,
+    SandboxError,
+    SandboxLimits,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-NOBODY_UID = 65534
-NOBODY_GID = 65534
-BASH = "/bin/bash"
-SH = "/bin/sh"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _DRAIN_GRACE_S = 0.25
 """After the command's main process exits, how long to keep reading output that is still buffered."""
-TIMEOUT_EXIT_CODE = 124
-KILLED_EXIT_CODE = 128 + signal.SIGKILL
-
-
-class SandboxLimits(BaseModel):
-    """Resource limits and isolation settings for one sandbox."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    command_timeout_s: float = Field(
-        60.0, gt=0, description="Wall-clock limit per command; on expiry the whole process tree is killed."
-    )
-    cpu_time_s: int = Field(60, ge=1, description="RLIMIT_CPU per process, in seconds of CPU time.")
-    memory_mb: int = Field(
-        1024,
-        ge=64,
-        description="RLIMIT_AS per process, in MiB. Bounds address space, not resident memory; "
-        "Python starts fine under 64 MiB but leave headroom for real work.",
-    )
-    file_size_mb: int = Field(
-        64, ge=1, description="RLIMIT_FSIZE: the largest file a command may write, in MiB."
-    )
-    disk_quota_mb: int = Field(
-        256,
-        ge=8,
-        description="Total size of everything the sandbox can write (working directory and private "
-        "/tmp together), in MiB: the sandbox's container is a tmpfs of this size (root only). "
-        "Memory-backed: it uses RAM as files are written.",
-    )
-    max_processes: int = Field(
-        64,
-        ge=4,
-        description="RLIMIT_NPROC for the sandbox user (processes and threads). Only enforced because "
-        "commands run as an unprivileged uid; with user='nobody' the count is shared by all "
-        "sandboxes running at the same time.",
-    )
-    max_open_files: int = Field(256, ge=16, description="RLIMIT_NOFILE per process.")
-    max_output_bytes: int = Field(
-        20_000,
-        ge=256,
-        description="Output (stdout and stderr merged) kept per command: the first and last halves, "
-        "with a truncation marker in between.",
-    )
-    kill_output_bytes: int = Field(
-        16 * 1024 * 1024,
-        ge=1024,
-        description="A command that writes more than this many bytes of output in total is killed.",
-    )
-    allow_network: bool = Field(
-        False, description="If False, commands run in a network namespace with no usable interface."
-    )
-    user: Literal["nobody", "per_sandbox"] = Field(
-        "nobody",
-        description="'nobody': run as uid/gid 65534. 'per_sandbox': run each sandbox as its own uid "
-        "from per_sandbox_uid_base.., so concurrent sandboxes cannot read each other's files, "
-        "have separate process counts, and leftover processes can be killed by uid. Only "
-        "applies when the host process is root.",
-    )
-    per_sandbox_uid_base: int = Field(
-        1_000_000, ge=1000, description="First uid (and gid) used when user='per_sandbox'."
-    )
-    per_sandbox_uid_count: int = Field(
-        1_000_000, ge=1, description="Size of the uid range used when user='per_sandbox'."
-    )
-    hide_paths: tuple[str, ...] | None = Field(
-        None,
-        description="Absolute directories that commands see as empty (hidden tests, datasets). None: "
-        "the source checkout (or installed task data) of this package. Needs private mounts (root).",
-    )
-    extra_env: dict[str, str] = Field(
-        default_factory=dict, description="Extra environment variables given to every command."
-    )
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What one command did."""
-
-    exit_code: int
-    """The exit status; 128 + N when killed by signal N (shell convention); 124 when it timed out
-    (as coreutils `timeout`); 137 when killed for flooding output."""
-    output: str
-    """stdout and stderr merged, decoded as UTF-8 with replacement, possibly truncated."""
-    timed_out: bool
-    truncated: bool
-    duration_s: float
-
-
-class SandboxError(HermesOPDError, RuntimeError):
-    """The sandbox could not be set up or was used after it was closed."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Isolation: how commands are wrapped, detected once per process.
-
-
-_PRIVATE_MOUNTS_SETUP = r"""
-set -e
-W="$1"; T="$2"; SETPRIV="$3"; PD="$4"; U="$5"; G="$6"; N="$7"; shift 7
-for d in /dev/shm /var/tmp /tmp; do
-  if [ -d "$d" ]; then mount --no-canonicalize --bind "$T" "$d"; fi
-done
-while [ "$N" -gt 0 ]; do
-  if [ -d "$1" ]; then mount -t tmpfs -o size=1m,mode=755,nosuid,nodev tmpfs "$1"; fi
-  shift; N=$((N - 1))
-done
-mkdir -p "$W"
-mount --no-canonicalize --bind . "$W"
-cd "$W"
-exec "$SETPRIV" --reuid="$U" --regid="$G" --clear-groups $PD -- "$@"
-"""
-"""Runs as root inside the command's new mount namespace, before the command:
-1. the sandbox's own temp directory is bind-mounted on /dev/shm, /var/tmp and /tmp (nothing is
-   shared through them with the host or other sandboxes; it persists across the sandbox's commands);
-2. each hidden path is covered by an empty directory (e.g. the tree holding the hidden tests);
-3. the working directory is bind-mounted back at its own path (the cwd still refers to it, hence
-   `--no-canonicalize`), in case 1 or 2 covered it;
-4. the command is exec'd as the sandbox user, killed when `unshare` dies when `$PD` is setpriv's
-   `--pdeathsig=KILL` (see `_setpriv_death_flag`)."""
-
-
-def default_hidden_paths() -> tuple[str, ...]:
-    """What commands must not see by default: the source checkout this package runs from (its
-    built-in tasks, hidden tests and git history), or, when installed, the package's task data."""
-    package = Path(__file__).resolve().parent
-    project = package.parent
-    if (project / ".git").exists() or (project / "pyproject.toml").exists():
-        return (str(project),)
-    return (str(package / "tasks"),)
-
-
-@dataclass(frozen=True)
-class Isolation:
-    """How commands are confined on this machine (detected once, see `detect_isolation`)."""
-
-    unshare_path: str
-    """Absolute path of util-linux `unshare`; empty when no wrapper is used."""
-    unshare_flags: tuple[str, ...]
-    """Flags for the `unshare` wrapper; empty when no wrapper is used."""
-    drop_privileges: bool
-    """True when commands run as an unprivileged uid (host process is root)."""
-    network_isolated: bool
-    pid_namespace: bool
-    """When the command's first process exits or is killed, the kernel kills all it started."""
-    private_tmp: bool = False
-    """/tmp, /var/tmp and /dev/shm are the sandbox's own directory, and hidden paths are hidden."""
-    setpriv_path: str = ""
-    pivot_root_path: str = ""
-    root: RootPlan | None = None
-    """When set, commands see only the allow-list root of `environments/sandbox_root.py`."""
-
-    @property
-    def private_root(self) -> bool:
-        return self.root is not None
-
-    def wrapper(
-        self,
-        uid: int | None,
-        gid: int | None,
-        workdir: Path,
-        tmpdir: Path,
-        hidden: tuple[str, ...] = (),
-        rootdir: Path | None = None,
-    ) -> list[str]:
-        """The argv prefix that confines a command; the command's own argv follows it. `rootdir`:
-        an empty directory the allow-list root is mounted on (inside the command's namespace)."""
-        if not self.unshare_flags:
-            return []
-        if self.root is not None and uid is not None and gid is not None and rootdir is not None:
-            head = [SH, "-c", ROOT_SETUP, "sh", str(rootdir), str(workdir), str(tmpdir), self.setpriv_path]
-            head += [_setpriv_death_flag(self.setpriv_path), self.pivot_root_path]
-            return [
-                self.unshare_path,
-                *self.unshare_flags,
-                "--",
-                *head,
-                str(uid),
-                str(gid),
-                *setup_args(self.root, hidden),
-            ]
-        if self.private_tmp and uid is not None and gid is not None:
-            setup = [SH, "-c", _PRIVATE_MOUNTS_SETUP, "sh", str(workdir), str(tmpdir), self.setpriv_path]
-            setup.append(_setpriv_death_flag(self.setpriv_path))
-            ids = [str(uid), str(gid)]
-            return [self.unshare_path, *self.unshare_flags, "--", *setup, *ids, str(len(hidden)), *hidden]
-        ids = [] if uid is None or gid is None else ["--setgid", str(gid), "--setuid", str(uid)]
-        return [self.unshare_path, *self.unshare_flags, *ids, "--"]
-
-
-@functools.cache
-def _setpriv_death_flag(setpriv: str) -> str:
-    """`--pdeathsig=KILL` when this setpriv has it (util-linux >= 2.33), else "" (the command then
-    outlives a killed env until the next start reaps its sandbox)."""
-    try:
-        help_text = subprocess.run([setpriv, "--help"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return "--pdeathsig=KILL" if "--pdeathsig" in help_text else ""
-
-
-_isolation_cache: dict[bool, Isolation] = {}
-_isolation_lock = threading.Lock()
-
-
-def detect_isolation(allow_network: bool) -> Isolation:
-    """Find the strongest confinement this machine supports; cached; logs a warning if degraded."""
-    with _isolation_lock:
-        if allow_network not in _isolation_cache:
-            _isolation_cache[allow_network] = _probe_isolation(allow_network)
-        return _isolation_cache[allow_network]
-
-
-def _probe_isolation(allow_network: bool) -> Isolation:
-    is_root = os.geteuid() == 0
-    net = () if allow_network else ("--net",)
-    unshare = shutil.which("unshare") or ""
-    setpriv = shutil.which("setpriv") or ""
-    candidates: list[Isolation] = []
-    if unshare and is_root:
-        full = (*net, "--pid", "--fork", "--mount-proc")
-        pivot_root = shutil.which("pivot_root") or shutil.which("pivot_root", path="/usr/sbin:/sbin") or ""
-        if setpriv and shutil.which("mount") and pivot_root:
-            plan = root_plan()
-            for extra in (("--ipc", "--uts", "--cgroup"), ("--ipc", "--uts")):
-                flags = (*net, *extra, "--pid", "--fork", "--mount")
-                candidates.append(
-                    Isolation(unshare, flags, True, True, True, True, setpriv, pivot_root, plan)
-                )
-        if setpriv and shutil.which("mount"):
-            candidates.append(
-                Isolation(unshare, full, True, True, True, private_tmp=True, setpriv_path=setpriv)
-            )
-        for flags in (full, (*net, "--pid", "--fork"), net):
-            if flags:
-                candidates.append(Isolation(unshare, flags, True, True, "--pid" in flags))
-    elif unshare:
-        userns = ("--user", "--map-root-user")
-        for flags in ((*net, "--pid", "--fork", "--mount-proc"), (*net, "--pid", "--fork"), net):
-            candidates.append(Isolation(unshare, (*userns, *flags), False, True, "--pid" in flags))
-    for iso in candidates:
-        if _works(iso, NOBODY_UID if is_root else None, NOBODY_GID if is_root else None):
-            iso = dataclasses.replace(iso, network_isolated=allow_network or "--net" in iso.unshare_flags)
-            if not iso.pid_namespace:
-                log.warning(
-                    "sandbox: no PID namespace; background processes that leave the command's "
-                    "process group may outlive their command"
-                )
-            if not iso.private_tmp:
-                log.warning(
-                    "sandbox: /tmp, /var/tmp and /dev/shm are shared with the host and other sandboxes"
-                )
-            if not iso.private_root:
-                log.warning(
-                    "sandbox: no allow-list root (needs root, mount namespaces, setpriv and pivot_root): "
-                    "commands see the host's filesystem, protected by file permissions only, and "
-                    "SysV IPC is shared with the host"
-                )
-            return iso
-    if not allow_network:
-        log.warning(
-            "sandbox: `unshare --net` is unavailable here; commands in the sandbox HAVE NETWORK ACCESS"
-        )
-    if not is_root:
-        log.warning("sandbox: not root; commands run as the current user (rlimits still apply)")
-    return Isolation("", (), is_root, allow_network, False)
-
-
-def _works(iso: Isolation, uid: int | None, gid: int | None) -> bool:
-    """Does a trivial command run under `iso` here?"""
-    with tempfile.TemporaryDirectory(prefix="hermes-sbx-probe-") as probe_dir:
-        os.chmod(probe_dir, 0o755)
-        tmpdir = Path(probe_dir) / "tmp"
-        tmpdir.mkdir()
-        rootdir = Path(probe_dir) / "root"
-        rootdir.mkdir()
-        argv = [*iso.wrapper(uid, gid, Path(probe_dir), tmpdir, rootdir=rootdir), BASH, "-c", "exit 0"]
-        try:
-            done = subprocess.run(argv, cwd=probe_dir, capture_output=True, timeout=10, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return False
-    if done.returncode != 0:
-        log.debug("sandbox: isolation %s unavailable: %s", iso.unshare_flags, done.stderr[-500:])
-    return done.returncode == 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Child-side setup: rlimits, no_new_privs and the parent-death signal, applied after fork and before exec.
-
-_PR_SET_PDEATHSIG = 1
-_PR_SET_NO_NEW_PRIVS = 38
-
-
-def _load_prctl():
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
-    try:
-        fn = ctypes.CDLL(name, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    return fn
-
-
-_prctl = _load_prctl()
-
-
-def _rlimits(limits: SandboxLimits) -> list[tuple[int, tuple[int, int]]]:
-    mib = 1024 * 1024
-    return [
-        (resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s + 1)),
-        (resource.RLIMIT_AS, (limits.memory_mb * mib, limits.memory_mb * mib)),
-        (resource.RLIMIT_FSIZE, (limits.file_size_mb * mib, limits.file_size_mb * mib)),
-        (resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes)),
-        (resource.RLIMIT_NOFILE, (limits.max_open_files, limits.max_open_files)),
-        (resource.RLIMIT_CORE, (0, 0)),
-    ]
-
-
-def _make_preexec(limits: SandboxLimits):
-    """A preexec_fn that only makes plain system calls (safe enough after fork in a threaded parent)."""
-    rlimits = _rlimits(limits)
-    prctl = _prctl
-    setrlimit = resource.setrlimit
-
-    def preexec() -> None:
-        for which, value in rlimits:
-            setrlimit(which, value)
-        if prctl is not None:
-            prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-            # Dies with the env (the thread that started it): a killed env leaves no command running.
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-    return preexec
 
 
 # ---------------------------------------------------------------------------------------------
@@ -773,7 +443,7 @@ class Sandbox:
                 cwd=self._workdir,
                 env=self.environment(),
                 start_new_session=True,
-                preexec_fn=_make_preexec(limits),
+                preexec_fn=make_preexec(limits),
                 **privileges,
             )
         )

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from environments.sandbox import Sandbox, SandboxError
+from environments.sandbox import Sandbox
+from environments.sandbox_limits import SandboxError
 from environments.tool_calls import ToolCall, ToolCallError
 from hermes_opd.contract.errors import HermesOPDError
 

@@ -38,7 +38,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from environments.sandbox import TIMEOUT_EXIT_CODE, Sandbox, SandboxLimits
+from environments.sandbox import Sandbox
+from environments.sandbox_limits import TIMEOUT_EXIT_CODE, SandboxLimits
 from environments.tasks.data_tests import MalformedResult, TestSuite, judge_test, parse_suite, strict_json
 from environments.tasks.task import Task
 from environments.tools import Jail, ToolError, read_bytes, write_bytes

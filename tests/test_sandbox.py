@@ -12,16 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from environments.sandbox import (
-    NOBODY_UID,
-    CommandResult,
-    Sandbox,
-    SandboxError,
-    SandboxLimits,
-    default_hidden_paths,
-    detect_isolation,
-)
+from environments.sandbox import Sandbox
 from environments.sandbox_disk import reap_stale
+from environments.sandbox_isolation import default_hidden_paths, detect_isolation
+from environments.sandbox_limits import NOBODY_UID, CommandResult, SandboxError, SandboxLimits
 from environments.tasks.builtin import DATA_DIR
 
 IS_ROOT = os.geteuid() == 0

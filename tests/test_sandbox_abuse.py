@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from environments.sandbox import Sandbox, SandboxLimits, detect_isolation, pids_of_uid
+from environments.process_tree import pids_of_uid
+from environments.sandbox import Sandbox
+from environments.sandbox_isolation import detect_isolation
+from environments.sandbox_limits import SandboxLimits
 
 pytestmark = [
     pytest.mark.reliability,

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from environments.agentic_opd_env import AgenticOPDEnv
-from environments.sandbox import NOBODY_GID, NOBODY_UID, Sandbox, SandboxLimits, detect_isolation
+from environments.sandbox import Sandbox
+from environments.sandbox_isolation import detect_isolation
+from environments.sandbox_limits import NOBODY_GID, NOBODY_UID, SandboxLimits
 from environments.tool_calls import ToolCall
 from environments.tools import execute_tool_call
 from hermes_opd.bench.fake_endpoints import FakeVLLM

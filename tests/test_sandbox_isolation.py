@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from environments.sandbox import Sandbox, SandboxLimits, detect_isolation
+from environments.sandbox import Sandbox
 from environments.sandbox_disk import container_mounts, owner_alive, reap_stale
+from environments.sandbox_isolation import detect_isolation
+from environments.sandbox_limits import SandboxLimits
 from environments.tasks.builtin import DATA_DIR, builtin_tasks
 
 pytestmark = [
