@@ -11,9 +11,7 @@ Run it with Atropos' CLI: `python -m environments.agentic_opd_env serve|process|
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
-import gc
 import json
 import logging
 import random
@@ -32,6 +30,7 @@ from environments.atropos_server import CurrentVLLMServer
 from environments.cli_lifecycle import CliLifecycleMixin
 from environments.dense_k1_notice import DenseK1Notice
 from environments.group_builder import FinishedRollout, build_group, has_distill_signal, trim_after_last_turn
+from environments.process_tuning import freeze_startup_heap
 from environments.role_servers import check_role_servers, describe_role_servers, resolve_role_servers
 from environments.rollout_isolation import kept_rollouts
 from environments.sandbox import Sandbox
@@ -125,16 +124,8 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
             self.pipeline = await self._build_pipeline()
         logger.info("agentic-opd: %d train / %d eval tasks; OPD %s", len(self.train_tasks), len(self.eval_tasks),
                     "on" if self.pipeline else "off")  # fmt: skip
-        # What start-up loaded (torch, transformers, the tokenizer, the tasks) lives as long as the
-        # process. Frozen, it is left out of every later full collection, which would otherwise walk
-        # those ~400k objects (30-600 ms each) on the loop that runs rollouts and OPD; vLLM's own
-        # server does the same after loading its model (docs/benchmarks.md).
-        # Unfrozen again at exit, so that the interpreter's last collection still finalizes them
-        # (extension modules such as triton's nanobind bindings report frozen objects as leaks).
-        gc.collect()
-        gc.freeze()
-        atexit.unregister(gc.unfreeze)  # once, however many setups
-        atexit.register(gc.unfreeze)
+        frozen = freeze_startup_heap()  # left out of every later full collection
+        logger.debug("start-up heap frozen: %d objects", frozen)
 
     async def get_next_item(self) -> Task:
         task = self.task_at(self._task_cursor)

@@ -23,8 +23,6 @@ with zero client CPU could reach under those limits, so the two ratios separate 
 from __future__ import annotations
 
 import asyncio
-import atexit
-import gc
 import json
 import statistics
 import sys
@@ -34,6 +32,7 @@ from typing import Any
 
 import aiohttp
 
+from environments.process_tuning import freeze_startup_heap
 from hermes_opd.bench.client_cpu import client_cpu_per_turn
 from hermes_opd.bench.common import machine_info, with_headline, with_retries
 from hermes_opd.bench.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSettings
@@ -372,10 +371,7 @@ async def run(cfg: PipelineBenchConfig) -> dict[str, Any]:
     trajectories = synth_group(tokenizer, cfg.spec)
     _progress(f"{len(trajectories)} trajectories synthesized in {time.perf_counter() - started:.1f}s")
     # The env freezes its start-up heap after setup (AgenticOPDEnv.setup); this process stands in for it.
-    gc.collect()
-    gc.freeze()
-    atexit.unregister(gc.unfreeze)
-    atexit.register(gc.unfreeze)
+    freeze_startup_heap()
     settings = FakeSettings(judge_latency_s=cfg.judge_latency_s, teacher_latency_s=cfg.teacher_latency_s,
                             vocab_size=len(tokenizer), tokenizer_dir=cfg.tokenizer_dir)  # fmt: skip
     result: dict[str, Any] = {
