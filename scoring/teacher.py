@@ -34,6 +34,14 @@ TOKENIZER_PROBE = (
 )
 
 
+def _policy_probe(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The policy's ids for `TOKENIZER_PROBE`, and the ids whose decoding the teacher must match
+    (both ends of the vocabulary, two points between, and the probe's own)."""
+    ids = tokenizer.encode(TOKENIZER_PROBE, add_special_tokens=False)
+    vocab = len(tokenizer)
+    return ids, sorted({0, 1, vocab // 3, vocab // 2, vocab - 1, *ids})
+
+
 class TeacherTokenizerMismatchError(HermesOPDError, RuntimeError):
     """The teacher endpoint tokenizes differently from the policy: its logprobs would score other tokens."""
 
@@ -147,9 +155,7 @@ class TeacherScorer:
             await asyncio.to_thread(self._check_local_tokenizer, tokenizer)
             return
         base = root_url(self.client.base_url)
-        local = tokenizer.encode(TOKENIZER_PROBE, add_special_tokens=False)
-        vocab = len(tokenizer)
-        sample = sorted({0, 1, vocab // 3, vocab // 2, vocab - 1, *local})
+        local, sample = _policy_probe(tokenizer)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
             try:
                 async with session.post(
@@ -192,7 +198,7 @@ class TeacherScorer:
                 f"cannot load a tokenizer from {where} to check it against the policy's ({exc}); put the "
                 "teacher's tokenizer files there, or set check_teacher_tokenizer: false"
             ) from exc
-        policy_ids = tokenizer.encode(TOKENIZER_PROBE, add_special_tokens=False)
+        policy_ids, sample = _policy_probe(tokenizer)
         teacher_ids = local.encode(TOKENIZER_PROBE, add_special_tokens=False)
         if teacher_ids != policy_ids or len(local) != len(tokenizer):
             raise TeacherTokenizerMismatchError(
@@ -200,8 +206,6 @@ class TeacherScorer:
                 f"{len(local)}, the policy tokenizer into {len(policy_ids)} over {len(tokenizer)}; OPD needs "
                 "the same tokenizer"
             )
-        vocab = len(tokenizer)
-        sample = sorted({0, 1, vocab // 3, vocab // 2, vocab - 1, *policy_ids})
         decode = {"skip_special_tokens": False, "clean_up_tokenization_spaces": False}
         if local.decode(sample, **decode) != tokenizer.decode(sample, **decode):
             raise TeacherTokenizerMismatchError(

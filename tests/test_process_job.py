@@ -296,3 +296,17 @@ def test_ctrl_c_finishes_groups_in_flight_and_exits_cleanly(dev_server, tmp_path
     assert f"{len(records)}/20 groups" in text  # every finished group is in the file
     report = validate_jsonl(out)
     assert report.clean, report.to_dict()
+
+
+def test_run_totals_sum_every_group_summary_count():
+    from hermes_opd.commands.progress import GroupSummary, RunTotals
+
+    totals = RunTotals()
+    totals.add(GroupSummary(sequences=2, scores=[1.0, 0.0], turns=3, judged_turns=2, hints=1,
+                            scored_turns=1, tokens_scored=5, tokens_generated=9, tokens_total=20))  # fmt: skip
+    totals.add(GroupSummary(sequences=1, scores=[0.5], turns=1, judged_turns=2, hints=2))
+    assert totals.to_dict() == {
+        "groups": 2, "sequences": 3, "mean_score": 0.5, "turns": 4, "judged_turns": 4, "hints": 3,
+        "hint_rate": 0.75, "scored_turns": 1, "tokens_scored": 5, "tokens_generated": 9,
+    }  # fmt: skip
+    assert totals.scores == [1.0, 0.0, 0.5] and totals.tokens_total == 20

@@ -4,6 +4,7 @@ line per group otherwise, so that logs of unattended jobs stay readable)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import sys
 import time
@@ -52,29 +53,20 @@ class GroupSummary:
 
 
 @dataclass
-class RunTotals:
-    """Sums over the groups a run wrote."""
+class RunTotals(GroupSummary):
+    """Sums over the groups a run wrote: every `GroupSummary` count (scores concatenated), plus the
+    number of groups."""
 
     groups: int = 0
-    sequences: int = 0
-    scores: list[float] = field(default_factory=list)
-    turns: int = 0
-    judged_turns: int = 0
-    hints: int = 0
-    scored_turns: int = 0
-    tokens_scored: int = 0
-    tokens_generated: int = 0
 
     def add(self, summary: GroupSummary) -> None:
         self.groups += 1
-        self.sequences += summary.sequences
-        self.scores.extend(summary.scores)
-        self.turns += summary.turns
-        self.judged_turns += summary.judged_turns
-        self.hints += summary.hints
-        self.scored_turns += summary.scored_turns
-        self.tokens_scored += summary.tokens_scored
-        self.tokens_generated += summary.tokens_generated
+        for f in dataclasses.fields(GroupSummary):
+            mine, theirs = getattr(self, f.name), getattr(summary, f.name)
+            if isinstance(mine, list):
+                mine.extend(theirs)
+            else:
+                setattr(self, f.name, mine + theirs)
 
     @property
     def hint_rate(self) -> float:
