@@ -38,6 +38,7 @@ from environments.process_tree import (
     signal_quietly,
     terminate_process_tree,
 )
+from environments.sandbox_cgroup import CgroupLimits, SandboxCgroup, detect_cgroups, reap_stale_groups
 from environments.sandbox_disk import (
     CONTAINER_PREFIX,
     disk_free_fallback_warning,
@@ -62,6 +63,7 @@ from environments.sandbox_limits import (
     SandboxError,
     SandboxLimits,
 )
+from environments.sandbox_seccomp import userns_filter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -188,8 +190,10 @@ class Sandbox:
         isolation: Isolation,
         uid: int | None,
         gid: int | None,
+        cgroup: SandboxCgroup | None = None,
     ) -> None:
         self._container = container
+        self._cgroup = cgroup
         self._workdir = workdir
         self._dir_fd = dir_fd
         self._limits = limits
@@ -237,11 +241,14 @@ class Sandbox:
         making = asyncio.ensure_future(
             asyncio.to_thread(_make_dirs, root_dir, uid, gid, limits.disk_quota_mb)
         )
+        grouping = asyncio.ensure_future(asyncio.to_thread(_make_cgroup, limits))
         try:
             container, workdir, dir_fd = await asyncio.shield(making)
+            cgroup = await asyncio.shield(grouping)
         except BaseException:
             if not making.cancelled():
                 await asyncio.shield(_discard_made_dirs(making))
+            await asyncio.shield(_discard_cgroup(grouping))
             if uid is not None and limits.user == "per_sandbox":
                 _release_uid(uid)
             raise
@@ -253,6 +260,7 @@ class Sandbox:
             isolation=isolation,
             uid=uid,
             gid=gid,
+            cgroup=cgroup,
         )
 
     async def close(self) -> None:
@@ -271,6 +279,8 @@ class Sandbox:
                 for pid in leftovers:
                     signal_quietly(pid, signal.SIGKILL)
                 await asyncio.sleep(0.01)
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.close)
         with contextlib.suppress(OSError):
             os.close(self._dir_fd)
         await asyncio.to_thread(remove_container, self._container)
@@ -302,6 +312,11 @@ class Sandbox:
     @property
     def limits(self) -> SandboxLimits:
         return self._limits
+
+    @property
+    def cgroup(self) -> SandboxCgroup | None:
+        """The sandbox's control group, or None where cgroups are unusable (see docs/sandbox.md)."""
+        return self._cgroup
 
     @property
     def isolation(self) -> Isolation:
@@ -360,7 +375,9 @@ class Sandbox:
     ) -> CommandResult:
         """Run `bash -c command` in the sandbox. Never raises for what the command does; raises
         SandboxError if the sandbox is closed or the process cannot be started. `cpu_time_s`
-        replaces the limits' RLIMIT_CPU for this command only."""
+        replaces the limits' RLIMIT_CPU for this command only and, with a cgroup, is the CPU budget
+        of all the command's processes together (forks included): past it, the command is killed
+        (`CommandResult.cpu_exceeded`)."""
         self._check_open()
         timeout = self._limits.command_timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()
@@ -368,6 +385,7 @@ class Sandbox:
         protocol = running.protocol
         self._running.add(running)
         timed_out = flooded = False
+        budget = self._cpu_budget(cpu_time_s)
         try:
             if stdin is not None:
                 pipe = running.transport.get_pipe_transport(0)
@@ -378,7 +396,7 @@ class Sandbox:
             try:
                 async with asyncio.timeout(timeout):
                     await asyncio.wait(
-                        {protocol.exited, protocol.flooded}, return_when=asyncio.FIRST_COMPLETED
+                        {protocol.exited, protocol.flooded, *budget}, return_when=asyncio.FIRST_COMPLETED
                     )
                     flooded = protocol.flooded.done()
                     if not flooded:
@@ -394,16 +412,21 @@ class Sandbox:
                     # Without a PID namespace, background jobs may still hold on: kill the group.
                     signal_quietly(running.pid, signal.SIGKILL, group=True)
             finally:
+                for watch in budget:
+                    watch.cancel()
                 running.transport.close()
                 self._running.discard(running)
+        cpu_exceeded = any(w.done() and not w.cancelled() and w.result() for w in budget)
         text = protocol.output.render()
+        if cpu_exceeded:
+            text += f"\n[command killed: its processes used more than {cpu_time_s}s of CPU time]"
         if flooded:
             text += f"\n[command killed: output exceeded {self._limits.kill_output_bytes} bytes]"
         if timed_out:
             text += f"\n[command timed out after {timeout:g}s and was killed]"
         if timed_out:
             code = TIMEOUT_EXIT_CODE
-        elif flooded:
+        elif flooded or cpu_exceeded:
             code = KILLED_EXIT_CODE
         else:
             code = running.transport.get_returncode()
@@ -414,7 +437,27 @@ class Sandbox:
             timed_out=timed_out,
             truncated=protocol.output.truncated or flooded,
             duration_s=time.monotonic() - started,
+            cpu_exceeded=cpu_exceeded,
         )
+
+    def _seccomp_address(self) -> int | None:
+        """The user-namespace filter, where commands drop privileges (as root, the namespaces
+        wrapper needs no user namespace; unprivileged, it makes one and must not be filtered)."""
+        if not self._isolation.drop_privileges:
+            return None
+        found = userns_filter()
+        return None if found is None else found.address
+
+    def _cpu_budget(self, cpu_time_s: int | None) -> set[asyncio.Task[bool]]:
+        """A watcher that finishes (True) once the sandbox's cgroup has used `cpu_time_s` more CPU
+        seconds than now; none without a budget or a cgroup that counts CPU time."""
+        group = self._cgroup
+        if cpu_time_s is None or group is None:
+            return set()
+        start = group.cpu_seconds()
+        if start is None:
+            return set()
+        return {asyncio.ensure_future(_watch_cpu(group, start + cpu_time_s))}
 
     async def _start(self, command: str, *, with_stdin: bool, cpu_time_s: int | None = None) -> _Running:
         wrapper = self._isolation.wrapper(
@@ -443,7 +486,9 @@ class Sandbox:
                 cwd=self._workdir,
                 env=self.environment(),
                 start_new_session=True,
-                preexec_fn=make_preexec(limits),
+                preexec_fn=make_preexec(
+                    limits, self._cgroup.enter_fds if self._cgroup else (), self._seccomp_address()
+                ),
                 **privileges,
             )
         )
@@ -461,6 +506,50 @@ class Sandbox:
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxError(f"could not start command: {exc}") from exc
         return _Running(transport, protocol)
+
+
+_CPU_POLL_S = 0.05
+
+
+async def _watch_cpu(group: SandboxCgroup, limit_s: float) -> bool:
+    """True once the group's CPU time passes `limit_s` (checked every 50 ms)."""
+    while True:
+        used = group.cpu_seconds()
+        if used is not None and used > limit_s:
+            return True
+        await asyncio.sleep(_CPU_POLL_S)
+
+
+_reaped_groups: set[object] = set()
+
+
+def _make_cgroup(limits: SandboxLimits) -> SandboxCgroup | None:
+    """The sandbox's cgroup, or None where there is no usable cgroup tree (said once, loudly)."""
+    tree = detect_cgroups(limits.cgroup)
+    if tree is None:
+        return None
+    with _reap_lock:
+        first = tree not in _reaped_groups
+        _reaped_groups.add(tree)
+    if first:
+        reap_stale_groups(tree)
+    wanted = CgroupLimits(
+        cpu_cores=limits.cpu_cores,
+        cpu_weight=limits.cpu_weight,
+        memory_bytes=limits.memory_total_mb * 1024 * 1024,
+        max_pids=limits.max_processes,
+    )
+    try:
+        return SandboxCgroup.create(tree, wanted)
+    except OSError as exc:
+        raise SandboxError(f"could not make the sandbox's cgroup: {exc}") from exc
+
+
+async def _discard_cgroup(grouping: asyncio.Future) -> None:
+    with contextlib.suppress(BaseException):
+        group = await grouping
+        if group is not None:
+            await asyncio.to_thread(group.close)
 
 
 def _retire_offloaded(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:

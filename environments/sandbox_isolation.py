@@ -228,6 +228,8 @@ def _works(iso: Isolation, uid: int | None, gid: int | None) -> bool:
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
 
 
 def _load_prctl():
@@ -258,18 +260,27 @@ def _rlimits(limits: SandboxLimits) -> list[tuple[int, tuple[int, int]]]:
     ]
 
 
-def make_preexec(limits: SandboxLimits):
-    """A preexec_fn that only makes plain system calls (safe enough after fork in a threaded parent)."""
+def make_preexec(limits: SandboxLimits, cgroup_fds: tuple[int, ...] = (), seccomp: int | None = None):
+    """A preexec_fn that only makes plain system calls (safe enough after fork in a threaded parent).
+    `cgroup_fds`: open `cgroup.procs` files of the sandbox's cgroup; the child joins it first, so
+    everything it (and what it starts) does is counted and limited there. If joining fails the
+    command does not start. `seccomp`: the address of a filter program (environments/sandbox_seccomp.py),
+    installed after no_new_privs; if the kernel refuses it the command does not start."""
     rlimits = _rlimits(limits)
     prctl = _prctl
     setrlimit = resource.setrlimit
+    write = os.write
 
     def preexec() -> None:
+        for fd in cgroup_fds:
+            write(fd, b"0")
         for which, value in rlimits:
             setrlimit(which, value)
         if prctl is not None:
             prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
             # Dies with the env (the thread that started it): a killed env leaves no command running.
             prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if seccomp is not None and prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, seccomp, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "seccomp filter refused")
 
     return preexec
