@@ -21,7 +21,6 @@ import contextlib
 import functools
 import logging
 import os
-import random
 import signal
 import stat
 import subprocess
@@ -64,6 +63,7 @@ from environments.sandbox_limits import (
     SandboxLimits,
 )
 from environments.sandbox_seccomp import userns_filter
+from environments.sandbox_uids import registry as uid_registry
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -158,23 +158,17 @@ class _Running:
 # ---------------------------------------------------------------------------------------------
 # The sandbox.
 
-_uids_in_use: set[int] = set()
-_uids_lock = threading.Lock()
-
 
 def _allocate_uid(limits: SandboxLimits) -> int:
-    with _uids_lock:
-        for _ in range(1000):
-            uid = limits.per_sandbox_uid_base + random.randrange(limits.per_sandbox_uid_count)
-            if uid not in _uids_in_use:
-                _uids_in_use.add(uid)
-                return uid
-    raise SandboxError("no free per-sandbox uid")
+    """A uid no other sandbox on this host (in any process) uses; see environments/sandbox_uids.py."""
+    uid = uid_registry.reserve(limits.per_sandbox_uid_base, limits.per_sandbox_uid_count)
+    if uid is None:
+        raise SandboxError("no free per-sandbox uid")
+    return uid
 
 
 def _release_uid(uid: int) -> None:
-    with _uids_lock:
-        _uids_in_use.discard(uid)
+    uid_registry.release(uid)
 
 
 class Sandbox:
