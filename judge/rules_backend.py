@@ -28,7 +28,7 @@ from judge.config import JudgeConfig
 from judge.parsing import HINT_END, HINT_START, Vote, parse_vote
 from judge.prompt import defuse_markers
 
-MAX_QUOTE_CHARS = 60
+MAX_QUOTE_CHARS = 100
 """Hints quote text the agent wrote (test names, error lines) only as short excerpts in backticks, so a
 policy cannot write the context it is trained under."""
 MAX_TEST_NAMES = 5
