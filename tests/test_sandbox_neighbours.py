@@ -119,10 +119,11 @@ async def test_a_hash_flood_report_never_pauses_the_event_loop():
     finally:
         done.set()
         await ticking
+    assert max(stalls) < 0.1, (
+        f"event loop paused {max(stalls):.3f}s (verify took {time.monotonic() - started:.1f}s)"
+    )
     assert result.score == 0.0
     assert "share one hash value" in result.tests[0].message, result.tests[0].message
-    assert max(stalls) < 0.1, f"event loop paused {max(stalls):.3f}s"
-    assert time.monotonic() - started < 20
 
 
 # 3. ----------------------------------------------------------------------------------------------
@@ -210,7 +211,9 @@ async def test_a_message_shotgun_passes_no_message_check(task_id):
     task = TASKS[task_id]
     result = await verify_files(task, {"solution.py": SHOTGUN[task_id]})
     suite = task.hidden_tests["tests"]
-    message_tests = [t["name"] for t in suite if any("message_match" in c for c in t["checks"])]
+    message_tests = [
+        t["name"] for t in suite if any("message_match" in c or "message_contains" in c for c in t["checks"])
+    ]
     assert message_tests
     by_name = {t.name: t for t in result.tests}
     for name in message_tests:
