@@ -206,20 +206,29 @@ SHOTGUN = {
 }
 
 
+def _message_checks_only(task: Task) -> Task:
+    """The task's checks of an exception's message, each as a test of its own."""
+    suite = dict(task.hidden_tests)
+    tests = []
+    for test in suite["tests"]:
+        for j, check in enumerate(test["checks"]):
+            if "message_match" in check or "message_contains" in check:
+                tests.append(
+                    {"name": f"{test['name']}_{j}", "setup": test.get("setup", ""), "checks": [check]}
+                )
+    suite["tests"] = tests
+    return Task(task_id=f"{task.task_id}_messages", prompt=task.prompt, hidden_tests=suite)
+
+
 @pytest.mark.parametrize("task_id", sorted(SHOTGUN))
 async def test_a_message_shotgun_passes_no_message_check(task_id):
-    task = TASKS[task_id]
+    task = _message_checks_only(TASKS[task_id])
+    assert len(task.hidden_tests["tests"]) >= 2
     result = await verify_files(task, {"solution.py": SHOTGUN[task_id]})
-    suite = task.hidden_tests["tests"]
-    message_tests = [
-        t["name"] for t in suite if any("message_match" in c or "message_contains" in c for c in t["checks"])
-    ]
-    assert message_tests
-    by_name = {t.name: t for t in result.tests}
-    for name in message_tests:
-        assert not by_name[name].passed, (name, by_name[name].message)
-        assert "states the right value" in by_name[name].message or "expected" in by_name[name].message
-    assert result.score == 0.0
+    assert result.passed == 0, [(t.name, t.passed) for t in result.tests]
+    assert all("states the right value" in t.message for t in result.tests), result.feedback
+    honest = await verify_files(task, TASKS[task_id].reference_solution)
+    assert honest.score == 1.0, honest.feedback
 
 
 # 5. ----------------------------------------------------------------------------------------------
