@@ -37,6 +37,7 @@ from environments.process_tree import (
     signal_quietly,
     terminate_process_tree,
 )
+from environments.sandbox_bwrap import write_etc
 from environments.sandbox_cgroup import CgroupLimits, SandboxCgroup, detect_cgroups, reap_stale_groups
 from environments.sandbox_disk import (
     CONTAINER_PREFIX,
@@ -223,7 +224,7 @@ class Sandbox:
     ) -> Sandbox:
         """Like `create`, for callers that manage the lifetime themselves; call `close()`."""
         limits = limits or SandboxLimits()
-        isolation = await asyncio.to_thread(detect_isolation, limits.allow_network)
+        isolation = await asyncio.to_thread(detect_isolation, limits.allow_network, limits.root_builder)
         uid = gid = None
         if isolation.drop_privileges:
             if limits.user == "per_sandbox":
@@ -462,7 +463,9 @@ class Sandbox:
             self._hidden_paths,
             rootdir=self._container / "root",
         )
-        argv = [*wrapper, *_shell(command, self._isolation.pid_namespace)]
+        # Under bubblewrap the command is not the namespace's init (bwrap's own process is).
+        init = self._isolation.pid_namespace and not self._isolation.bwrap_path
+        argv = [*wrapper, *_shell(command, init)]
         privileges = {}
         if self._isolation.drop_privileges and not self._isolation.unshare_flags:
             privileges = {"user": self._uid, "group": self._gid, "extra_groups": []}
@@ -630,6 +633,7 @@ def _make_dirs(
         (container / "root").mkdir(mode=0o755)
         if uid is not None and gid is not None:
             os.chown(workdir, uid, gid)
+            write_etc(container, uid, gid, workdir)  # for the bubblewrap root
         dir_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except BaseException:
         remove_container(container)

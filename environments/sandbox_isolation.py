@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from environments.sandbox_bwrap import bwrap_argv, write_etc
 from environments.sandbox_limits import NOBODY_GID, NOBODY_UID, SandboxLimits
 from environments.sandbox_root import ROOT_SETUP, RootPlan, root_plan, setup_args
 
@@ -88,6 +89,9 @@ class Isolation:
     pivot_root_path: str = ""
     root: RootPlan | None = None
     """When set, commands see only the allow-list root of `environments/sandbox_root.py`."""
+    bwrap_path: str = ""
+    """When set (with `root`), bubblewrap builds that root in one process
+    (environments/sandbox_bwrap.py) instead of the root-side shell script."""
 
     @property
     def private_root(self) -> bool:
@@ -106,6 +110,26 @@ class Isolation:
         an empty directory the allow-list root is mounted on (inside the command's namespace)."""
         if not self.unshare_flags:
             return []
+        if (
+            self.root is not None
+            and uid is not None
+            and gid is not None
+            and rootdir is not None
+            and self.bwrap_path
+        ):
+            return bwrap_argv(
+                bwrap=self.bwrap_path,
+                setpriv=self.setpriv_path,
+                death_flag=_setpriv_death_flag(self.setpriv_path),
+                namespaces=self.unshare_flags,
+                plan=self.root,
+                hidden=hidden,
+                container=rootdir.parent,  # the sandbox's container holds `root` and the /etc files
+                workdir=workdir,
+                tmpdir=tmpdir,
+                uid=uid,
+                gid=gid,
+            )
         if self.root is not None and uid is not None and gid is not None and rootdir is not None:
             head = [SH, "-c", ROOT_SETUP, "sh", str(rootdir), str(workdir), str(tmpdir), self.setpriv_path]
             head += [_setpriv_death_flag(self.setpriv_path), self.pivot_root_path]
@@ -138,19 +162,21 @@ def _setpriv_death_flag(setpriv: str) -> str:
     return "--pdeathsig=KILL" if "--pdeathsig" in help_text else ""
 
 
-_isolation_cache: dict[bool, Isolation] = {}
+_isolation_cache: dict[tuple[bool, str], Isolation] = {}
 _isolation_lock = threading.Lock()
 
 
-def detect_isolation(allow_network: bool) -> Isolation:
-    """Find the strongest confinement this machine supports; cached; logs a warning if degraded."""
+def detect_isolation(allow_network: bool, root_builder: str = "auto") -> Isolation:
+    """Find the strongest confinement this machine supports; cached; logs a warning if degraded.
+    `root_builder`: "auto" (bubblewrap when installed, else the shell script), "bwrap" or "shell"."""
+    key = (allow_network, root_builder)
     with _isolation_lock:
-        if allow_network not in _isolation_cache:
-            _isolation_cache[allow_network] = _probe_isolation(allow_network)
-        return _isolation_cache[allow_network]
+        if key not in _isolation_cache:
+            _isolation_cache[key] = _probe_isolation(allow_network, root_builder)
+        return _isolation_cache[key]
 
 
-def _probe_isolation(allow_network: bool) -> Isolation:
+def _probe_isolation(allow_network: bool, root_builder: str = "auto") -> Isolation:
     is_root = os.geteuid() == 0
     net = () if allow_network else ("--net",)
     unshare = shutil.which("unshare") or ""
@@ -159,6 +185,18 @@ def _probe_isolation(allow_network: bool) -> Isolation:
     if unshare and is_root:
         full = (*net, "--pid", "--fork", "--mount-proc")
         pivot_root = shutil.which("pivot_root") or shutil.which("pivot_root", path="/usr/sbin:/sbin") or ""
+        bwrap = shutil.which("bwrap") or ""
+        if setpriv and bwrap and root_builder in ("auto", "bwrap"):
+            plan = root_plan()
+            for extra in (("--ipc", "--uts", "--cgroup"), ("--ipc", "--uts")):
+                flags = (*net, *extra, "--pid", "--fork", "--mount")
+                candidates.append(
+                    Isolation(unshare, flags, True, True, True, True, setpriv, "", plan, bwrap_path=bwrap)
+                )
+        elif root_builder == "bwrap":
+            log.warning(
+                "sandbox: bubblewrap (bwrap) not found; the allow-list root is built by a shell script"
+            )
         if setpriv and shutil.which("mount") and pivot_root:
             plan = root_plan()
             for extra in (("--ipc", "--uts", "--cgroup"), ("--ipc", "--uts")):
@@ -213,6 +251,8 @@ def _works(iso: Isolation, uid: int | None, gid: int | None) -> bool:
         tmpdir.mkdir()
         rootdir = Path(probe_dir) / "root"
         rootdir.mkdir()
+        if uid is not None and gid is not None:
+            write_etc(Path(probe_dir), uid, gid, Path(probe_dir))
         argv = [*iso.wrapper(uid, gid, Path(probe_dir), tmpdir, rootdir=rootdir), BASH, "-c", "exit 0"]
         try:
             done = subprocess.run(argv, cwd=probe_dir, capture_output=True, timeout=10, check=False)

@@ -77,6 +77,11 @@ class SandboxLimits(BaseModel):
         description="Memory of all the sandbox's processes together, in MiB (cgroup memory.max / "
         "limit_in_bytes): the kernel's OOM killer acts inside the sandbox when it is exceeded.",
     )
+    root_builder: Literal["auto", "bwrap", "shell"] = Field(
+        "auto",
+        description="Who builds the allow-list root of each command (root only): 'auto' uses bubblewrap "
+        "(`bwrap`, one process) when installed, else a root-side shell script (about forty processes).",
+    )
     max_open_files: int = Field(256, ge=16, description="RLIMIT_NOFILE per process.")
     max_output_bytes: int = Field(
         20_000,
