@@ -534,7 +534,7 @@ def _make_cgroup(limits: SandboxLimits) -> SandboxCgroup | None:
         cpu_cores=limits.cpu_cores,
         cpu_weight=limits.cpu_weight,
         memory_bytes=limits.memory_total_mb * 1024 * 1024,
-        max_pids=limits.max_processes + 1,  # and the namespaces wrapper (root, outside the count of the uid)
+        max_pids=limits.max_processes + 2,  # and the wrapper's two root processes (bwrap and its init)
     )
     try:
         return SandboxCgroup.create(tree, wanted)

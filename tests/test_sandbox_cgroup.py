@@ -99,7 +99,7 @@ async def test_the_limits_are_written_to_the_group():
         assert read("cpu", "cpu.cfs_quota_us") == "50000" and read("cpu", "cpu.cfs_period_us") == "100000"
         assert read("cpu", "cpu.shares") == "512"
         assert read("memory", "memory.limit_in_bytes") == str(300 << 20)
-        assert read("pids", "pids.max") == "21"
+        assert read("pids", "pids.max") == "22"
 
 
 def test_the_seccomp_filter_jumps_stay_inside_the_program():
