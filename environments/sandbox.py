@@ -38,7 +38,7 @@ from environments.process_tree import (
     terminate_process_tree,
 )
 from environments.sandbox_bwrap import write_etc
-from environments.sandbox_cgroup import CgroupLimits, SandboxCgroup, detect_cgroups, reap_stale_groups
+from environments.sandbox_cgroup import SandboxCgroup, sandbox_cgroup_for, watch_cpu
 from environments.sandbox_disk import (
     CONTAINER_PREFIX,
     disk_free_fallback_warning,
@@ -236,7 +236,7 @@ class Sandbox:
         making = asyncio.ensure_future(
             asyncio.to_thread(_make_dirs, root_dir, uid, gid, limits.disk_quota_mb)
         )
-        grouping = asyncio.ensure_future(asyncio.to_thread(_make_cgroup, limits))
+        grouping = asyncio.ensure_future(asyncio.to_thread(sandbox_cgroup_for, limits))
         try:
             container, workdir, dir_fd = await asyncio.shield(making)
             cgroup = await asyncio.shield(grouping)
@@ -452,7 +452,7 @@ class Sandbox:
         start = group.cpu_seconds()
         if start is None:
             return set()
-        return {asyncio.ensure_future(_watch_cpu(group, start + cpu_time_s))}
+        return {asyncio.ensure_future(watch_cpu(group, start + cpu_time_s))}
 
     async def _start(self, command: str, *, with_stdin: bool, cpu_time_s: int | None = None) -> _Running:
         wrapper = self._isolation.wrapper(
@@ -503,43 +503,6 @@ class Sandbox:
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxError(f"could not start command: {exc}") from exc
         return _Running(transport, protocol)
-
-
-_CPU_POLL_S = 0.05
-
-
-async def _watch_cpu(group: SandboxCgroup, limit_s: float) -> bool:
-    """True once the group's CPU time passes `limit_s` (checked every 50 ms)."""
-    while True:
-        used = group.cpu_seconds()
-        if used is not None and used > limit_s:
-            return True
-        await asyncio.sleep(_CPU_POLL_S)
-
-
-_reaped_groups: set[object] = set()
-
-
-def _make_cgroup(limits: SandboxLimits) -> SandboxCgroup | None:
-    """The sandbox's cgroup, or None where there is no usable cgroup tree (said once, loudly)."""
-    tree = detect_cgroups(limits.cgroup)
-    if tree is None:
-        return None
-    with _reap_lock:
-        first = tree not in _reaped_groups
-        _reaped_groups.add(tree)
-    if first:
-        reap_stale_groups(tree)
-    wanted = CgroupLimits(
-        cpu_cores=limits.cpu_cores,
-        cpu_weight=limits.cpu_weight,
-        memory_bytes=limits.memory_total_mb * 1024 * 1024,
-        max_pids=limits.max_processes + 2,  # and the wrapper's two root processes (bwrap and its init)
-    )
-    try:
-        return SandboxCgroup.create(tree, wanted)
-    except OSError as exc:
-        raise SandboxError(f"could not make the sandbox's cgroup: {exc}") from exc
 
 
 async def _discard_cgroup(grouping: asyncio.Future) -> None:

@@ -11,15 +11,17 @@ the CPU time of every process it ever ran, forks included.
   environments/sandbox_isolation.py), so nothing the command starts runs outside it.
 - Commands cannot leave: the files are root's, commands run as an unprivileged uid, in their own
   cgroup namespace, and the allow-list root has no /sys at all.
-- `cpu_seconds` is the group's CPU time (user + system, all processes, dead ones included);
-  `close` kills what is left and removes the group. Groups left by a killed env are removed at the
-  next start (`reap_stale_groups`).
+- `cpu_seconds` is the group's CPU time (user + system, all processes, dead ones included), which
+  `watch_cpu` compares with a command's CPU budget; `close` kills what is left and removes the
+  group. Groups left by a killed env are removed at the next start (`reap_stale_groups`).
+- `sandbox_cgroup_for(limits)` is what `Sandbox.open` calls (in a worker thread).
 
-Pure file operations on cgroupfs; no subprocesses.
+File operations on cgroupfs only; no subprocesses.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import functools
@@ -31,6 +33,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from environments.sandbox_limits import SandboxError, SandboxLimits
 
 log = logging.getLogger("environments.sandbox")
 
@@ -402,3 +406,44 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# What the sandbox uses.
+
+_CPU_POLL_S = 0.05
+_reaped_trees: set[CgroupTree] = set()
+_reap_lock = threading.Lock()
+
+
+async def watch_cpu(group: SandboxCgroup, limit_s: float) -> bool:
+    """True once the group's CPU time passes `limit_s` (checked every 50 ms)."""
+    while True:
+        used = group.cpu_seconds()
+        if used is not None and used > limit_s:
+            return True
+        await asyncio.sleep(_CPU_POLL_S)
+
+
+def sandbox_cgroup_for(limits: SandboxLimits) -> SandboxCgroup | None:
+    """A new sandbox's cgroup, or None where there is no usable cgroup tree (said once, loudly).
+    The first one under a tree removes what killed envs left there. SandboxError when the kernel
+    refuses (the sandbox then does not open: its processes would run unconfined)."""
+    tree = detect_cgroups(limits.cgroup)
+    if tree is None:
+        return None
+    with _reap_lock:
+        first = tree not in _reaped_trees
+        _reaped_trees.add(tree)
+    if first:
+        reap_stale_groups(tree)
+    wanted = CgroupLimits(
+        cpu_cores=limits.cpu_cores,
+        cpu_weight=limits.cpu_weight,
+        memory_bytes=limits.memory_total_mb * 1024 * 1024,
+        max_pids=limits.max_processes + 2,  # and the wrapper's two root processes (bwrap and its init)
+    )
+    try:
+        return SandboxCgroup.create(tree, wanted)
+    except OSError as exc:
+        raise SandboxError(f"could not make the sandbox's cgroup: {exc}") from exc
