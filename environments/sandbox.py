@@ -37,7 +37,7 @@ from environments.process_tree import (
     signal_quietly,
     terminate_process_tree,
 )
-from environments.sandbox_bwrap import write_etc
+from environments.sandbox_bwrap import launcher_argv, write_etc
 from environments.sandbox_cgroup import SandboxCgroup, sandbox_cgroup_for, watch_cpu
 from environments.sandbox_disk import (
     CONTAINER_PREFIX,
@@ -49,10 +49,12 @@ from environments.sandbox_disk import (
 )
 from environments.sandbox_isolation import (
     BASH,
+    SH,
     Isolation,
     default_hidden_paths,
     detect_isolation,
     make_preexec,
+    prlimit_args,
 )
 from environments.sandbox_limits import (
     KILLED_EXIT_CODE,
@@ -455,24 +457,46 @@ class Sandbox:
         return {asyncio.ensure_future(watch_cpu(group, start + cpu_time_s))}
 
     async def _start(self, command: str, *, with_stdin: bool, cpu_time_s: int | None = None) -> _Running:
-        wrapper = self._isolation.wrapper(
+        limits = self._limits
+        if cpu_time_s is not None:
+            limits = limits.model_copy(update={"cpu_time_s": max(1, int(cpu_time_s))})
+        iso = self._isolation
+        # Under bubblewrap (with prlimit), nothing runs in Python between fork and exec: a shell joins
+        # the cgroup, prlimit sets the rlimits, bwrap loads the seccomp filter and sets no_new_privs
+        # and the parent-death signal. That spares the full fork a `preexec_fn` forces (see
+        # environments/sandbox_bwrap.py). Otherwise the forked child does it all in `preexec_fn`.
+        direct = bool(iso.bwrap_path and iso.prlimit_path and self._uid is not None)
+        seccomp_read = None
+        filter_ = userns_filter() if direct and iso.drop_privileges else None
+        if filter_ is not None:
+            seccomp_read, seccomp_write = os.pipe()
+            try:
+                os.write(seccomp_write, filter_.program_bytes)  # a few hundred bytes: fits the pipe
+            finally:
+                os.close(seccomp_write)
+        wrapper = iso.wrapper(
             self._uid,
             self._gid,
             self._workdir,
             self._container / "tmp",
             self._hidden_paths,
             rootdir=self._container / "root",
+            seccomp_fd=seccomp_read,
         )
         # Under bubblewrap the command is not the namespace's init (bwrap's own process is).
-        init = self._isolation.pid_namespace and not self._isolation.bwrap_path
+        init = iso.pid_namespace and not iso.bwrap_path
         argv = [*wrapper, *_shell(command, init)]
-        privileges = {}
-        if self._isolation.drop_privileges and not self._isolation.unshare_flags:
-            privileges = {"user": self._uid, "group": self._gid, "extra_groups": []}
+        spawn: dict[str, Any] = {}
+        if direct:
+            procs = self._cgroup.procs_files if self._cgroup else []
+            argv = [*launcher_argv(SH, iso.prlimit_path, procs, prlimit_args(limits)), *argv]
+            spawn["pass_fds"] = () if seccomp_read is None else (seccomp_read,)
+        else:
+            cgroup_fds = self._cgroup.enter_fds if self._cgroup else ()
+            spawn["preexec_fn"] = make_preexec(limits, cgroup_fds, self._seccomp_address())
+        if iso.drop_privileges and not iso.unshare_flags:
+            spawn.update(user=self._uid, group=self._gid, extra_groups=[])
         loop = asyncio.get_running_loop()
-        limits = self._limits
-        if cpu_time_s is not None:
-            limits = limits.model_copy(update={"cpu_time_s": max(1, int(cpu_time_s))})
         creating = asyncio.ensure_future(
             loop.subprocess_exec(
                 lambda: _CommandProtocol(limits.max_output_bytes, limits.kill_output_bytes),
@@ -483,10 +507,7 @@ class Sandbox:
                 cwd=self._workdir,
                 env=self.environment(),
                 start_new_session=True,
-                preexec_fn=make_preexec(
-                    limits, self._cgroup.enter_fds if self._cgroup else (), self._seccomp_address()
-                ),
-                **privileges,
+                **spawn,
             )
         )
         try:
@@ -502,6 +523,12 @@ class Sandbox:
             raise
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxError(f"could not start command: {exc}") from exc
+        finally:
+            if seccomp_read is not None:
+                if not creating.done():
+                    with contextlib.suppress(BaseException):
+                        await creating  # the child must have its copy before ours is closed
+                os.close(seccomp_read)
         return _Running(transport, protocol)
 
 

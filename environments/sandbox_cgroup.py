@@ -303,6 +303,11 @@ class SandboxCgroup:
         """Open `cgroup.procs` descriptors: a forked child writes "0" to each to join the group."""
         return tuple(self._enter_fds)
 
+    @property
+    def procs_files(self) -> list[str]:
+        """The group's `cgroup.procs` files (one per hierarchy): writing "0" to one moves the writer."""
+        return [str(path / "cgroup.procs") for path in sorted(set(self.dirs.values()))]
+
     def cpu_seconds(self) -> float | None:
         """CPU time of every process the group ever held (user + system), or None if unknown."""
         try:

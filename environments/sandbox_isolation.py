@@ -92,6 +92,8 @@ class Isolation:
     bwrap_path: str = ""
     """When set (with `root`), bubblewrap builds that root in one process
     (environments/sandbox_bwrap.py) instead of the root-side shell script."""
+    prlimit_path: str = ""
+    """With bubblewrap: util-linux `prlimit`, which sets the rlimits so that no `preexec_fn` is needed."""
 
     @property
     def private_root(self) -> bool:
@@ -105,9 +107,11 @@ class Isolation:
         tmpdir: Path,
         hidden: tuple[str, ...] = (),
         rootdir: Path | None = None,
+        seccomp_fd: int | None = None,
     ) -> list[str]:
         """The argv prefix that confines a command; the command's own argv follows it. `rootdir`:
-        an empty directory the allow-list root is mounted on (inside the command's namespace)."""
+        an empty directory the allow-list root is mounted on (inside the command's namespace).
+        `seccomp_fd`: bubblewrap only, a descriptor holding the seccomp program."""
         if not self.unshare_flags:
             return []
         if (
@@ -129,6 +133,7 @@ class Isolation:
                 tmpdir=tmpdir,
                 uid=uid,
                 gid=gid,
+                seccomp_fd=seccomp_fd,
             )
         if self.root is not None and uid is not None and gid is not None and rootdir is not None:
             head = [SH, "-c", ROOT_SETUP, "sh", str(rootdir), str(workdir), str(tmpdir), self.setpriv_path]
@@ -190,8 +195,21 @@ def _probe_isolation(allow_network: bool, root_builder: str = "auto") -> Isolati
             plan = root_plan()
             for extra in (("--ipc", "--uts", "--cgroup"), ("--ipc", "--uts")):
                 flags = (*net, *extra, "--pid", "--fork", "--mount")
+                prlimit = shutil.which("prlimit") or ""
                 candidates.append(
-                    Isolation(unshare, flags, True, True, True, True, setpriv, "", plan, bwrap_path=bwrap)
+                    Isolation(
+                        unshare,
+                        flags,
+                        True,
+                        True,
+                        True,
+                        True,
+                        setpriv,
+                        "",
+                        plan,
+                        bwrap_path=bwrap,
+                        prlimit_path=prlimit,
+                    )
                 )
         elif root_builder == "bwrap":
             log.warning(
@@ -298,6 +316,21 @@ def _rlimits(limits: SandboxLimits) -> list[tuple[int, tuple[int, int]]]:
         (resource.RLIMIT_NOFILE, (limits.max_open_files, limits.max_open_files)),
         (resource.RLIMIT_CORE, (0, 0)),
     ]
+
+
+_PRLIMIT_NAMES = {
+    resource.RLIMIT_CPU: "cpu",
+    resource.RLIMIT_AS: "as",
+    resource.RLIMIT_FSIZE: "fsize",
+    resource.RLIMIT_NPROC: "nproc",
+    resource.RLIMIT_NOFILE: "nofile",
+    resource.RLIMIT_CORE: "core",
+}
+
+
+def prlimit_args(limits: SandboxLimits) -> list[str]:
+    """The same rlimits as `make_preexec` sets, as util-linux `prlimit` options (soft:hard)."""
+    return [f"--{_PRLIMIT_NAMES[which]}={soft}:{hard}" for which, (soft, hard) in _rlimits(limits)]
 
 
 def make_preexec(limits: SandboxLimits, cgroup_fds: tuple[int, ...] = (), seccomp: int | None = None):

@@ -113,6 +113,8 @@ class UserNamespaceFilter:
         self._prog = _SockFprog(len(program), self._instructions)
         self.address = ctypes.addressof(self._prog)
         """What `prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, address)` takes."""
+        self.program_bytes = b"".join(struct.pack("=HBBI", *i) for i in program)
+        """The raw `struct sock_filter` array, as `bwrap --seccomp FD` reads it."""
 
 
 @functools.cache
