@@ -56,11 +56,15 @@ def _tree(version: int) -> CgroupTree | None:
 
 
 @root_only
-@pytest.mark.parametrize("version", [1, 2])
-async def test_every_process_of_a_command_is_in_the_group_and_forks_count_against_the_budget(version):
+@pytest.mark.parametrize(("version", "builder"), [(1, "bwrap"), (2, "bwrap"), (1, "shell")])
+async def test_every_process_of_a_command_is_in_the_group_and_forks_count_against_the_budget(
+    version, builder
+):
     if _tree(version) is None:
         pytest.skip(f"no writable cgroup v{version} here")
-    limits = SandboxLimits(user="per_sandbox", cgroup=f"v{version}", command_timeout_s=20)
+    limits = SandboxLimits(
+        user="per_sandbox", cgroup=f"v{version}", command_timeout_s=20, root_builder=builder
+    )
     async with Sandbox.create(limits) as sb:
         group = sb.cgroup
         assert group is not None and group.tree.version == version

@@ -315,13 +315,14 @@ async def test_two_env_processes_never_share_a_sandbox_uid():
 
 
 @pytest.mark.skipif(not detect_isolation(False).drop_privileges, reason="needs the root sandbox")
-async def test_user_namespaces_cannot_be_made_inside_the_sandbox():
+@pytest.mark.parametrize("builder", ["bwrap", "shell"])
+async def test_user_namespaces_cannot_be_made_inside_the_sandbox(builder):
     probe = (
         "unshare -U true; echo rc=$?; unshare -Ur true; echo rc=$?; "
         'python3 -c \'import ctypes; print("unshare", ctypes.CDLL(None, use_errno=True).unshare(0x10000000), '
         "ctypes.get_errno())'"
     )
-    async with Sandbox.create() as sb:
+    async with Sandbox.create(SandboxLimits(root_builder=builder)) as sb:
         result = await sb.run(probe)
     lines = result.output.splitlines()
     assert "rc=1" in lines and lines.count("rc=1") == 2, result.output
