@@ -21,7 +21,6 @@ import contextlib
 import functools
 import logging
 import os
-import random
 import signal
 import stat
 import subprocess
@@ -38,6 +37,8 @@ from environments.process_tree import (
     signal_quietly,
     terminate_process_tree,
 )
+from environments.sandbox_bwrap import launcher_argv, write_etc
+from environments.sandbox_cgroup import SandboxCgroup, sandbox_cgroup_for, watch_cpu
 from environments.sandbox_disk import (
     CONTAINER_PREFIX,
     disk_free_fallback_warning,
@@ -48,10 +49,12 @@ from environments.sandbox_disk import (
 )
 from environments.sandbox_isolation import (
     BASH,
+    SH,
     Isolation,
     default_hidden_paths,
     detect_isolation,
     make_preexec,
+    prlimit_args,
 )
 from environments.sandbox_limits import (
     KILLED_EXIT_CODE,
@@ -62,6 +65,8 @@ from environments.sandbox_limits import (
     SandboxError,
     SandboxLimits,
 )
+from environments.sandbox_seccomp import userns_filter
+from environments.sandbox_uids import registry as uid_registry
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -156,23 +161,17 @@ class _Running:
 # ---------------------------------------------------------------------------------------------
 # The sandbox.
 
-_uids_in_use: set[int] = set()
-_uids_lock = threading.Lock()
-
 
 def _allocate_uid(limits: SandboxLimits) -> int:
-    with _uids_lock:
-        for _ in range(1000):
-            uid = limits.per_sandbox_uid_base + random.randrange(limits.per_sandbox_uid_count)
-            if uid not in _uids_in_use:
-                _uids_in_use.add(uid)
-                return uid
-    raise SandboxError("no free per-sandbox uid")
+    """A uid no other sandbox on this host (in any process) uses; see environments/sandbox_uids.py."""
+    uid = uid_registry.reserve(limits.per_sandbox_uid_base, limits.per_sandbox_uid_count)
+    if uid is None:
+        raise SandboxError("no free per-sandbox uid")
+    return uid
 
 
 def _release_uid(uid: int) -> None:
-    with _uids_lock:
-        _uids_in_use.discard(uid)
+    uid_registry.release(uid)
 
 
 class Sandbox:
@@ -188,8 +187,10 @@ class Sandbox:
         isolation: Isolation,
         uid: int | None,
         gid: int | None,
+        cgroup: SandboxCgroup | None = None,
     ) -> None:
         self._container = container
+        self._cgroup = cgroup
         self._workdir = workdir
         self._dir_fd = dir_fd
         self._limits = limits
@@ -225,7 +226,7 @@ class Sandbox:
     ) -> Sandbox:
         """Like `create`, for callers that manage the lifetime themselves; call `close()`."""
         limits = limits or SandboxLimits()
-        isolation = await asyncio.to_thread(detect_isolation, limits.allow_network)
+        isolation = await asyncio.to_thread(detect_isolation, limits.allow_network, limits.root_builder)
         uid = gid = None
         if isolation.drop_privileges:
             if limits.user == "per_sandbox":
@@ -237,11 +238,14 @@ class Sandbox:
         making = asyncio.ensure_future(
             asyncio.to_thread(_make_dirs, root_dir, uid, gid, limits.disk_quota_mb)
         )
+        grouping = asyncio.ensure_future(asyncio.to_thread(sandbox_cgroup_for, limits))
         try:
             container, workdir, dir_fd = await asyncio.shield(making)
+            cgroup = await asyncio.shield(grouping)
         except BaseException:
             if not making.cancelled():
                 await asyncio.shield(_discard_made_dirs(making))
+            await asyncio.shield(_discard_cgroup(grouping))
             if uid is not None and limits.user == "per_sandbox":
                 _release_uid(uid)
             raise
@@ -253,6 +257,7 @@ class Sandbox:
             isolation=isolation,
             uid=uid,
             gid=gid,
+            cgroup=cgroup,
         )
 
     async def close(self) -> None:
@@ -271,6 +276,8 @@ class Sandbox:
                 for pid in leftovers:
                     signal_quietly(pid, signal.SIGKILL)
                 await asyncio.sleep(0.01)
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.close)
         with contextlib.suppress(OSError):
             os.close(self._dir_fd)
         await asyncio.to_thread(remove_container, self._container)
@@ -302,6 +309,11 @@ class Sandbox:
     @property
     def limits(self) -> SandboxLimits:
         return self._limits
+
+    @property
+    def cgroup(self) -> SandboxCgroup | None:
+        """The sandbox's control group, or None where cgroups are unusable (see docs/sandbox.md)."""
+        return self._cgroup
 
     @property
     def isolation(self) -> Isolation:
@@ -360,7 +372,9 @@ class Sandbox:
     ) -> CommandResult:
         """Run `bash -c command` in the sandbox. Never raises for what the command does; raises
         SandboxError if the sandbox is closed or the process cannot be started. `cpu_time_s`
-        replaces the limits' RLIMIT_CPU for this command only."""
+        replaces the limits' RLIMIT_CPU for this command only and, with a cgroup, is the CPU budget
+        of all the command's processes together (forks included): past it, the command is killed
+        (`CommandResult.cpu_exceeded`)."""
         self._check_open()
         timeout = self._limits.command_timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()
@@ -368,6 +382,7 @@ class Sandbox:
         protocol = running.protocol
         self._running.add(running)
         timed_out = flooded = False
+        budget = self._cpu_budget(cpu_time_s)
         try:
             if stdin is not None:
                 pipe = running.transport.get_pipe_transport(0)
@@ -378,7 +393,7 @@ class Sandbox:
             try:
                 async with asyncio.timeout(timeout):
                     await asyncio.wait(
-                        {protocol.exited, protocol.flooded}, return_when=asyncio.FIRST_COMPLETED
+                        {protocol.exited, protocol.flooded, *budget}, return_when=asyncio.FIRST_COMPLETED
                     )
                     flooded = protocol.flooded.done()
                     if not flooded:
@@ -394,16 +409,21 @@ class Sandbox:
                     # Without a PID namespace, background jobs may still hold on: kill the group.
                     signal_quietly(running.pid, signal.SIGKILL, group=True)
             finally:
+                for watch in budget:
+                    watch.cancel()
                 running.transport.close()
                 self._running.discard(running)
+        cpu_exceeded = any(w.done() and not w.cancelled() and w.result() for w in budget)
         text = protocol.output.render()
+        if cpu_exceeded:
+            text += f"\n[command killed: its processes used more than {cpu_time_s}s of CPU time]"
         if flooded:
             text += f"\n[command killed: output exceeded {self._limits.kill_output_bytes} bytes]"
         if timed_out:
             text += f"\n[command timed out after {timeout:g}s and was killed]"
         if timed_out:
             code = TIMEOUT_EXIT_CODE
-        elif flooded:
+        elif flooded or cpu_exceeded:
             code = KILLED_EXIT_CODE
         else:
             code = running.transport.get_returncode()
@@ -414,25 +434,69 @@ class Sandbox:
             timed_out=timed_out,
             truncated=protocol.output.truncated or flooded,
             duration_s=time.monotonic() - started,
+            cpu_exceeded=cpu_exceeded,
         )
 
+    def _seccomp_address(self) -> int | None:
+        """The user-namespace filter, where commands drop privileges (as root, the namespaces
+        wrapper needs no user namespace; unprivileged, it makes one and must not be filtered)."""
+        if not self._isolation.drop_privileges:
+            return None
+        found = userns_filter()
+        return None if found is None else found.address
+
+    def _cpu_budget(self, cpu_time_s: int | None) -> set[asyncio.Task[bool]]:
+        """A watcher that finishes (True) once the sandbox's cgroup has used `cpu_time_s` more CPU
+        seconds than now; none without a budget or a cgroup that counts CPU time."""
+        group = self._cgroup
+        if cpu_time_s is None or group is None:
+            return set()
+        start = group.cpu_seconds()
+        if start is None:
+            return set()
+        return {asyncio.ensure_future(watch_cpu(group, start + cpu_time_s))}
+
     async def _start(self, command: str, *, with_stdin: bool, cpu_time_s: int | None = None) -> _Running:
-        wrapper = self._isolation.wrapper(
+        limits = self._limits
+        if cpu_time_s is not None:
+            limits = limits.model_copy(update={"cpu_time_s": max(1, int(cpu_time_s))})
+        iso = self._isolation
+        # Under bubblewrap (with prlimit), nothing runs in Python between fork and exec: a shell joins
+        # the cgroup, prlimit sets the rlimits, bwrap loads the seccomp filter and sets no_new_privs
+        # and the parent-death signal. That spares the full fork a `preexec_fn` forces (see
+        # environments/sandbox_bwrap.py). Otherwise the forked child does it all in `preexec_fn`.
+        direct = bool(iso.bwrap_path and iso.prlimit_path and self._uid is not None)
+        seccomp_read = None
+        filter_ = userns_filter() if direct and iso.drop_privileges else None
+        if filter_ is not None:
+            seccomp_read, seccomp_write = os.pipe()
+            try:
+                os.write(seccomp_write, filter_.program_bytes)  # a few hundred bytes: fits the pipe
+            finally:
+                os.close(seccomp_write)
+        wrapper = iso.wrapper(
             self._uid,
             self._gid,
             self._workdir,
             self._container / "tmp",
             self._hidden_paths,
             rootdir=self._container / "root",
+            seccomp_fd=seccomp_read,
         )
-        argv = [*wrapper, *_shell(command, self._isolation.pid_namespace)]
-        privileges = {}
-        if self._isolation.drop_privileges and not self._isolation.unshare_flags:
-            privileges = {"user": self._uid, "group": self._gid, "extra_groups": []}
+        # Under bubblewrap the command is not the namespace's init (bwrap's own process is).
+        init = iso.pid_namespace and not iso.bwrap_path
+        argv = [*wrapper, *_shell(command, init)]
+        spawn: dict[str, Any] = {}
+        if direct:
+            procs = self._cgroup.procs_files if self._cgroup else []
+            argv = [*launcher_argv(SH, iso.prlimit_path, procs, prlimit_args(limits)), *argv]
+            spawn["pass_fds"] = () if seccomp_read is None else (seccomp_read,)
+        else:
+            cgroup_fds = self._cgroup.enter_fds if self._cgroup else ()
+            spawn["preexec_fn"] = make_preexec(limits, cgroup_fds, self._seccomp_address())
+        if iso.drop_privileges and not iso.unshare_flags:
+            spawn.update(user=self._uid, group=self._gid, extra_groups=[])
         loop = asyncio.get_running_loop()
-        limits = self._limits
-        if cpu_time_s is not None:
-            limits = limits.model_copy(update={"cpu_time_s": max(1, int(cpu_time_s))})
         creating = asyncio.ensure_future(
             loop.subprocess_exec(
                 lambda: _CommandProtocol(limits.max_output_bytes, limits.kill_output_bytes),
@@ -443,8 +507,7 @@ class Sandbox:
                 cwd=self._workdir,
                 env=self.environment(),
                 start_new_session=True,
-                preexec_fn=make_preexec(limits),
-                **privileges,
+                **spawn,
             )
         )
         try:
@@ -460,7 +523,20 @@ class Sandbox:
             raise
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxError(f"could not start command: {exc}") from exc
+        finally:
+            if seccomp_read is not None:
+                if not creating.done():
+                    with contextlib.suppress(BaseException):
+                        await creating  # the child must have its copy before ours is closed
+                os.close(seccomp_read)
         return _Running(transport, protocol)
+
+
+async def _discard_cgroup(grouping: asyncio.Future) -> None:
+    with contextlib.suppress(BaseException):
+        group = await grouping
+        if group is not None:
+            await asyncio.to_thread(group.close)
 
 
 def _retire_offloaded(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
@@ -547,6 +623,7 @@ def _make_dirs(
         (container / "root").mkdir(mode=0o755)
         if uid is not None and gid is not None:
             os.chown(workdir, uid, gid)
+            write_etc(container, uid, gid, workdir)  # for the bubblewrap root
         dir_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except BaseException:
         remove_container(container)

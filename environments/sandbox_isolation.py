@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from environments.sandbox_bwrap import bwrap_argv, write_etc
 from environments.sandbox_limits import NOBODY_GID, NOBODY_UID, SandboxLimits
 from environments.sandbox_root import ROOT_SETUP, RootPlan, root_plan, setup_args
 
@@ -88,6 +89,11 @@ class Isolation:
     pivot_root_path: str = ""
     root: RootPlan | None = None
     """When set, commands see only the allow-list root of `environments/sandbox_root.py`."""
+    bwrap_path: str = ""
+    """When set (with `root`), bubblewrap builds that root in one process
+    (environments/sandbox_bwrap.py) instead of the root-side shell script."""
+    prlimit_path: str = ""
+    """With bubblewrap: util-linux `prlimit`, which sets the rlimits so that no `preexec_fn` is needed."""
 
     @property
     def private_root(self) -> bool:
@@ -101,11 +107,34 @@ class Isolation:
         tmpdir: Path,
         hidden: tuple[str, ...] = (),
         rootdir: Path | None = None,
+        seccomp_fd: int | None = None,
     ) -> list[str]:
         """The argv prefix that confines a command; the command's own argv follows it. `rootdir`:
-        an empty directory the allow-list root is mounted on (inside the command's namespace)."""
+        an empty directory the allow-list root is mounted on (inside the command's namespace).
+        `seccomp_fd`: bubblewrap only, a descriptor holding the seccomp program."""
         if not self.unshare_flags:
             return []
+        if (
+            self.root is not None
+            and uid is not None
+            and gid is not None
+            and rootdir is not None
+            and self.bwrap_path
+        ):
+            return bwrap_argv(
+                bwrap=self.bwrap_path,
+                setpriv=self.setpriv_path,
+                death_flag=_setpriv_death_flag(self.setpriv_path),
+                namespaces=self.unshare_flags,
+                plan=self.root,
+                hidden=hidden,
+                container=rootdir.parent,  # the sandbox's container holds `root` and the /etc files
+                workdir=workdir,
+                tmpdir=tmpdir,
+                uid=uid,
+                gid=gid,
+                seccomp_fd=seccomp_fd,
+            )
         if self.root is not None and uid is not None and gid is not None and rootdir is not None:
             head = [SH, "-c", ROOT_SETUP, "sh", str(rootdir), str(workdir), str(tmpdir), self.setpriv_path]
             head += [_setpriv_death_flag(self.setpriv_path), self.pivot_root_path]
@@ -138,19 +167,21 @@ def _setpriv_death_flag(setpriv: str) -> str:
     return "--pdeathsig=KILL" if "--pdeathsig" in help_text else ""
 
 
-_isolation_cache: dict[bool, Isolation] = {}
+_isolation_cache: dict[tuple[bool, str], Isolation] = {}
 _isolation_lock = threading.Lock()
 
 
-def detect_isolation(allow_network: bool) -> Isolation:
-    """Find the strongest confinement this machine supports; cached; logs a warning if degraded."""
+def detect_isolation(allow_network: bool, root_builder: str = "auto") -> Isolation:
+    """Find the strongest confinement this machine supports; cached; logs a warning if degraded.
+    `root_builder`: "auto" (bubblewrap when installed, else the shell script), "bwrap" or "shell"."""
+    key = (allow_network, root_builder)
     with _isolation_lock:
-        if allow_network not in _isolation_cache:
-            _isolation_cache[allow_network] = _probe_isolation(allow_network)
-        return _isolation_cache[allow_network]
+        if key not in _isolation_cache:
+            _isolation_cache[key] = _probe_isolation(allow_network, root_builder)
+        return _isolation_cache[key]
 
 
-def _probe_isolation(allow_network: bool) -> Isolation:
+def _probe_isolation(allow_network: bool, root_builder: str = "auto") -> Isolation:
     is_root = os.geteuid() == 0
     net = () if allow_network else ("--net",)
     unshare = shutil.which("unshare") or ""
@@ -159,6 +190,31 @@ def _probe_isolation(allow_network: bool) -> Isolation:
     if unshare and is_root:
         full = (*net, "--pid", "--fork", "--mount-proc")
         pivot_root = shutil.which("pivot_root") or shutil.which("pivot_root", path="/usr/sbin:/sbin") or ""
+        bwrap = shutil.which("bwrap") or ""
+        if setpriv and bwrap and root_builder in ("auto", "bwrap"):
+            plan = root_plan()
+            for extra in (("--ipc", "--uts", "--cgroup"), ("--ipc", "--uts")):
+                flags = (*net, *extra, "--pid", "--fork", "--mount")
+                prlimit = shutil.which("prlimit") or ""
+                candidates.append(
+                    Isolation(
+                        unshare,
+                        flags,
+                        True,
+                        True,
+                        True,
+                        True,
+                        setpriv,
+                        "",
+                        plan,
+                        bwrap_path=bwrap,
+                        prlimit_path=prlimit,
+                    )
+                )
+        elif root_builder == "bwrap":
+            log.warning(
+                "sandbox: bubblewrap (bwrap) not found; the allow-list root is built by a shell script"
+            )
         if setpriv and shutil.which("mount") and pivot_root:
             plan = root_plan()
             for extra in (("--ipc", "--uts", "--cgroup"), ("--ipc", "--uts")):
@@ -213,6 +269,8 @@ def _works(iso: Isolation, uid: int | None, gid: int | None) -> bool:
         tmpdir.mkdir()
         rootdir = Path(probe_dir) / "root"
         rootdir.mkdir()
+        if uid is not None and gid is not None:
+            write_etc(Path(probe_dir), uid, gid, Path(probe_dir))
         argv = [*iso.wrapper(uid, gid, Path(probe_dir), tmpdir, rootdir=rootdir), BASH, "-c", "exit 0"]
         try:
             done = subprocess.run(argv, cwd=probe_dir, capture_output=True, timeout=10, check=False)
@@ -228,6 +286,8 @@ def _works(iso: Isolation, uid: int | None, gid: int | None) -> bool:
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
 
 
 def _load_prctl():
@@ -258,18 +318,42 @@ def _rlimits(limits: SandboxLimits) -> list[tuple[int, tuple[int, int]]]:
     ]
 
 
-def make_preexec(limits: SandboxLimits):
-    """A preexec_fn that only makes plain system calls (safe enough after fork in a threaded parent)."""
+_PRLIMIT_NAMES = {
+    resource.RLIMIT_CPU: "cpu",
+    resource.RLIMIT_AS: "as",
+    resource.RLIMIT_FSIZE: "fsize",
+    resource.RLIMIT_NPROC: "nproc",
+    resource.RLIMIT_NOFILE: "nofile",
+    resource.RLIMIT_CORE: "core",
+}
+
+
+def prlimit_args(limits: SandboxLimits) -> list[str]:
+    """The same rlimits as `make_preexec` sets, as util-linux `prlimit` options (soft:hard)."""
+    return [f"--{_PRLIMIT_NAMES[which]}={soft}:{hard}" for which, (soft, hard) in _rlimits(limits)]
+
+
+def make_preexec(limits: SandboxLimits, cgroup_fds: tuple[int, ...] = (), seccomp: int | None = None):
+    """A preexec_fn that only makes plain system calls (safe enough after fork in a threaded parent).
+    `cgroup_fds`: open `cgroup.procs` files of the sandbox's cgroup; the child joins it first, so
+    everything it (and what it starts) does is counted and limited there. If joining fails the
+    command does not start. `seccomp`: the address of a filter program (environments/sandbox_seccomp.py),
+    installed after no_new_privs; if the kernel refuses it the command does not start."""
     rlimits = _rlimits(limits)
     prctl = _prctl
     setrlimit = resource.setrlimit
+    write = os.write
 
     def preexec() -> None:
+        for fd in cgroup_fds:
+            write(fd, b"0")
         for which, value in rlimits:
             setrlimit(which, value)
         if prctl is not None:
             prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
             # Dies with the env (the thread that started it): a killed env leaves no command running.
             prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if seccomp is not None and prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, seccomp, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "seccomp filter refused")
 
     return preexec

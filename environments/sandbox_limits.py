@@ -48,9 +48,39 @@ class SandboxLimits(BaseModel):
     max_processes: int = Field(
         64,
         ge=4,
-        description="RLIMIT_NPROC for the sandbox user (processes and threads). Only enforced because "
-        "commands run as an unprivileged uid; with user='nobody' the count is shared by all "
-        "sandboxes running at the same time.",
+        description="RLIMIT_NPROC for the sandbox user (processes and threads), and the pids limit of "
+        "the sandbox's cgroup (its own count, whatever the uid). Without a cgroup and with user='nobody' "
+        "the count is shared by all sandboxes running at the same time.",
+    )
+    cgroup: Literal["auto", "v1", "v2", "off"] = Field(
+        "auto",
+        description="A control group per sandbox (environments/sandbox_cgroup.py): 'auto' uses cgroup v2 "
+        "when it can delegate controllers here, else v1; 'off' runs without (a loud warning says what is "
+        "then not enforced).",
+    )
+    cpu_cores: float = Field(
+        1.0,
+        gt=0,
+        le=1024,
+        description="CPU quota of the whole sandbox, in cores (cgroup cpu.max / cfs_quota).",
+    )
+    cpu_weight: int = Field(
+        100,
+        ge=1,
+        le=10_000,
+        description="The sandbox's CPU share under contention (cgroup v2 cpu.weight; v1 cpu.shares = "
+        "weight * 1024 / 100). Every sandbox weighs the same however many processes or sessions it makes.",
+    )
+    memory_total_mb: int = Field(
+        2048,
+        ge=64,
+        description="Memory of all the sandbox's processes together, in MiB (cgroup memory.max / "
+        "limit_in_bytes): the kernel's OOM killer acts inside the sandbox when it is exceeded.",
+    )
+    root_builder: Literal["auto", "bwrap", "shell"] = Field(
+        "auto",
+        description="Who builds the allow-list root of each command (root only): 'auto' uses bubblewrap "
+        "(`bwrap`, one process) when installed, else a root-side shell script (about forty processes).",
     )
     max_open_files: int = Field(256, ge=16, description="RLIMIT_NOFILE per process.")
     max_output_bytes: int = Field(
@@ -102,6 +132,9 @@ class CommandResult:
     timed_out: bool
     truncated: bool
     duration_s: float
+    cpu_exceeded: bool = False
+    """Killed because all its processes together (forks included) used more than the command's CPU
+    budget (`Sandbox.run(cpu_time_s=...)`, measured by the sandbox's cgroup)."""
 
 
 class SandboxError(HermesOPDError, RuntimeError):

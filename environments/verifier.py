@@ -40,7 +40,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from environments.sandbox import Sandbox
 from environments.sandbox_limits import TIMEOUT_EXIT_CODE, SandboxLimits
-from environments.tasks.data_tests import MalformedResult, TestSuite, judge_test, parse_suite, strict_json
+from environments.tasks.data_tests import (
+    MAX_REPORT_CHARS,
+    MalformedResult,
+    TestSuite,
+    judge_test,
+    parse_suite,
+    strict_json,
+)
 from environments.tasks.task import Task
 from environments.tools import Jail, ToolError, read_bytes, write_bytes
 from environments.verifier_child import RESULT_MARK as CHILD_RESULT_MARK
@@ -394,9 +401,10 @@ async def _run_data_tests(
             run = await sandbox.run(
                 command, timeout_s=min(budget, remaining), stdin=json.dumps(spec).encode(), cpu_time_s=cpu
             )
-            reports = _reports(run.output)
-            for index, test in zip(batch, tests, strict=True):
-                outcomes[test.name] = _judge_report(test, reports.get(index), run, cpu, config, cut_short)
+            # Untrusted text of up to max_output_bytes: parsed and judged in a worker thread, at a
+            # cost linear in its size (data_tests.py bounds it), so the event loop never waits on it.
+            judged = await asyncio.to_thread(_judge_batch, tests, batch, run, cpu, config, cut_short)
+            outcomes.update(judged)
             if run.timed_out and cut_short:
                 timed_out = True
             last_output = run.output
@@ -412,12 +420,21 @@ async def _run_data_tests(
     return outcomes, timed_out, output_tail
 
 
+def _judge_batch(tests, batch: list[int], run, cpu: int | None, config: VerifierConfig, cut_short: bool):
+    """{test name: outcome} for one batch, from the child's output."""
+    reports = _reports(run.output)
+    return {
+        test.name: _judge_report(test, reports.get(index), run, cpu, config, cut_short)
+        for index, test in zip(batch, tests, strict=True)
+    }
+
+
 def _reports(output: str) -> dict[int, object]:
     """{test index: parsed report} from the child's result lines; the last line per test counts,
     lines that are not strict JSON objects with an integer "test" are ignored."""
     reports: dict[int, object] = {}
     for line in output.splitlines():
-        if not line.startswith(CHILD_RESULT_MARK):
+        if not line.startswith(CHILD_RESULT_MARK) or len(line) > MAX_REPORT_CHARS:
             continue
         try:
             report = strict_json(line[len(CHILD_RESULT_MARK) :])
@@ -435,6 +452,8 @@ def _judge_report(test, report, run, cpu: int | None, config: VerifierConfig, cu
             why = "no result: the test run was cut short (timed out)"
         elif run.timed_out or run.exit_code == TIMEOUT_EXIT_CODE:
             why = f"no result: timed out after {config.per_test_timeout_s:g}s"
+        elif run.cpu_exceeded:
+            why = f"no result: exceeded its CPU budget ({cpu} s, all its processes together)"
         elif run.exit_code == 128 + signal.SIGXCPU or (
             cpu is not None and run.exit_code == 128 + signal.SIGKILL
         ):

@@ -28,7 +28,9 @@ from judge.config import JudgeConfig
 from judge.parsing import HINT_END, HINT_START, Vote, parse_vote
 from judge.prompt import defuse_markers
 
-MAX_QUOTE_CHARS = 200
+MAX_QUOTE_CHARS = 100
+"""Hints quote text the agent wrote (test names, error lines) only as short excerpts in backticks, so a
+policy cannot write the context it is trained under."""
 MAX_TEST_NAMES = 5
 
 _PYTEST_FAILED = re.compile(r"^(?:FAILED|ERROR)\s+(\S+::\S+)", re.MULTILINE)
@@ -88,7 +90,7 @@ def find_failing_tests(text: str) -> Finding | None:
     names = list(dict.fromkeys(names))
     if not names:
         return None
-    shown = ", ".join(_quote(n) for n in names[:MAX_TEST_NAMES])
+    shown = ", ".join(f"`{_quote(n)}`" for n in names[:MAX_TEST_NAMES])
     more = f" and {len(names) - MAX_TEST_NAMES} more" if len(names) > MAX_TEST_NAMES else ""
     return Finding(
         kind="failing_tests",
@@ -130,9 +132,9 @@ def find_python_exception(text: str) -> Finding | None:
     where = ""
     if frames:
         frame = frames[-1]
-        where = f" in {_quote(frame.group(1))} line {frame.group(2)}"
+        where = f" in `{_quote(frame.group(1))}` line {frame.group(2)}"
         if frame.group(3):
-            where += f" ({frame.group(3)})"
+            where += f" (`{_quote(frame.group(3))}`)"
         if frame.group(4):
             where += f", at `{_quote(frame.group(4))}`"
     quoted = f"`{_quote(raised)}`" if exception else raised

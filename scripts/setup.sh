@@ -9,6 +9,14 @@ VENV="${HERMES_OPD_VENV:-.venv}"
 EXTRAS="${HERMES_OPD_EXTRAS:-cpu,dev,lora,tinker}"
 PY="${PYTHON:-python3}"
 
+# bubblewrap builds each sandbox command's allow-list root in one process (environments/sandbox_bwrap.py);
+# without it the sandbox falls back to a slower root-side shell script. Root only, like the sandbox.
+if ! command -v bwrap >/dev/null && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+  echo "[setup] installing bubblewrap for the sandbox"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) \
+    || echo "[setup] bubblewrap could not be installed; sandbox roots are built by the shell script"
+fi
+
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[setup] creating $VENV"
   "$PY" -m venv "$VENV"

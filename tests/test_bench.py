@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import shutil
 
 import pytest
 
@@ -221,6 +223,15 @@ def test_loss_bench_quick(capsys):
     result = run_bench(capsys, ["loss", "--quick", "--T", "64", "--V", "2000", "--K", "4", "--iters", "1"])
     assert_shape(result, "k_clones_peak_over_ours")
     assert set(result["variants"]) == {"ce", "ours", "k_clones"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bwrap"), reason="needs root and bubblewrap")
+def test_sandbox_bench_quick(capsys):
+    result = run_bench(capsys, ["sandbox", "--quick", "--commands", "3"])
+    assert_shape(result, "shell_over_bwrap_median")
+    assert result["commands_per_builder"] == 3
+    for builder in ("shell", "bwrap"):
+        assert 0 < result[builder]["min_ms"] <= result[builder]["median_ms"] <= result[builder]["p95_ms"]
 
 
 # -- against the real dev vLLM server ----------------------------------------------------------------

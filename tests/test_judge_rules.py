@@ -96,7 +96,7 @@ def test_bare_assertion_error():
     findings = find_failures(text, PATTERNS)
     assert findings[0].kind == "assertion"
     assert "AssertionError: total is off" in findings[0].statement
-    assert "t.py line 2" in rule_hint(text, PATTERNS)
+    assert "`t.py` line 2" in rule_hint(text, PATTERNS)
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,20 @@ A test suite is a JSON document::
   They are the test's INPUTS: what to call, with what. They never contain the answer.
 - The expectation stays on the trusted side: `returns` (a value, compared with exact types),
   `returns_sha256` (the digest of a large value's canonical encoding), `raises` (the name of an
-  exception class the call must raise, optionally with `message_contains`: a string, or a list
-  of strings of which the message must contain one), or nothing for an
+  exception class the call must raise, optionally with a check of its message), or nothing for an
   `exec` step (it must not raise). `tol` allows an absolute difference for floats.
-- `cpu_s`: the test's CPU budget (RLIMIT_CPU of its process, rounded up to whole seconds).
+- `cpu_s`: the test's CPU budget, rounded up to whole seconds: all the processes of the test
+  together (the sandbox's cgroup counts forks; RLIMIT_CPU per process where there is no cgroup).
+
+The message of an expected exception is written by the solution, so a check on it must not be
+passable by a message that lists every answer:
+
+- `message_match: {"pattern": "position (\\d+)", "equals": "4"}` (or a list of accepted values):
+  the pattern has exactly one capture group; it must match at least once, and EVERY match must
+  capture a whole word (not part of a longer word) equal to an accepted value. A message listing
+  "position 0 ... position n" therefore fails every such check.
+- `message_contains` (a string or a list): one of them must appear in the message as a whole word
+  or phrase. Weaker (a message listing every candidate passes); kept for user datasets.
 
 Values cross the process boundary as JSON with tags for what JSON lacks:
 `{"$tuple": [...]}`, `{"$set": [...]}`, `{"$frozenset": [...]}`, `{"$dict": [[key, value], ...]}`
@@ -28,6 +38,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -81,11 +93,9 @@ def decode_value(data: Any, depth: int = 0) -> Any:
     if tag == "$tuple":
         return tuple(decode_value(v, depth + 1) for v in body)
     if tag in ("$set", "$frozenset"):
-        try:
-            values = [decode_value(v, depth + 1) for v in body]
-            result = set(values) if tag == "$set" else frozenset(values)
-        except TypeError:
-            raise MalformedResult(f"{tag} of unhashable values") from None
+        values = [decode_value(v, depth + 1) for v in body]
+        _check_hashes(values, tag)
+        result = set(values) if tag == "$set" else frozenset(values)
         if len(result) != len({canonical(v) for v in values}):
             raise MalformedResult(f"{tag} with members Python treats as equal (e.g. 1 and True)")
         return result
@@ -94,13 +104,30 @@ def decode_value(data: Any, depth: int = 0) -> Any:
         if type(pair) is not list or len(pair) != 2:
             raise MalformedResult("$dict needs [key, value] pairs")
         pairs.append((decode_value(pair[0], depth + 1), decode_value(pair[1], depth + 1)))
-    try:
-        result = dict(pairs)
-    except TypeError:
-        raise MalformedResult("$dict with an unhashable key") from None
+    _check_hashes([k for k, _ in pairs], "$dict")
+    result = dict(pairs)
     if len(result) != len(pairs):
         raise MalformedResult("$dict with duplicate keys (or keys Python treats as equal)")
     return result
+
+
+MAX_REPORT_CHARS = 8_000_000
+"""A report line longer than this is ignored (the sandbox's output bound is usually far smaller)."""
+MAX_SAME_HASH = 8
+"""Members of one decoded set or dict that may share a hash value. Integer and tuple hashes are
+predictable, so a forged report could fill a set with values of one hash, and building it would
+cost the square of their number; honest values almost never share hashes."""
+
+
+def _check_hashes(values: list[Any], what: str) -> None:
+    """Refuse members that are unhashable or share a hash too often: what remains builds in time
+    linear in their number."""
+    try:
+        counts = Counter(map(hash, values))
+    except TypeError:
+        raise MalformedResult(f"{what} with unhashable members") from None
+    if counts and max(counts.values()) > MAX_SAME_HASH:
+        raise MalformedResult(f"{what} with more than {MAX_SAME_HASH} members that share one hash value")
 
 
 def canonical(value: Any) -> str:
@@ -182,7 +209,11 @@ class Check:
     returns_sha256: str | None = None
     raises: str | None = None
     message_contains: tuple[str, ...] | None = None
-    """The exception's message must contain one of these."""
+    """The exception's message must contain one of these, as a whole word or phrase."""
+    message_pattern: str | None = None
+    """A regular expression with one capture group; every match must capture an accepted value."""
+    message_equals: tuple[str, ...] | None = None
+    """The values `message_pattern`'s capture may take."""
     tol: float | None = None
 
     @property
@@ -192,7 +223,7 @@ class Check:
     def outcome_key(self) -> str:
         """What the check expects, as one string (to tell checks with different answers apart)."""
         if self.raises is not None:
-            return f"raises:{self.raises}:{self.message_contains or ()}"
+            return f"raises:{self.raises}:{self.message_contains or ()}:{self.message_pattern}:{self.message_equals}"
         if self.returns_sha256 is not None:
             return f"sha256:{self.returns_sha256}"
         if self.expects_value:
@@ -246,7 +277,16 @@ class TestSuite:
         return ([plain] if plain else []) + timed
 
 
-_CHECK_KEYS = {"expr", "exec", "returns", "returns_sha256", "raises", "message_contains", "tol"}
+_CHECK_KEYS = {
+    "expr",
+    "exec",
+    "returns",
+    "returns_sha256",
+    "raises",
+    "message_contains",
+    "message_match",
+    "tol",
+}
 _TEST_KEYS = {"name", "checks", "setup", "cpu_s"}
 _SUITE_KEYS = {"module", "imports", "setup", "tests", "format"}
 
@@ -369,6 +409,8 @@ def _parse_check(raw: Any, where: str) -> Check:
                 f"{where}: message_contains needs raises and must be a string or a list of strings"
             )
         fields["message_contains"] = tuple(wanted)
+    if "message_match" in raw:
+        fields["message_pattern"], fields["message_equals"] = _parse_message_match(raw, where)
     if "tol" in raw:
         if type(raw["tol"]) not in (int, float) or raw["tol"] < 0:
             raise ValueError(f"{where}: tol must be a non-negative number")
@@ -376,8 +418,54 @@ def _parse_check(raw: Any, where: str) -> Check:
     return Check(kind=kind, source=source, **fields)
 
 
+def _parse_message_match(raw: Mapping[str, Any], where: str) -> tuple[str, tuple[str, ...]]:
+    spec = raw["message_match"]
+    if "raises" not in raw:
+        raise ValueError(f"{where}: message_match needs raises")
+    if not isinstance(spec, Mapping) or set(spec) != {"pattern", "equals"}:
+        raise ValueError(f'{where}: message_match must be {{"pattern": ..., "equals": ...}}')
+    pattern, equals = spec["pattern"], spec["equals"]
+    equals = [equals] if isinstance(equals, str) else equals
+    try:
+        groups = re.compile(pattern).groups if isinstance(pattern, str) else -1
+    except re.error as exc:
+        raise ValueError(f"{where}: message_match pattern does not compile: {exc}") from None
+    if groups != 1:
+        raise ValueError(f"{where}: message_match pattern must have exactly one capture group")
+    if not (isinstance(equals, list) and equals and all(isinstance(e, str) and e for e in equals)):
+        raise ValueError(f"{where}: message_match equals must be a string or a list of strings")
+    return pattern, tuple(equals)
+
+
 # ---------------------------------------------------------------------------------------------
 # Judging one test from the child's report.
+
+_MESSAGE_CHARS = 2000
+"""Only this much of a claimed exception message is searched (the child sends at most 500)."""
+
+
+def _is_word_char(text: str, index: int) -> bool:
+    return 0 <= index < len(text) and (text[index].isalnum() or text[index] == "_")
+
+
+def message_matches(message: str, pattern: str, accepted: tuple[str, ...]) -> bool:
+    """At least one match, and every match of `pattern` in `message` captures, as a whole word, one
+    of `accepted`."""
+    message = message[:_MESSAGE_CHARS]
+    found = False
+    for match in re.finditer(pattern, message):
+        start, end = match.span(1)
+        if start < 0 or match.group(1) not in accepted:
+            return False
+        if _is_word_char(message, start - 1) or _is_word_char(message, end):
+            return False
+        found = True
+    return found
+
+
+def message_contains_word(message: str, wanted: str) -> bool:
+    """`wanted` appears in `message` with no word character directly before or after it."""
+    return re.search(rf"(?<!\w){re.escape(wanted)}(?!\w)", message[:_MESSAGE_CHARS]) is not None
 
 
 def judge_test(test: DataTest, report: Any, *, show_source: bool = True) -> tuple[bool, str]:
@@ -422,9 +510,15 @@ def _judge_check(check: Check, result: Any) -> tuple[bool, str]:
             return False, f"raised {label}"
         if check.raises not in names:
             return False, f"expected {check.raises}, raised {label}"
-        if check.message_contains is not None and not any(w in message for w in check.message_contains):
+        if check.message_contains is not None and not any(
+            message_contains_word(message, w) for w in check.message_contains
+        ):
             wanted = " or ".join(map(repr, check.message_contains))
             return False, f"expected {check.raises} mentioning {wanted}, got {label}"
+        if check.message_pattern is not None and not message_matches(
+            message, check.message_pattern, check.message_equals or ()
+        ):
+            return False, f"expected {check.raises} with a message that states the right value, got {label}"
         return True, ""
     if check.raises is not None:
         return False, f"expected {check.raises} to be raised"

@@ -1,4 +1,4 @@
-"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling> [--json] [--quick] [--repeat N]`.
+"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|sandbox> [--json] [--quick] [--repeat N]`.
 
 Every benchmark prints a short human summary and, with `--json`, one JSON object on its LAST line.
 The object's last key is the headline ratio (larger is better). `--repeat N` runs the benchmark N
@@ -20,7 +20,7 @@ from typing import Any
 from hermes_opd.bench.common import median_result, rounded, with_headline
 from hermes_opd.devkit.paths import default_dev_model_dir
 
-BENCHES = ("pipeline", "payload", "loss", "teacher", "teacher-scaling")
+BENCHES = ("pipeline", "payload", "loss", "teacher", "teacher-scaling", "sandbox")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--V", type=int, default=None, help="vocabulary (default 32000; quick 4000)")
     p.add_argument("--K", type=int, default=None, help="teacher top-K (default 50; quick 8)")
     p.add_argument("--iters", type=int, default=None, help="timed iterations per variant (default 3)")
+
+    p = sub.add_parser("sandbox", help="sandbox command overhead: shell-built root vs bubblewrap (root only)")
+    _common(p)
+    p.add_argument("--commands", type=int, default=None, help="commands per builder (default 100; quick 10)")
 
     p = sub.add_parser("teacher", help="teacher scoring latency and bytes, split into server/transfer/parse")
     _common(p)
@@ -195,6 +199,10 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 local_threads=args.local_threads,
             )
         )
+    if args.bench == "sandbox":
+        from hermes_opd.bench import sandbox_bench
+
+        return sandbox_bench.run_sync(_pick(args.commands, 100, 10, q))
     raise ValueError(f"unknown benchmark {args.bench!r}")
 
 
