@@ -11,19 +11,19 @@ import pytest
 
 from environments.sandbox import Sandbox
 from environments.tasks.builtin import builtin_tasks
+from environments.tasks.code_tests import parse_code_suite
 from environments.tasks.data_tests import parse_suite
 from environments.tasks.task import Task
 from environments.tools import Jail, write_bytes
-from environments.tasks.code_tests import parse_code_suite
 from environments.verifier import CHILD_RESULT_MARK, VerifierConfig, verify
 
 TASKS = {t.task_id: t for t in builtin_tasks()}
 
 
-
 def reasons(result) -> str:
     """Every test's verdict in detail (what the agent is shown only for public tests)."""
     return "\n".join(f"{t.name}: {t.message}" for t in result.tests)
+
 
 async def put(sb: Sandbox, files: dict[str, str]) -> None:
     for name, content in files.items():
