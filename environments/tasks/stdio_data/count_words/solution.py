@@ -1,0 +1,2 @@
+import sys
+print(len(sys.stdin.read().split()))
