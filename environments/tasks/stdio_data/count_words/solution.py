@@ -1,2 +1,3 @@
 import sys
+
 print(len(sys.stdin.read().split()))

@@ -1,2 +1,2 @@
 w = input().strip()
-print('YES' if w == w[::-1] else 'NO')
+print("YES" if w == w[::-1] else "NO")

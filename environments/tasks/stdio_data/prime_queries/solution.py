@@ -8,6 +8,7 @@ def is_prime(x):
         d += 1
     return True
 
+
 q = int(input())
 for _ in range(q):
-    print('YES' if is_prime(int(input())) else 'NO')
+    print("YES" if is_prime(int(input())) else "NO")
