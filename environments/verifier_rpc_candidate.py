@@ -76,4 +76,5 @@ def rpc_main():
     os._exit(0)
 
 
-rpc_main()
+if __name__ == "__main__":  # (run as `-c`: the prelude sets __name__ back to "__main__")
+    rpc_main()

@@ -183,4 +183,5 @@ def tests_main():
     os._exit(0)
 
 
-tests_main()
+if __name__ == "__main__":  # (run as `-c`: the prelude sets __name__ back to "__main__")
+    tests_main()

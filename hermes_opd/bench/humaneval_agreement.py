@@ -30,7 +30,7 @@ from typing import Any
 from environments.tasks.loaders import task_from_record
 from environments.tasks.task import Task
 from environments.verifier import VerifierConfig
-from hermes_opd.commands.tasks_score import score_all
+from environments.verifier_batch import verify_solutions
 
 HUMANEVAL_FIELD_MAP = {"hidden_tests": "test", "test_context": "prompt"}
 _FLIPS = {
@@ -138,7 +138,7 @@ def run(limit: int | None, per_task: int, seed: int, timeout_s: float, workers: 
     started = time.monotonic()
     config = VerifierConfig(per_test_timeout_s=timeout_s)
     samples = [(tasks[p["task_id"]], {"solution.py": source}) for p, _, source in cases]
-    ours = [r.passed == r.total for r, _ in asyncio.run(score_all(samples, config, workers))]
+    ours = [r.passed == r.total for r, _ in asyncio.run(verify_solutions(samples, config, workers))]
     ours_s = time.monotonic() - started
     disagreements = [
         {"task_id": p["task_id"], "mutant": label, "harness": h, "verifier": o}

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,10 +31,12 @@ from typing import Any
 from environments.tasks.builtin import builtin_tasks
 from environments.tasks.loaders import TaskLoadError, load_tasks
 from environments.tasks.task import Task
-from environments.verifier import VerificationResult, VerifierConfig, verify
+from environments.verifier import VerificationResult, VerifierConfig
+from environments.verifier_batch import verify_solutions
+from hermes_opd.contract.errors import HermesOPDError
 
 
-class SamplesError(ValueError):
+class SamplesError(HermesOPDError, ValueError):
     """The samples file cannot be used; the message says where and why."""
 
 
@@ -124,30 +125,6 @@ def _sample(record: Any, tasks: dict[str, Task]) -> tuple[Task, dict[str, str]]:
     raise ValueError('"solution" must be a string or a {filename: content} object (or give "completion")')
 
 
-def _write_files(directory: Path, files: dict[str, str]) -> None:
-    for name, content in files.items():
-        target = directory / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
-
-
-async def score_all(
-    samples: list[tuple[Task, dict[str, str]]], config: VerifierConfig, workers: int
-) -> list[tuple[VerificationResult, float]]:
-    """Each sample's verdict and seconds, in input order; at most `workers` at once."""
-    gate = asyncio.Semaphore(max(1, workers))
-
-    async def one(task: Task, files: dict[str, str]) -> tuple[VerificationResult, float]:
-        async with gate:
-            started = time.monotonic()
-            with tempfile.TemporaryDirectory(prefix="hermes-score-") as tmp:
-                _write_files(Path(tmp), files)
-                result = await verify(task, Path(tmp), config=config)
-            return result, time.monotonic() - started
-
-    return await asyncio.gather(*(one(task, files) for task, files in samples))
-
-
 def verdict_record(task: Task, result: VerificationResult, seconds: float) -> dict[str, Any]:
     return {
         "task_id": task.task_id,
@@ -176,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hermes-opd tasks score: {exc}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    results = asyncio.run(score_all(samples, config, args.workers))
+    results = asyncio.run(verify_solutions(samples, config, args.workers))
     elapsed = time.monotonic() - started
     records = [verdict_record(task, r, s) for (task, _), (r, s) in zip(samples, results, strict=True)]
     for record in records:
