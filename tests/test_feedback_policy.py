@@ -5,6 +5,7 @@ feedback) scores no more on the hidden tests than a blank one."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -89,7 +90,7 @@ async def test_a_lookup_table_from_everything_seen_gains_nothing_on_hidden_tests
     blank = await score(task, blank_source, tmp_path)
     seen = task.prompt + "\n" + blank.feedback
     source = blank_source
-    for _round in range(3):  # resubmit after each round of feedback, as an agent could
+    for _round in range(2):  # resubmit after each round of feedback, as an agent could
         source = (
             stdio_solution(seen) if task.task_id == "sq-stdio" else function_solution(function_table(seen))
         )
@@ -104,13 +105,19 @@ async def test_a_lookup_table_from_everything_seen_gains_nothing_on_hidden_tests
 
 async def test_builtin_feedback_never_quotes_a_hidden_expected_value(tmp_path):
     config = VerifierConfig(public_fraction=0.5)
-    for task in builtin_tasks():
-        result = await score(task, "def unused():\n    pass\n", tmp_path)
-        mixed = await score(
-            task, task.reference_solution["solution.py"] + "\nraise SystemExit(0)\n", tmp_path
-        )
+    gate = asyncio.Semaphore(2)
+
+    async def feedback(task: Task) -> str:
+        async with gate:
+            directory = tmp_path / task.task_id
+            directory.mkdir()
+            (directory / "solution.py").write_text("def unused():\n    pass\n")
+            return (await verify(task, directory, config=config)).feedback
+
+    tasks = builtin_tasks()
+    for task, shown in zip(tasks, await asyncio.gather(*map(feedback, tasks)), strict=True):
         public = choose_public(task.task_id, parse_suite(task.hidden_tests).names, frozenset(), 0.5)
-        shown = (await verify(task, tmp_path, config=config)).feedback + result.feedback + mixed.feedback
+        assert public and any(name in shown for name in public)  # public failures are described
         for test in parse_suite(task.hidden_tests).tests:
             if test.name in public:
                 continue
