@@ -81,8 +81,8 @@ class _EnvKnobs(BaseEnvConfig):
     # -- reward ----------------------------------------------------------------------------------
     verifier_feedback: bool = Field(
         default=True,
-        description="When hidden tests fail, append their output as a final user message so the last turn has a "
-        "next state to learn from.",
+        description="When tests fail, append the verifier's feedback (counts; details of public tests only, "
+        "docs/tasks.md) as a final user message so the last turn has a next state to learn from.",
     )
     public_test_fraction: float = Field(
         default=0.0,
