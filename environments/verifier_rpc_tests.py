@@ -8,7 +8,7 @@ reach it: the solution's functions are remote procedures here. Calling one encod
 call to the call FIFO, and waits for the trusted parent's answer on the return FIFO: a plain value
 (decoded here, so the test's assertions compare plain values the solution could not shape), or the
 exception the solution raised, re-raised here as the builtin class of that name (else
-`CandidateError`). `from <module> import f` in the test code gets the same remote procedures.
+`CandidateError`, also for StopIteration, which would end a `map(candidate, ...)` early). `from <module> import f` in the test code gets the same remote procedures.
 
 The verdict (the test ran to its end, or what it raised, and where) is written to the process's
 own stdout after RESULT_MARK; the test code's own prints go to a file. Only the standard library.
@@ -63,9 +63,15 @@ def decode(data):
     return {k: decode(v) for k, v in data.items()}
 
 
+# Raised inside `map(candidate, ...)`, these would end the iteration early instead of failing it.
+CONTROL_FLOW = (StopIteration, StopAsyncIteration)
+
+
 def raised_here(names, message):
     for name in names:
         cls = getattr(builtins, name, None) if isinstance(name, str) else None
+        if isinstance(cls, type) and issubclass(cls, CONTROL_FLOW):
+            break
         if isinstance(cls, type) and issubclass(cls, Exception):
             try:
                 return cls(message)

@@ -82,6 +82,10 @@ def square_task(extra_code: str = "") -> Task:
     )
 
 
+STOP_ITERATION = """
+def square(x):
+    raise StopIteration  # inside `all(map(candidate, ...))` this would end the loop early, as if all passed
+"""
 ALWAYS_EQUAL = """
 class AlwaysEqual:
     def __eq__(self, other):
@@ -122,14 +126,31 @@ os._exit(0)
 @pytest.mark.reliability
 @pytest.mark.parametrize(
     "exploit",
-    [PATCH_EXPLOIT, FRAME_EXPLOIT, ALWAYS_EQUAL, BUILTIN_SUBCLASS, CRAFTED_REPORT],
-    ids=["patch-reporter", "frames-gc-proc", "always-equal", "builtin-subclass", "crafted-report"],
+    [PATCH_EXPLOIT, FRAME_EXPLOIT, ALWAYS_EQUAL, BUILTIN_SUBCLASS, CRAFTED_REPORT, STOP_ITERATION],
+    ids=[
+        "patch-reporter",
+        "frames-gc-proc",
+        "always-equal",
+        "builtin-subclass",
+        "crafted-report",
+        "stop-iteration",
+    ],
 )
 async def test_held_out_attacks_score_zero_on_code_suites(exploit, tmp_path):
     task = square_task()
     assert (await verify_source(task, "def square(x):\n    return x * x\n", tmp_path)).score == 1.0
     result = await verify_source(task, exploit, tmp_path)
     assert result.score == 0.0, reasons(result)
+
+
+@pytest.mark.reliability
+async def test_a_raised_stop_iteration_cannot_end_a_check_loop_early(tmp_path):
+    code = "assert all(map(lambda x: square(x) == x * x, [1, 2, 3]))\n"
+    task = Task(task_id="t", prompt="p", hidden_tests={"kind": "code", "code": code})
+    assert (await verify_source(task, "def square(x):\n    return x * x\n", tmp_path)).score == 1.0
+    result = await verify_source(task, STOP_ITERATION, tmp_path)
+    assert result.score == 0.0
+    assert reasons(result).startswith("test_assert_line_1: CandidateError: StopIteration")
 
 
 async def test_values_cross_with_exact_types_and_exceptions_by_builtin_name(tmp_path):
