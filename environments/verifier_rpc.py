@@ -234,7 +234,11 @@ async def _relay(
     call_id = 0
     broken = ""
     while True:
-        line = await calls.readline()
+        try:
+            line = await calls.readline()
+        except ValueError:  # longer than the limit: the rest of it is refused as malformed below
+            await _write(returns, _line({"error": f"the call was larger than {MAX_MESSAGE_BYTES} bytes"}))
+            continue
         call_id += 1
         try:
             call = _check_call(line)

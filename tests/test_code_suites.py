@@ -239,3 +239,12 @@ async def test_tests_run_concurrently_for_different_solutions(tmp_path):
         verify_source(task, "def square(x):\n    return x + x\n", tmp_path / "b"),
     )
     assert (good.score, bad.score) == (1.0, 0.0)
+
+
+@pytest.mark.reliability
+async def test_an_oversized_call_fails_its_test_clearly(tmp_path):
+    code = "def test_big():\n    assert echo('x' * 9_000_000) == 'x'\n\ndef test_small():\n    assert echo(1) == 1\n"
+    task = Task(task_id="t", prompt="p", hidden_tests={"kind": "code", "code": code})
+    result = await verify_source(task, "def echo(x):\n    return x\n", tmp_path)
+    assert [(t.name, t.passed) for t in result.tests] == [("test_big", False), ("test_small", True)]
+    assert "echo(): the call was larger than 8388608 bytes" in result.tests[0].message
