@@ -24,17 +24,24 @@ class _EnvKnobs(BaseEnvConfig):
         description="Name in wandb and the env's name at the Atropos API (`/register-env` needs one).",
     )
     # -- tasks -----------------------------------------------------------------------------------
-    task_source: Literal["builtin", "jsonl", "hf"] = Field(
+    task_source: Literal["builtin", "jsonl", "hf", "dirs"] = Field(
         default="builtin",
-        description="Where tasks come from: the built-in coding tasks, a JSONL file, or a datasets dataset.",
+        description="Where tasks come from: the built-in coding tasks, a JSONL file (.jsonl or .jsonl.gz), a "
+        "datasets dataset, or a directory of task directories (docs/tasks.md).",
     )
     task_path: str | None = Field(
-        default=None, description="JSONL path, or datasets name / local path for `hf`."
+        default=None, description="JSONL path, datasets name / local path for `hf`, or the root for `dirs`."
+    )
+    task_test_format: Literal["auto", "data", "code", "stdio"] = Field(
+        default="auto",
+        description="Shape of the hidden tests: data-style, the dataset's own test code, or stdin/stdout "
+        "cases (docs/tasks.md); `auto` tells them apart by type.",
     )
     task_split: str = Field(default="train", description="Dataset split for `hf`.")
     task_field_map: dict[str, str] = Field(
         default_factory=dict,
-        description="Maps Task fields (task_id, prompt, hidden_tests, ...) to dataset columns.",
+        description="Maps task fields (task_id, prompt, hidden_tests, entry_point, test_context, public_tests, "
+        "...) to dataset columns.",
     )
     eval_fraction: float = Field(
         default=0.2, ge=0.0, le=1.0, description="Share of tasks held out for `evaluate`."
@@ -74,8 +81,15 @@ class _EnvKnobs(BaseEnvConfig):
     # -- reward ----------------------------------------------------------------------------------
     verifier_feedback: bool = Field(
         default=True,
-        description="When hidden tests fail, append their output as a final user message so the last turn has a "
-        "next state to learn from.",
+        description="When tests fail, append the verifier's feedback (counts; details of public tests only, "
+        "docs/tasks.md) as a final user message so the last turn has a next state to learn from.",
+    )
+    public_test_fraction: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of the tests a task does not mark public that are public anyway (chosen by a stable "
+        "hash). Failures of public tests are described to the agent, answers included; hidden ones only counted.",
     )
     efficiency_shaping: float = Field(
         default=0.0,

@@ -37,7 +37,7 @@ from environments.sandbox import Sandbox
 from environments.sandbox_limits import SandboxLimits
 from environments.send_spool import SpoolingSendMixin
 from environments.tasks.builtin import builtin_tasks
-from environments.tasks.loaders import load_hf_tasks, load_jsonl_tasks
+from environments.tasks.loaders import load_tasks
 from environments.tasks.split import split_tasks
 from environments.tasks.task import Task
 from environments.tools import TOOL_SCHEMAS
@@ -284,7 +284,10 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
                 task,
                 sandbox,
                 limits=limits,
-                config=VerifierConfig(efficiency_weight=self.config.efficiency_shaping),
+                config=VerifierConfig(
+                    efficiency_weight=self.config.efficiency_shaping,
+                    public_fraction=self.config.public_test_fraction,
+                ),
                 turns_used=len(outcome.recorder.turns),
                 max_turns=self.config.max_turns,
                 root_dir=self.config.sandbox_root,
@@ -327,10 +330,12 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
             return builtin_tasks()
         if not self.config.task_path:
             raise ConfigError(f"task_source={source!r} needs task_path")
-        if source == "jsonl":
-            return load_jsonl_tasks(self.config.task_path, self.config.task_field_map or None)
-        return load_hf_tasks(
-            self.config.task_path, self.config.task_split, self.config.task_field_map or None
+        return load_tasks(
+            source,
+            self.config.task_path,
+            split=self.config.task_split,
+            field_map=self.config.task_field_map or None,
+            test_format=self.config.task_test_format,
         )
 
     def _policy_config(self) -> APIServerConfig:

@@ -12,9 +12,14 @@
    compared with the expectations, which never leave this process, with exact types. The solution
    may control everything in its process (patch the stdlib, walk frames, read /proc/self); all it
    can change is a claim about values, and a claim only passes when it is the right answer.
-3. Code-style tests (a Python source with `test_*` functions or top-level asserts; only from user
-   datasets, with a loud warning when loaded): the legacy runner below executes them next to the
-   solution, in the same interpreter, so such a score can be forged (see docs/sandbox.md).
+3. Code-style tests (the dataset's own test code: `check(candidate)`, `assert f(x) == y` lines,
+   `test_*` functions) run in a trusted process of their own, in a second sandbox; the solution's
+   functions are remote procedures that return plain values (environments/verifier_rpc.py).
+4. stdin/stdout tests: the program's stdout for each input is compared here
+   (environments/verifier_stdio.py).
+
+The feedback describes public tests in detail and hidden tests only as a count
+(environments/verifier_feedback.py); the score counts every test.
 
 `verify()` never raises for anything the agent did, nor for an internal failure: those score 0,
 with the reason in the feedback.
@@ -22,43 +27,42 @@ with the reason in the feedback.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import json
 import logging
 import math
 import os
-import secrets
 import shlex
 import signal
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from environments.sandbox import Sandbox
 from environments.sandbox_limits import TIMEOUT_EXIT_CODE, SandboxLimits
+from environments.tasks.code_tests import CodeSuite
 from environments.tasks.data_tests import (
     MAX_REPORT_CHARS,
     MalformedResult,
     TestSuite,
     judge_test,
-    parse_suite,
     strict_json,
 )
+from environments.tasks.suites import parse_tests, public_test_names
 from environments.tasks.task import Task
 from environments.tools import Jail, ToolError, read_bytes, write_bytes
 from environments.verifier_child import RESULT_MARK as CHILD_RESULT_MARK
+from environments.verifier_feedback import FeedbackItem, choose_public, feedback_text
+from environments.verifier_rpc import run_code_suite
+from environments.verifier_stdio import run_stdio_suite
 
 log = logging.getLogger(__name__)
 
-RESULT_MARK = "@@hermes-test-result@@"
 TEST_OUTPUT_FILE = ".test-output"
 """Inside the verification sandbox: where the code under test's stdout/stderr goes."""
-HIDDEN_TESTS_FILENAME = "hidden_tests.py"
-"""The file name the tests are compiled under (for tracebacks); never written to disk."""
 CHILD_SOURCE = (Path(__file__).with_name("verifier_child.py")).read_text(encoding="utf-8")
 
 
@@ -86,7 +90,14 @@ class VerifierConfig(BaseModel):
     )
     show_assertion_source: bool = Field(
         True,
-        description="Feedback quotes the hidden test's failing line (reveals test inputs to whoever reads it).",
+        description="Feedback on a failing PUBLIC test quotes its failing check. Hidden tests are only counted.",
+    )
+    public_fraction: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of the tests a suite does not mark that are public anyway (a deterministic choice "
+        "by task id and test name); their failures are described to the agent, answers included.",
     )
     feedback_max_chars: int = Field(2000, ge=100, description="Cap on the feedback text.")
     output_tail_chars: int = Field(2000, ge=0, description="How much of the end of the test output to keep.")
@@ -97,6 +108,9 @@ class TestOutcome:
     name: str
     passed: bool
     message: str = ""
+    """Why it failed, in detail (for logs and `hermes-opd tasks score`; the agent sees it only for a
+    public test)."""
+    public: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,7 +121,8 @@ class VerificationResult:
     output_tail: str
     """The end of what the code under test printed (stdout and stderr)."""
     feedback: str
-    """For the agent: empty when every test passed; else failing tests and why (truncated)."""
+    """For the agent: empty when every test passed; else the counts, and the failing public tests
+    and why (truncated). Nothing of a hidden test but whether it passed."""
     tests: list[TestOutcome] = field(default_factory=list)
     missing_files: list[str] = field(default_factory=list)
     timed_out: bool = False
@@ -115,131 +130,6 @@ class VerificationResult:
     @property
     def pass_fraction(self) -> float:
         return self.passed / self.total if self.total else 0.0
-
-
-# ---------------------------------------------------------------------------------------------
-# Test discovery (host side; the runner only runs the names it is given).
-
-
-def collect_tests(source: str) -> tuple[str, list[str]]:
-    """(source to run, ordered test names). Top-level `test*` functions are the tests; a source
-    without any has each top-level `assert` turned into its own test function."""
-    try:
-        tree = ast.parse(source, filename=HIDDEN_TESTS_FILENAME)
-    except SyntaxError as exc:
-        raise ValueError(f"hidden tests do not parse: {exc}") from exc
-    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test")]
-    if names:
-        return source, names
-    body: list[ast.stmt] = []
-    for node in tree.body:
-        if isinstance(node, ast.Assert):
-            name = f"test_assert_line_{node.lineno}"
-            func = ast.parse(f"def {name}():\n    pass").body[0]
-            assert isinstance(func, ast.FunctionDef)
-            func.body = [node]
-            body.append(func)
-            names.append(name)
-        else:
-            body.append(node)
-    if not names:
-        raise ValueError("hidden tests define no test functions and no top-level asserts")
-    module = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
-    return ast.unparse(module) + "\n", names
-
-
-# ---------------------------------------------------------------------------------------------
-# The runner, executed inside the sandbox as `python3 -I -c RUNNER`.
-
-RUNNER = r"""
-import json, os, signal, sys, traceback
-
-def _main():
-    spec = json.loads(sys.stdin.read())
-    nonce, source, names = spec["nonce"], spec["source"], spec["tests"]
-    per_test, show_source = spec["per_test_timeout_s"], spec["show_source"]
-    channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    sink = os.open(spec["output_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-    os.dup2(sink, 1)
-    os.dup2(sink, 2)
-    os.close(sink)
-    prefix = "\n" + spec["mark"] + nonce + " "
-
-    def emit(record):
-        channel.write(prefix + json.dumps(record) + "\n")
-        channel.flush()
-
-    lines = source.splitlines()
-
-    def describe(exc):
-        text = type(exc).__name__
-        detail = str(exc)
-        if detail:
-            text += ": " + detail
-        if show_source:
-            for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-                if frame.filename == spec["filename"] and 1 <= frame.lineno <= len(lines):
-                    text += " (at: " + lines[frame.lineno - 1].strip() + ")"
-                    break
-        return text[:500]
-
-    class _TestTimeout(BaseException):
-        pass
-
-    def on_alarm(signum, frame):
-        raise _TestTimeout()
-
-    sys.path.insert(0, os.getcwd())
-    namespace = {"__name__": "hidden_tests", "__file__": spec["filename"]}
-    setup_error = None
-    try:
-        exec(compile(source, spec["filename"], "exec"), namespace)
-    except BaseException as exc:
-        setup_error = "the tests could not be loaded: " + describe(exc)
-    signal.signal(signal.SIGALRM, on_alarm)
-    for name in names:
-        if setup_error is not None:
-            emit({"test": name, "passed": False, "message": setup_error})
-            continue
-        func = namespace.get(name)
-        try:
-            signal.setitimer(signal.ITIMER_REAL, per_test)
-            try:
-                func()
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            passed, message = True, ""
-        except _TestTimeout:
-            passed, message = False, "timed out after %gs" % per_test
-        except BaseException as exc:
-            passed, message = False, describe(exc)
-        emit({"test": name, "passed": passed, "message": message})
-    emit({"done": True})
-    sys.stdout.flush()
-    os._exit(0)
-
-_main()
-"""
-
-
-def parse_runner_output(output: str, nonce: str) -> dict[str, TestOutcome]:
-    """Per-test outcomes from the lines that carry `nonce`; everything else is ignored."""
-    prefix = f"{RESULT_MARK}{nonce} "
-    outcomes: dict[str, TestOutcome] = {}
-    for line in output.splitlines():
-        if not line.startswith(prefix):
-            continue
-        try:
-            record = json.loads(line[len(prefix) :])
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("test"), str):
-            outcomes[record["test"]] = TestOutcome(
-                name=record["test"],
-                passed=record.get("passed") is True,
-                message=str(record.get("message", "")),
-            )
-    return outcomes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,9 +166,7 @@ async def verify(
 
 def _count_tests(task: Task) -> int:
     with contextlib.suppress(Exception):
-        if isinstance(task.hidden_tests, str):
-            return len(collect_tests(task.hidden_tests)[1])
-        return len(parse_suite(task.hidden_tests).tests)
+        return len(parse_tests(task.hidden_tests).names)
     return 1
 
 
@@ -290,13 +178,10 @@ async def _verify(
     turns: tuple[int | None, int | None],
     root_dir: str | os.PathLike[str] | None,
 ) -> VerificationResult:
-    turns_used, max_turns = turns
     limits = limits or (agent_files.limits if isinstance(agent_files, Sandbox) else SandboxLimits())
-    suite = None if isinstance(task.hidden_tests, str) else parse_suite(task.hidden_tests)
-    if suite is not None:
-        source, names = "", suite.names
-    else:
-        source, names = collect_tests(task.hidden_tests)
+    suite = parse_tests(task.hidden_tests)
+    names = suite.names
+    public = choose_public(task.task_id, names, public_test_names(suite), config.public_fraction)
     if isinstance(agent_files, Sandbox):
         files, missing = await agent_files.offload(
             _collect_solution, task, Jail.of(agent_files), config.max_solution_bytes
@@ -305,59 +190,50 @@ async def _verify(
         files, missing = await asyncio.to_thread(
             _collect_from_directory, task, agent_files, config.max_solution_bytes
         )
-    if not files:
-        return _result(
-            names, {}, config, missing=missing, timed_out=False, output_tail="", turns=(turns_used, max_turns)
-        )
-
+    outcomes: dict[str, TestOutcome] = {}
+    timed_out, output_tail = False, ""
     run_limits = limits.model_copy(update={"max_output_bytes": max(limits.max_output_bytes, 1_000_000)})
-    if suite is not None:
+    if not files:
+        pass
+    elif isinstance(suite, TestSuite):
         outcomes, timed_out, output_tail = await _run_data_tests(suite, files, run_limits, config, root_dir)
-        return _result(
-            names,
-            outcomes,
-            config,
-            missing=missing,
-            timed_out=timed_out,
-            output_tail=output_tail,
-            turns=(turns_used, max_turns),
+    elif isinstance(suite, CodeSuite):
+        modules = [PurePosixPath(n).stem for n in task.solution_files if n.endswith(".py") and "/" not in n]
+        verdicts, timed_out, output_tail = await run_code_suite(
+            suite,
+            files,
+            modules or ["solution"],
+            run_limits,
+            python=config.python,
+            per_test_timeout_s=config.per_test_timeout_s,
+            timeout_s=config.timeout_s,
+            output_file=TEST_OUTPUT_FILE,
+            root_dir=root_dir,
+            output_tail_chars=config.output_tail_chars,
         )
-    nonce = secrets.token_hex(16)
-    spec = {
-        "nonce": nonce,
-        "source": source,
-        "tests": names,
-        "per_test_timeout_s": config.per_test_timeout_s,
-        "show_source": config.show_assertion_source,
-        "output_file": TEST_OUTPUT_FILE,
-        "filename": HIDDEN_TESTS_FILENAME,
-        "mark": RESULT_MARK,
-    }
-    async with Sandbox.create(run_limits, root_dir=root_dir) as sandbox:
-        jail = Jail.of(sandbox)
-        for name, data in files.items():
-            await sandbox.offload(write_bytes, jail, name, data)
-        command = f"exec {shlex.quote(config.python)} -I -c {shlex.quote(RUNNER)}"
-        run = await sandbox.run(command, timeout_s=config.timeout_s, stdin=json.dumps(spec).encode())
-        output_tail = ""
-        if config.output_tail_chars:
-            with contextlib.suppress(ToolError, OSError):
-                data, _, _ = await sandbox.offload(
-                    read_bytes, jail, TEST_OUTPUT_FILE, config.output_tail_chars * 4, tail=True
-                )
-                output_tail = data.decode("utf-8", errors="replace")[-config.output_tail_chars :]
-    outcomes = parse_runner_output(run.output, nonce)
-    if not outcomes and not run.timed_out:
-        # The runner itself failed (e.g. no interpreter): show its own output.
-        output_tail = (output_tail + "\n" + run.output).strip()[-max(config.output_tail_chars, 200) :]
+        outcomes = {n: TestOutcome(n, v.passed, v.message) for n, v in verdicts.items()}
+    else:
+        program = suite.program or task.solution_files[0]
+        cases, timed_out = await run_stdio_suite(
+            suite,
+            files,
+            program,
+            run_limits,
+            python=config.python,
+            per_test_timeout_s=config.per_test_timeout_s,
+            timeout_s=config.timeout_s,
+            root_dir=root_dir,
+        )
+        outcomes = {n: TestOutcome(n, v.passed, v.message) for n, v in cases.items()}
     return _result(
         names,
         outcomes,
+        public,
         config,
         missing=missing,
-        timed_out=run.timed_out,
+        timed_out=timed_out,
         output_tail=output_tail,
-        turns=(turns_used, max_turns),
+        turns=turns,
     )
 
 
@@ -495,6 +371,7 @@ def _collect_from_directory(
 def _result(
     names: list[str],
     outcomes: dict[str, TestOutcome],
+    public: frozenset[str],
     config: VerifierConfig,
     *,
     missing: list[str],
@@ -503,56 +380,29 @@ def _result(
     turns: tuple[int | None, int | None],
 ) -> VerificationResult:
     cut_short = "no result: the test run was cut short" + (" (timed out)" if timed_out else "")
-    tests = [outcomes.get(name) or TestOutcome(name=name, passed=False, message=cut_short) for name in names]
+    tests = []
+    for name in names:
+        outcome = outcomes.get(name) or TestOutcome(name=name, passed=False, message=cut_short)
+        tests.append(TestOutcome(name, outcome.passed, outcome.message, public=name in public))
     passed = sum(t.passed for t in tests)
     total = len(names)
     score = passed / total
     turns_used, max_turns = turns
     if config.efficiency_weight and turns_used is not None and max_turns:
         score *= 1.0 - config.efficiency_weight * min(1.0, turns_used / max_turns)
+    feedback = feedback_text(
+        [FeedbackItem(t.name, t.passed, t.message, t.public) for t in tests],
+        missing=missing,
+        timed_out_after_s=config.timeout_s if timed_out else None,
+        max_chars=config.feedback_max_chars,
+    )
     return VerificationResult(
         score=score,
         passed=passed,
         total=total,
         output_tail=output_tail,
-        feedback=_feedback(tests, passed, total, missing, timed_out, config),
+        feedback=feedback,
         tests=tests,
         missing_files=missing,
         timed_out=timed_out,
     )
-
-
-def _feedback(
-    tests: list[TestOutcome],
-    passed: int,
-    total: int,
-    missing: list[str],
-    timed_out: bool,
-    config: VerifierConfig,
-) -> str:
-    if passed == total:
-        return ""
-    lines = [f"{passed}/{total} hidden tests passed."]
-    if missing:
-        lines.append(
-            "Missing solution file(s) (not found, not a regular file, a link out of the working directory, "
-            "or too large): " + ", ".join(missing)
-        )
-    if timed_out:
-        lines.append(f"The test run timed out after {config.timeout_s:g}s.")
-    # Tests that failed for the same reason (e.g. an ImportError) are listed together.
-    by_message: dict[str, list[str]] = {}
-    for test in tests:
-        if not test.passed:
-            by_message.setdefault(test.message, []).append(test.name)
-    lines.append("Failing tests:")
-    text = "\n".join(lines)
-    remaining = total - passed
-    for message, group in by_message.items():
-        entry = f"\n- {', '.join(group)}" + (f": {message}" if message else "")
-        if len(text) + len(entry) > config.feedback_max_chars - 40:
-            text += f"\n... and {remaining} more failing test(s)"
-            break
-        text += entry
-        remaining -= len(group)
-    return text[: config.feedback_max_chars]

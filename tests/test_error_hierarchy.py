@@ -13,6 +13,8 @@ PACKAGES = ("hermes_opd", "environments", "judge", "scoring", "trainer_adapters"
 SKIP = (
     "hermes_opd.bench",  # benchmarks define no errors; some import optional heavy deps
     "environments.verifier_child",  # stdlib-only script run inside the sandbox, not a project module
+    "environments.verifier_rpc_candidate",  # the same, for code-style suites (the solution's side)
+    "environments.verifier_rpc_tests",  # the same (the dataset's test code's side)
 )
 
 

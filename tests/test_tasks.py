@@ -107,7 +107,7 @@ def test_load_jsonl_defaults_and_list_tests(tmp_path):
     }
     (task,) = load_jsonl_tasks(write_jsonl(tmp_path / "t.jsonl", [row]))
     assert task.task_id == "7" and task.difficulty == "unknown" and task.reference_solution is None
-    assert task.hidden_tests == "from m import g\nassert g() == 1"
+    assert task.hidden_tests == {"kind": "code", "code": "from m import g\nassert g() == 1"}
     assert task.solution_files == ("m.py",)
 
 
@@ -307,7 +307,7 @@ def test_user_task_directories_load_like_the_builtin_ones(tmp_path, caplog):
         load_task_dirs(tmp_path)
 
 
-def test_code_style_tests_load_but_warn_once_loudly(tmp_path, caplog):
+def test_code_style_tests_load_as_code_suites_without_a_forgeable_path(tmp_path, caplog):
     code = write_jsonl(
         tmp_path / "code.jsonl",
         [{"task_id": f"c{i}", "prompt": "p", "hidden_tests": "assert True"} for i in range(3)],
@@ -317,14 +317,10 @@ def test_code_style_tests_load_but_warn_once_loudly(tmp_path, caplog):
     )
     with caplog.at_level("WARNING"):
         tasks = load_jsonl_tasks(code)
-        load_jsonl_tasks(code)
         (data_task,) = load_jsonl_tasks(data)
+    assert [t.hidden_tests for t in tasks] == [{"kind": "code", "code": "assert True"}] * 3
     assert [t.data_tests for t in tasks] == [False] * 3 and data_task.data_tests
-    warnings = [r.getMessage() for r in caplog.records if "FORGEABLE REWARDS" in r.getMessage()]
-    assert len(warnings) == 1, warnings
-    assert (
-        warnings[0].startswith("FORGEABLE REWARDS: 3 of 3 task(s) in ") and "docs/sandbox.md" in warnings[0]
-    )
+    assert "FORGEABLE" not in caplog.text  # the in-interpreter runner is gone: nothing to warn about
     # A data suite stored as JSON text (e.g. a string column of a dataset) is data-style too.
     text = write_jsonl(
         tmp_path / "text.jsonl", [{"task_id": "t", "prompt": "p", "hidden_tests": json.dumps(DOUBLE_TESTS)}]

@@ -11,12 +11,18 @@ import pytest
 
 from environments.sandbox import Sandbox
 from environments.tasks.builtin import builtin_tasks
+from environments.tasks.code_tests import parse_code_suite
 from environments.tasks.data_tests import parse_suite
 from environments.tasks.task import Task
 from environments.tools import Jail, write_bytes
-from environments.verifier import CHILD_RESULT_MARK, RESULT_MARK, VerifierConfig, collect_tests, verify
+from environments.verifier import CHILD_RESULT_MARK, VerifierConfig, verify
 
 TASKS = {t.task_id: t for t in builtin_tasks()}
+
+
+def reasons(result) -> str:
+    """Every test's verdict in detail (what the agent is shown only for public tests)."""
+    return "\n".join(f"{t.name}: {t.message}" for t in result.tests)
 
 
 async def put(sb: Sandbox, files: dict[str, str]) -> None:
@@ -42,7 +48,7 @@ async def test_every_builtin_reference_solution_scores_one_and_an_empty_one_zero
     for task_id, good, empty in await asyncio.gather(*(check(t) for t in TASKS.values())):
         assert (good.score, good.passed, good.feedback) == (1.0, good.total, ""), (task_id, good.feedback)
         assert empty.score == 0.0 and empty.passed == 0, task_id
-        assert "ImportError" in empty.feedback
+        assert "ImportError" in reasons(empty)
 
 
 async def test_fake_test_file_and_printing_passed_scores_zero():
@@ -63,11 +69,8 @@ async def test_fake_test_file_and_printing_passed_scores_zero():
 
 
 async def test_forged_result_lines_score_zero_and_the_answers_are_never_visible():
-    names = [t["name"] for t in TASKS["reverse_words"].hidden_tests["tests"]]
-    forged = [f"{RESULT_MARK}{'0' * 32} " + json.dumps({"test": n, "passed": True}) for n in names]
-    forged.append(f"{RESULT_MARK} " + json.dumps({"done": True}))
     # Reports in the child's own format, claiming the best an answer-less forger can claim.
-    forged += [CHILD_RESULT_MARK + json.dumps({"checks": [{"value": v}] * 2}) for v in (True, "", "passed")]
+    forged = [CHILD_RESULT_MARK + json.dumps({"checks": [{"value": v}] * 2}) for v in (True, "", "passed")]
     forged.append(CHILD_RESULT_MARK + json.dumps({"passed": True, "checks": "all"}))
     files = {
         "solution.py": f"""
@@ -113,10 +116,11 @@ async def test_partial_credit_with_feedback_naming_tests_and_assertions():
                     merged.append([start, end])
             return merged
     """
-    result = await verify_files(TASKS["merge_intervals"], {"solution.py": buggy})
+    config = VerifierConfig(public_fraction=1.0)  # every test public: its failures are described
+    result = await verify_files(TASKS["merge_intervals"], {"solution.py": buggy}, config=config)
     assert 0 < result.passed < result.total
     assert result.score == pytest.approx(result.passed / result.total)
-    assert result.feedback.startswith(f"{result.passed}/{result.total} hidden tests passed.")
+    assert result.feedback.startswith(f"{result.passed}/{result.total} tests passed.")
     assert (
         "- test_touching: check 1 (`merge_intervals([[1, 2], [2, 3]])`): expected [[1, 3]], got [[1, 2], [2, 3]]"
         in result.feedback
@@ -126,7 +130,7 @@ async def test_partial_credit_with_feedback_naming_tests_and_assertions():
 
 
 async def test_feedback_can_hide_test_source():
-    config = VerifierConfig(show_assertion_source=False)
+    config = VerifierConfig(show_assertion_source=False, public_fraction=1.0)
     result = await verify_files(
         TASKS["fizzbuzz"], {"solution.py": "def fizzbuzz(n):\n    return []\n"}, config=config
     )
@@ -148,7 +152,7 @@ async def test_infinite_loop_costs_only_its_own_test():
     config = VerifierConfig(per_test_timeout_s=4)  # each test is a process: leave room to start under load
     result = await verify_files(TASKS["chunk_list"], {"solution.py": solution}, config=config)
     assert [t.name for t in result.tests if not t.passed] == ["test_bad_size"]
-    assert "timed out after 4s" in result.feedback
+    assert "timed out after 4s" in reasons(result)
     assert result.passed == result.total - 1
 
 
@@ -166,13 +170,13 @@ async def test_whole_run_timeout_keeps_results_so_far():
     assert result.timed_out
     assert result.passed == 4 and result.total == 5
     assert "timed out after 3s" in result.feedback
-    assert "test_large: no result: the test run was cut short (timed out)" in result.feedback
+    assert "test_large: no result: the test run was cut short (timed out)" in reasons(result)
 
 
 async def test_solution_that_kills_the_run_scores_zero():
     result = await verify_files(TASKS["dedupe"], {"solution.py": "import os\nos._exit(0)\n"})
     assert result.score == 0.0
-    assert "no result: the test process ended without a report (exit status 0)" in result.feedback
+    assert "no result: the test process ended without a report (exit status 0)" in reasons(result)
 
 
 async def test_noisy_solution_is_still_graded():
@@ -245,8 +249,10 @@ async def test_hidden_tests_are_never_on_disk():
             found = []
             for dirpath, _, names in os.walk(os.environ["HOME"]):
                 for name in names:
-                    with open(os.path.join(dirpath, name), errors="replace") as f:
-                        found.append(f.read())
+                    path = os.path.join(dirpath, name)
+                    if os.path.isfile(path):  # not the FIFOs of its own remote-procedure channel
+                        with open(path, errors="replace") as f:
+                            found.append(f.read())
             return found
     """
     result = await verify_files(task, {"solution.py": solution, "notes.txt": "x"})
@@ -259,7 +265,8 @@ async def test_top_level_asserts_each_count_as_a_test():
         prompt="p",
         hidden_tests="from solution import add\nassert add(1, 2) == 3\nassert add(0, 0) == 1\nassert add(-1, 1) == 0\n",
     )
-    result = await verify_files(task, {"solution.py": "def add(a, b):\n    return a + b\n"})
+    config = VerifierConfig(public_fraction=1.0)
+    result = await verify_files(task, {"solution.py": "def add(a, b):\n    return a + b\n"}, config=config)
     assert (result.passed, result.total) == (2, 3)
     assert "test_assert_line_3: AssertionError (at: assert add(0, 0) == 1)" in result.feedback
 
@@ -282,11 +289,11 @@ async def test_verify_accepts_a_plain_directory(tmp_path: Path):
     assert result.score == 1.0
 
 
-def test_collect_tests_rejects_sources_without_tests():
-    with pytest.raises(ValueError, match="define no test functions"):
-        collect_tests("x = 1\n")
-    with pytest.raises(ValueError, match="do not parse"):
-        collect_tests("def test_(:\n")
+def test_code_suites_reject_sources_without_tests():
+    with pytest.raises(ValueError, match="defines no test functions"):
+        parse_code_suite({"kind": "code", "code": "x = 1\n"})
+    with pytest.raises(ValueError, match="does not parse"):
+        parse_code_suite({"kind": "code", "code": "def test_(:\n"})
 
 
 # -- reward hacks: each solution below has no task code at all ---------------------------------
@@ -406,8 +413,8 @@ async def test_exact_types_are_compared_in_the_parent():
     )
     result = await verify_files(task, {"solution.py": lookalike})
     assert result.passed == 0, result.feedback
-    assert "expected 1, got True" in result.feedback
-    assert "returned a Anything, which is not a plain value" in result.feedback
+    assert "expected 1, got True" in reasons(result)
+    assert "returned a Anything, which is not a plain value" in reasons(result)
 
 
 DEEP_TREE = "import os\nfor _ in range(5000):\n    os.mkdir('d')\n    os.chdir('d')\n"
@@ -417,7 +424,7 @@ async def test_a_5000_level_tree_made_by_the_solution_scores_zero_and_leaves_not
     before = set(tmp_path.iterdir())
     result = await verify(TASKS["dedupe"], _dir_with(tmp_path / "agent", DEEP_TREE), root_dir=tmp_path)
     assert result.score == 0.0 and result.total == 5
-    assert "could not load the solution: ImportError" in result.feedback
+    assert "could not load the solution: ImportError" in reasons(result)
     assert set(tmp_path.iterdir()) - before == {tmp_path / "agent"}  # no container left
 
 

@@ -237,6 +237,8 @@ class DataTest:
     checks: tuple[Check, ...]
     setup: str = ""
     cpu_s: float | None = None
+    public: bool = False
+    """The agent may be told this test's inputs and expected answer (environments/verifier_feedback.py)."""
 
 
 @dataclass(frozen=True)
@@ -287,7 +289,7 @@ _CHECK_KEYS = {
     "message_match",
     "tol",
 }
-_TEST_KEYS = {"name", "checks", "setup", "cpu_s"}
+_TEST_KEYS = {"name", "checks", "setup", "cpu_s", "public"}
 _SUITE_KEYS = {"module", "imports", "setup", "tests", "format"}
 
 
@@ -360,7 +362,10 @@ def parse_suite(document: Any) -> TestSuite:
         if not isinstance(raw_checks, list) or not raw_checks:
             raise ValueError(f"{where}: checks must be a non-empty list")
         checks = tuple(_parse_check(c, f"{where} check {j}") for j, c in enumerate(raw_checks))
-        tests.append(DataTest(name=name, checks=checks, setup=test_setup, cpu_s=cpu_s))
+        public = raw.get("public", False)
+        if type(public) is not bool:
+            raise ValueError(f"{where}: public must be true or false")
+        tests.append(DataTest(name=name, checks=checks, setup=test_setup, cpu_s=cpu_s, public=public))
     return TestSuite(tests=tuple(tests), module=module, imports=tuple(imports), setup=setup)
 
 

@@ -7,27 +7,38 @@ A task directory holds `task.json` (task_id, difficulty, solution_files, ...), `
 solution under its own file name(s) (e.g. `solution.py`). Every source goes through
 `task_from_record`.
 
-hidden_tests is either a data-style suite (a JSON object with "tests", or its JSON text), judged
-by the trusted verifier, or code-style Python source (a string, or a list of strings such as
-assert lines, joined with newlines). Code-style tests run in the solution's own interpreter, so a
-solution can forge their result: such datasets load, with one loud warning per dataset.
+hidden_tests comes in one of three shapes (environments/tasks/suites.py), chosen by `test_format`:
+- `data`: a data-style suite (a JSON object with "tests", or its JSON text);
+- `code`: the dataset's own Python test code (a string, or a list of strings such as assert
+  lines, joined with newlines), with optional `entry_point` (what `check(candidate)` gets),
+  `test_context` (trusted code run before the tests, e.g. HumanEval's prompt) and `public_tests`
+  (more test code whose tests are public);
+- `stdio`: input/output cases (a list of {"input", "output"}, APPS' {"inputs", "outputs"},
+  CodeContests' {"input", "output"} lists, or the JSON text of one), with optional `public_tests`
+  in the same shapes;
+- `auto` (the default): an object with "kind" or "tests" is taken as it is, other text or a list
+  of strings is code, anything else is stdio cases.
 
-`field_map` maps Task fields to the dataset's column names, e.g.
-`{"task_id": "id", "prompt": "question", "hidden_tests": "test_list"}`; unmapped fields use
-their own name. Required: task_id, prompt, hidden_tests. Optional: difficulty, reference_solution
+`field_map` maps these names to the dataset's column names, e.g.
+`{"task_id": "id", "prompt": "question", "hidden_tests": "test_list"}`; unmapped names use
+their own. Required: task_id, prompt, hidden_tests. Optional: difficulty, reference_solution
 (a {filename: content} object, or a string meaning the content of the first solution file),
-solution_files (a name or a list).
+solution_files (a name or a list), entry_point, test_context, public_tests. Records that do not
+fit are all reported, each with its index, in one TaskLoadError; none is skipped or scored 0.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from environments.tasks.code_tests import CODE_KIND, discover_tests
 from environments.tasks.data_tests import is_data_suite
+from environments.tasks.stdio_tests import STDIO_KIND, cases_from_columns
 from environments.tasks.task import Task
 from hermes_opd.contract.errors import HermesOPDError
 
@@ -37,11 +48,19 @@ TASK_FILE = "task.json"
 PROMPT_FILE = "prompt.md"
 TESTS_FILE = "tests.json"
 INDEX_FILE = "index.json"
-_warned_sources: set[str] = set()
 
 REQUIRED_FIELDS = ("task_id", "prompt", "hidden_tests")
-OPTIONAL_FIELDS = ("difficulty", "reference_solution", "solution_files")
+OPTIONAL_FIELDS = (
+    "difficulty",
+    "reference_solution",
+    "solution_files",
+    "entry_point",
+    "test_context",
+    "public_tests",
+)
 _KNOWN_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
+TEST_FORMATS = ("auto", "data", "code", "stdio")
+MAX_REPORTED_ERRORS = 20
 
 
 class TaskLoadError(HermesOPDError, ValueError):
@@ -59,9 +78,15 @@ def _check_field_map(field_map: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def task_from_record(
-    record: Mapping[str, Any], field_map: Mapping[str, str] | None = None, *, where: str = "record"
+    record: Mapping[str, Any],
+    field_map: Mapping[str, str] | None = None,
+    *,
+    where: str = "record",
+    test_format: str = "auto",
 ) -> Task:
     """Build one Task from a dataset row. `where` names the row in error messages."""
+    if test_format not in TEST_FORMATS:
+        raise TaskLoadError(f"test_format must be one of {list(TEST_FORMATS)}, got {test_format!r}")
     explicit = _check_field_map(field_map)
     columns = {name: explicit.get(name, name) for name in _KNOWN_FIELDS}
     values: dict[str, Any] = {}
@@ -88,7 +113,7 @@ def task_from_record(
         return Task(
             task_id=str(values["task_id"]),
             prompt=_as_text(values["prompt"], "prompt", where),
-            hidden_tests=_as_tests(values["hidden_tests"], where),
+            hidden_tests=_as_tests(values, test_format, where),
             difficulty=str(values.get("difficulty", "unknown")),
             reference_solution=dict(reference) if reference is not None else None,
             solution_files=solution_files,
@@ -99,29 +124,40 @@ def task_from_record(
         raise TaskLoadError(f"{where}: {exc}") from None
 
 
-def _as_tests(value: Any, where: str) -> str | dict[str, Any]:
-    if isinstance(value, Mapping) or is_data_suite(value):
-        return dict(value) if isinstance(value, Mapping) else json.loads(value)
-    return _as_text(value, "hidden_tests", where)
-
-
-def warn_code_style_tests(tasks: list[Task], source: str) -> None:
-    """Once per dataset: say, loudly, that code-style hidden tests give forgeable rewards."""
-    code_style = [t.task_id for t in tasks if not t.data_tests]
-    if not code_style or source in _warned_sources:
-        return
-    _warned_sources.add(source)
-    log.warning(
-        "FORGEABLE REWARDS: %d of %d task(s) in %s (e.g. %s) have code-style hidden tests, which run "
-        "in the same Python interpreter as the agent's solution. A solution can patch what the test "
-        "runner uses, or read its memory, and score 1.0 without solving anything. Convert them to "
-        "data-style tests (inputs plus expected outputs, checked outside the solution's process); "
-        "see docs/sandbox.md.",
-        len(code_style),
-        len(tasks),
-        source,
-        ", ".join(code_style[:3]),
-    )
+def _as_tests(values: Mapping[str, Any], test_format: str, where: str) -> str | dict[str, Any]:
+    """The record's tests as one suite of the chosen shape."""
+    value = values["hidden_tests"]
+    if test_format == "auto":
+        if (isinstance(value, Mapping) and ("kind" in value or "tests" in value)) or is_data_suite(value):
+            test_format = "data"
+        elif isinstance(value, str) or (
+            isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+        ):
+            test_format = "code"
+        else:
+            test_format = "stdio"
+    if test_format == "data":
+        if isinstance(value, Mapping):
+            return dict(value)
+        if is_data_suite(value):
+            return json.loads(value)
+        raise TaskLoadError(f"{where}: hidden_tests is not a data-style suite (a JSON object with tests)")
+    if test_format == "code":
+        code = _as_text(value, "hidden_tests", where)
+        suite: dict[str, Any] = {"kind": CODE_KIND, "code": code}
+        for name, key in (("entry_point", "entry_point"), ("test_context", "context")):
+            if name in values:
+                suite[key] = _as_text(values[name], name, where)
+        if "public_tests" in values:
+            public_code = _as_text(values["public_tests"], "public_tests", where)
+            _, public = discover_tests(public_code, suite.get("entry_point"))
+            suite["code"] = public_code + "\n" + code
+            suite["public"] = [t.name for t in public]
+        return suite
+    cases = cases_from_columns(value)
+    if "public_tests" in values:
+        cases = cases_from_columns(values["public_tests"], public=True) + cases
+    return {"kind": STDIO_KIND, "cases": cases}
 
 
 def _as_text(value: Any, name: str, where: str) -> str:
@@ -141,24 +177,40 @@ def _as_names(value: Any) -> tuple[str, ...]:
 
 
 def tasks_from_records(
-    records: Iterable[tuple[str, Mapping[str, Any]]], field_map: Mapping[str, str] | None, source: str
+    records: Iterable[tuple[str, Mapping[str, Any]]],
+    field_map: Mapping[str, str] | None,
+    source: str,
+    test_format: str = "auto",
 ) -> list[Task]:
-    """Tasks from (where, record) pairs; rejects empty input and duplicate task ids."""
+    """Tasks from (where, record) pairs; rejects empty input and duplicate task ids. Every record
+    that does not fit is reported (one line each, up to MAX_REPORTED_ERRORS) in one TaskLoadError."""
     tasks: list[Task] = []
     seen: dict[str, str] = {}
+    errors: list[str] = []
     for where, record in records:
-        if not isinstance(record, Mapping):
-            raise TaskLoadError(f"{where}: expected a JSON object, got {type(record).__name__}")
-        task = task_from_record(record, field_map, where=where)
-        if task.task_id in seen:
-            raise TaskLoadError(
-                f"{where}: duplicate task_id {task.task_id!r} (first seen at {seen[task.task_id]})"
-            )
+        try:
+            if not isinstance(record, Mapping):
+                raise TaskLoadError(f"{where}: expected a JSON object, got {type(record).__name__}")
+            task = task_from_record(record, field_map, where=where, test_format=test_format)
+            if task.task_id in seen:
+                raise TaskLoadError(
+                    f"{where}: duplicate task_id {task.task_id!r} (first seen at {seen[task.task_id]})"
+                )
+        except TaskLoadError as exc:
+            errors.append(str(exc))
+            continue
         seen[task.task_id] = where
         tasks.append(task)
+    if len(errors) == 1:
+        raise TaskLoadError(errors[0])
+    if errors:
+        shown = "\n".join(f"- {e}" for e in errors[:MAX_REPORTED_ERRORS])
+        more = (
+            f"\n... and {len(errors) - MAX_REPORTED_ERRORS} more" if len(errors) > MAX_REPORTED_ERRORS else ""
+        )
+        raise TaskLoadError(f"{len(errors)} record(s) of {source} do not fit:\n{shown}{more}")
     if not tasks:
         raise TaskLoadError(f"no tasks found in {source}: the dataset is empty")
-    warn_code_style_tests(tasks, source)
     return tasks
 
 
@@ -190,7 +242,9 @@ def task_dir_record(directory: str | Path) -> dict[str, Any]:
     return record
 
 
-def load_task_dirs(root: str | Path, field_map: Mapping[str, str] | None = None) -> list[Task]:
+def load_task_dirs(
+    root: str | Path, field_map: Mapping[str, str] | None = None, test_format: str = "auto"
+) -> list[Task]:
     """One task per subdirectory of `root` that has a task.json; in the order of `root/index.json`
     (a list of directory names) when there is one, else sorted by name."""
     root = Path(root)
@@ -204,18 +258,20 @@ def load_task_dirs(root: str | Path, field_map: Mapping[str, str] | None = None)
         dirs = [root / n for n in names]
     else:
         dirs = sorted(p for p in root.iterdir() if (p / TASK_FILE).is_file())
-    return tasks_from_records(((str(d), task_dir_record(d)) for d in dirs), field_map, str(root))
+    return tasks_from_records(((str(d), task_dir_record(d)) for d in dirs), field_map, str(root), test_format)
 
 
-def load_jsonl_tasks(path: str | Path, field_map: Mapping[str, str] | None = None) -> list[Task]:
-    """One task per non-blank line of a JSONL file."""
+def load_jsonl_tasks(
+    path: str | Path, field_map: Mapping[str, str] | None = None, test_format: str = "auto"
+) -> list[Task]:
+    """One task per non-blank line of a JSONL file (gzip-compressed when its name ends in .gz)."""
     path = Path(path)
     _check_field_map(field_map)
     if not path.is_file():
         raise TaskLoadError(f"task file {str(path)!r} does not exist")
 
     def records() -> Iterable[tuple[str, Mapping[str, Any]]]:
-        with path.open("rb") as f:
+        with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as f:
             for number, raw_line in enumerate(f, start=1):
                 try:
                     line = raw_line.decode("utf-8")
@@ -231,14 +287,17 @@ def load_jsonl_tasks(path: str | Path, field_map: Mapping[str, str] | None = Non
                 except json.JSONDecodeError as exc:
                     raise TaskLoadError(f"{where}: invalid JSON ({exc})") from None
 
-    return tasks_from_records(records(), field_map, str(path))
+    return tasks_from_records(records(), field_map, str(path), test_format)
 
 
 _LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
 def load_hf_tasks(
-    dataset_name_or_path: str | Path, split: str = "train", field_map: Mapping[str, str] | None = None
+    dataset_name_or_path: str | Path,
+    split: str = "train",
+    field_map: Mapping[str, str] | None = None,
+    test_format: str = "auto",
 ) -> list[Task]:
     """Tasks from a Hugging Face dataset: a directory written by `save_to_disk` (a Dataset or a
     DatasetDict), a local json/jsonl/csv/parquet file, or else a hub dataset name."""
@@ -271,4 +330,26 @@ def load_hf_tasks(
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise TaskLoadError(f"could not load dataset {source!r} (split {split!r}): {detail}") from exc
     where = f"{source}[{split}]"
-    return tasks_from_records(((f"{where} row {i}", row) for i, row in enumerate(loaded)), field_map, where)
+    rows = ((f"{where} row {i}", row) for i, row in enumerate(loaded))
+    return tasks_from_records(rows, field_map, where, test_format)
+
+
+TASK_SOURCES = ("jsonl", "hf", "dirs")
+
+
+def load_tasks(
+    source: str,
+    path: str | Path,
+    *,
+    split: str = "train",
+    field_map: Mapping[str, str] | None = None,
+    test_format: str = "auto",
+) -> list[Task]:
+    """Tasks from one of TASK_SOURCES (the env's `task_source`, `task_path`, ... keys)."""
+    if source == "jsonl":
+        return load_jsonl_tasks(path, field_map, test_format)
+    if source == "hf":
+        return load_hf_tasks(path, split, field_map, test_format)
+    if source == "dirs":
+        return load_task_dirs(path, field_map, test_format)
+    raise TaskLoadError(f"unknown task source {source!r}; known: builtin, {', '.join(TASK_SOURCES)}")

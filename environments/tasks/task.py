@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from environments.tasks.data_tests import parse_suite
+from environments.tasks.code_tests import is_code_suite
+from environments.tasks.stdio_tests import is_stdio_suite
+from environments.tasks.suites import parse_tests
 
 
 @dataclass(frozen=True)
@@ -17,11 +19,12 @@ class Task:
     task_id: str
     prompt: str
     hidden_tests: str | Mapping[str, Any]
-    """Data-style tests (a mapping, see environments/tasks/data_tests.py): inputs for the
-    solution's process and expectations checked by the trusted verifier; what every built-in task
-    uses. Or code-style tests (Python source with `test_*` functions or top-level `assert`s, each
-    one test, that import the agent's files): run next to the solution, so forgeable (see
-    docs/sandbox.md)."""
+    """One of three shapes (environments/tasks/suites.py): data-style tests (a mapping with
+    "tests", environments/tasks/data_tests.py; every built-in task); code-style tests (the
+    dataset's own Python test code, a string or `{"kind": "code", ...}`,
+    environments/tasks/code_tests.py), run in a trusted process of their own with the solution
+    as a remote procedure; or stdin/stdout cases (`{"kind": "stdio", ...}`,
+    environments/tasks/stdio_tests.py). See docs/tasks.md."""
     difficulty: str = "unknown"
     reference_solution: dict[str, str] | None = None
     """{filename: content} that passes every hidden test, when known."""
@@ -31,8 +34,10 @@ class Task:
 
     @property
     def data_tests(self) -> bool:
-        """True for data-style hidden tests (judged outside the solution's interpreter)."""
-        return isinstance(self.hidden_tests, Mapping)
+        """True for data-style hidden tests (inputs and expected values)."""
+        return isinstance(self.hidden_tests, Mapping) and not (
+            is_code_suite(self.hidden_tests) or is_stdio_suite(self.hidden_tests)
+        )
 
     def __post_init__(self) -> None:
         names = (
@@ -44,11 +49,10 @@ class Task:
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"Task.{name} must be a non-empty string, got {value!r}")
-        if isinstance(self.hidden_tests, Mapping):
-            try:
-                parse_suite(self.hidden_tests)
-            except ValueError as exc:
-                raise ValueError(f"task {self.task_id!r}: hidden tests: {exc}") from None
+        try:
+            parse_tests(self.hidden_tests)
+        except ValueError as exc:
+            raise ValueError(f"task {self.task_id!r}: hidden tests: {exc}") from None
         if isinstance(self.solution_files, str):
             object.__setattr__(self, "solution_files", (self.solution_files,))
         if not self.solution_files:

@@ -49,6 +49,10 @@ DELEGATED = {
         "check a groups JSONL file against docs/distill-format.md",
     ),
     "train": ("trainer_adapters.train_cli", "run the reference torch trainer against an Atropos API"),
+    "tasks": (
+        "hermes_opd.commands.tasks_score",
+        "score a JSONL of solutions against a task source in the real sandbox (tasks score)",
+    ),
     "bench": ("hermes_opd.bench.cli", "run a benchmark (pipeline, payload, loss, teacher, teacher-scaling)"),
 }
 

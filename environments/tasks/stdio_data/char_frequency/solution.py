@@ -1,0 +1,5 @@
+from collections import Counter
+
+counts = Counter(input().strip())
+for letter in sorted(counts):
+    print(letter, counts[letter])

@@ -1,0 +1,2 @@
+w = input().strip()
+print("YES" if w == w[::-1] else "NO")

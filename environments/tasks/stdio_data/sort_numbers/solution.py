@@ -1,0 +1,2 @@
+input()
+print(*sorted(int(x) for x in input().split()))
