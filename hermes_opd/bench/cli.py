@@ -1,7 +1,7 @@
-"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling> [--json] [--quick] [--repeat N]`.
+"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|hint-selection> [--json] [--quick] [--repeat N]`.
 
 Every benchmark prints a short human summary and, with `--json`, one JSON object on its LAST line.
-The object's last key is the headline ratio (larger is better). `--repeat N` runs the benchmark N
+The object's last key is the headline ratio (larger is better, except hint-selection's cost ratio). `--repeat N` runs the benchmark N
 times and reports the element-wise median (each run is also kept under `runs` when `--keep-runs`).
 `--quick` shrinks every size so that the benchmark finishes in seconds (tests use it).
 """
@@ -20,7 +20,7 @@ from typing import Any
 from hermes_opd.bench.common import median_result, rounded, with_headline
 from hermes_opd.devkit.paths import default_dev_model_dir
 
-BENCHES = ("pipeline", "payload", "loss", "teacher", "teacher-scaling")
+BENCHES = ("pipeline", "payload", "loss", "teacher", "teacher-scaling", "hint-selection")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -90,6 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=50)
     p.add_argument("--iters", type=int, default=None, help="requests per path and length (default 3)")
     p.add_argument("--paths", default="completions,generate,transformers", help="comma-separated paths")
+    p.add_argument("--local-threads", type=int, default=None, help="torch threads of the in-process path")
+    _server_args(p)
+
+    p = sub.add_parser("hint-selection", help="cost of scoring m candidate hints vs one, per teacher path")
+    _common(p)
+    p.add_argument(
+        "--context-tokens", type=int, default=None, help="context before the hint (default 2048; quick 256)"
+    )
+    p.add_argument(
+        "--turn-tokens", type=int, default=None, help="the turn's positions (default 64; quick 16)"
+    )
+    p.add_argument("--tail-tokens", type=int, default=32, help="ids between the hint and the turn")
+    p.add_argument("--m", type=int, default=3, help="candidate hints")
+    p.add_argument("--k", type=int, default=50)
+    p.add_argument("--iters", type=int, default=None, help="turns per path (default 5; quick 1)")
+    p.add_argument("--paths", default="transformers,completions,generate", help="comma-separated paths")
     p.add_argument("--local-threads", type=int, default=None, help="torch threads of the in-process path")
     _server_args(p)
     return parser
@@ -191,6 +207,24 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 turn_tokens=min(args.turn_tokens, min(lengths) // 2),
                 k=args.k,
                 iters=_pick(args.iters, 3, 1, q),
+                paths=tuple(p for p in args.paths.split(",") if p),
+                local_threads=args.local_threads,
+            )
+        )
+    if args.bench == "hint-selection":
+        from hermes_opd.bench import hint_selection_bench
+
+        return asyncio.run(
+            hint_selection_bench.run(
+                base_url=args.base_url,
+                model=args.model,
+                tokenizer_dir=args.tokenizer,
+                context_tokens=_pick(args.context_tokens, 2048, 256, q),
+                turn_tokens=_pick(args.turn_tokens, 64, 16, q),
+                tail_tokens=args.tail_tokens,
+                m=args.m,
+                k=args.k,
+                iters=_pick(args.iters, 5, 1, q),
                 paths=tuple(p for p in args.paths.split(",") if p),
                 local_threads=args.local_threads,
             )

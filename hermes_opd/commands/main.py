@@ -49,7 +49,10 @@ DELEGATED = {
         "check a groups JSONL file against docs/distill-format.md",
     ),
     "train": ("trainer_adapters.train_cli", "run the reference torch trainer against an Atropos API"),
-    "bench": ("hermes_opd.bench.cli", "run a benchmark (pipeline, payload, loss, teacher, teacher-scaling)"),
+    "bench": (
+        "hermes_opd.bench.cli",
+        "run a benchmark (pipeline, payload, loss, teacher, teacher-scaling, hint-selection)",
+    ),
 }
 
 
