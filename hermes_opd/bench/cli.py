@@ -1,7 +1,7 @@
-"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|hint-selection> [--json] [--quick] [--repeat N]`.
+"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|hint-selection|student-topk> [--json] [--quick] [--repeat N]`.
 
 Every benchmark prints a short human summary and, with `--json`, one JSON object on its LAST line.
-The object's last key is the headline ratio (larger is better, except hint-selection's cost ratio). `--repeat N` runs the benchmark N
+The object's last key is the headline ratio (larger is better, except the cost ratios of hint-selection and student-topk). `--repeat N` runs the benchmark N
 times and reports the element-wise median (each run is also kept under `runs` when `--keep-runs`).
 `--quick` shrinks every size so that the benchmark finishes in seconds (tests use it).
 """
@@ -20,7 +20,7 @@ from typing import Any
 from hermes_opd.bench.common import median_result, rounded, with_headline
 from hermes_opd.devkit.paths import default_dev_model_dir
 
-BENCHES = ("pipeline", "payload", "loss", "teacher", "teacher-scaling", "hint-selection")
+BENCHES = ("pipeline", "payload", "loss", "teacher", "teacher-scaling", "hint-selection", "student-topk")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -107,6 +107,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=None, help="turns per path (default 5; quick 1)")
     p.add_argument("--paths", default="transformers,completions,generate", help="comma-separated paths")
     p.add_argument("--local-threads", type=int, default=None, help="torch threads of the in-process path")
+    _server_args(p)
+
+    p = sub.add_parser("student-topk", help="generation with the sampler's own top-K (logprobs=K) vs without")
+    _common(p)
+    p.add_argument("--k", type=int, default=4, help="the student's top-K (OpenClaw-RL's default 4)")
+    p.add_argument("--n", type=int, default=None, help="continuations per request (default 8; quick 2)")
+    p.add_argument(
+        "--max-tokens", type=int, default=None, help="tokens per continuation (default 128; quick 16)"
+    )
+    p.add_argument("--prompt-tokens", type=int, default=None, help="default 512 (quick 64)")
+    p.add_argument("--iters", type=int, default=None, help="request pairs (default 6; quick 2)")
     _server_args(p)
     return parser
 
@@ -227,6 +238,21 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 iters=_pick(args.iters, 5, 1, q),
                 paths=tuple(p for p in args.paths.split(",") if p),
                 local_threads=args.local_threads,
+            )
+        )
+    if args.bench == "student-topk":
+        from hermes_opd.bench import student_topk_bench
+
+        return asyncio.run(
+            student_topk_bench.run(
+                base_url=args.base_url,
+                model=args.model,
+                tokenizer_dir=args.tokenizer,
+                k=args.k,
+                n=_pick(args.n, 8, 2, q),
+                max_tokens=_pick(args.max_tokens, 128, 16, q),
+                prompt_tokens=_pick(args.prompt_tokens, 512, 64, q),
+                iters=_pick(args.iters, 6, 2, q),
             )
         )
     raise ValueError(f"unknown benchmark {args.bench!r}")

@@ -51,7 +51,7 @@ DELEGATED = {
     "train": ("trainer_adapters.train_cli", "run the reference torch trainer against an Atropos API"),
     "bench": (
         "hermes_opd.bench.cli",
-        "run a benchmark (pipeline, payload, loss, teacher, teacher-scaling, hint-selection)",
+        "run a benchmark (pipeline, payload, loss, teacher, teacher-scaling, hint-selection, student-topk)",
     ),
 }
 
