@@ -1,7 +1,8 @@
 """`hermes-opd bench student-topk`: what asking the policy for its own top-K costs at sampling time.
 
-The same generation requests (`n` continuations of `--max-tokens` each, seeded, from fresh prompts of
-real ids) with `logprobs: K` (plus `return_tokens_as_token_ids`) and with `logprobs: 0`, alternating
+The same generation requests (`n` continuations of up to `--max-tokens` each, `ignore_eos`, seeded, from
+fresh prompts of real ids; both sides' generated token counts are reported, since the dev model's
+chat end token still stops a continuation) with `logprobs: K` (plus `return_tokens_as_token_ids`) and with `logprobs: 0`, alternating
 which goes first, in one run against the same server. Reported: median wall time of each, the
 response bytes, and the rows' shapes (every generated position has a row of K ids, best first).
 
@@ -55,6 +56,7 @@ async def run(
     client = VLLMCompletionsClient(base_url, model, timeout_s=300.0)
     times: dict[str, list[float]] = {"with_s": [], "without_s": []}
     positions = rows_ok = 0
+    tokens = {"with": 0, "without": 0}
     try:
         await _timed_generate(
             client, prompt_of_length(tokenizer, prompt_tokens, salt - 1), k, n, max_tokens, 0
@@ -65,6 +67,7 @@ async def run(
             for asked in order:
                 wall, sequences = await _timed_generate(client, ids, asked, n, max_tokens, seed=salt + i)
                 times["with_s" if asked else "without_s"].append(wall)
+                tokens["with" if asked else "without"] += sum(len(seq.token_ids) for seq in sequences)
                 if asked:
                     for seq in sequences:
                         for token, lp, row_ids, row_lps in zip(
@@ -88,6 +91,8 @@ async def run(
         "iters": iters,
         "with_s": with_s,
         "without_s": without_s,
+        "generated_tokens_with": tokens["with"],
+        "generated_tokens_without": tokens["without"],
         "generated_positions": positions,
         "rows_well_formed": rows_ok,
     }
