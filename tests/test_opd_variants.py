@@ -181,7 +181,20 @@ def test_objective_runs_each_subset_by_hand(vocab):
         tail_p, tail_q = 1 - sum(p.values()), 1 - sum(q.values())
         total += sum(p[i] * LN(p[i] / q[i]) for i in row) + tail_p * LN(tail_p / tail_q)
     assert out.terms["opd"].item() == pytest.approx(total / 2, abs=1e-6)
-    assert out.metrics["opd/student_topk_unknown_frac"].item() == pytest.approx(1.0)
+    # The subset is visible in the logged terms (what both trainers log): entries per position.
+    sizes = [len(row) for row in sets.values()]
+    assert out.metrics["opd/subset_size"].item() == pytest.approx(sum(sizes) / 2)
+    clipped = compute_objective(
+        StudentLogprobs(gathered[..., 0], gathered[..., 1:]),
+        batch,
+        config.model_copy(update={"opd_diff_clip": 1e-3}),
+    )
+    assert clipped.metrics["opd/diff_clip_frac"].item() == pytest.approx(1.0)  # every gap exceeds 0.001
+    assert clipped.metrics["opd/reverse_kl"].item() == pytest.approx(total / 2, abs=1e-6)
+    assert clipped.terms["opd"].item() < out.terms["opd"].item()
+    # one student id outside the rows (id 8, unknown) over 2 teacher positions
+    assert out.metrics["opd/student_topk_extra"].item() == pytest.approx(0.5)
+    assert out.metrics["opd/student_topk_unknown"].item() == pytest.approx(0.5)
 
 
 def test_token_mode_diff_clip_replaces_the_advantage_clip():

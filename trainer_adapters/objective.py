@@ -74,10 +74,12 @@ def _subset_term(
             clip_high=config.opd_clip_high,
             num_tokens=num_teacher_positions,
         )
-    if entries.student_total:
-        term.metrics["opd/student_topk_unknown_frac"] = torch.tensor(
-            entries.student_unknown / entries.student_total
-        )
+    if batch.student_topk_ids_BTS is not None:
+        # Per teacher position, like every metric (sums over micro-batches add up): the student's own
+        # ids outside the teacher row, and those of them whose teacher logprob is unknown.
+        denominator = float(max(num_teacher_positions or batch.num_teacher_positions, 1))
+        term.metrics["opd/student_topk_extra"] = torch.tensor(entries.student_total / denominator)
+        term.metrics["opd/student_topk_unknown"] = torch.tensor(entries.student_unknown / denominator)
     return term
 
 

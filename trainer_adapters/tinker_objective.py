@@ -3,17 +3,19 @@
 One step sends ONE list of datums, one per sequence that carries any signal (a non-zero GRPO
 advantage on a generated token, or a teacher row), whatever the weights are:
 
-- `target_tokens` int64: [T] in token mode (the student's own next tokens), [T, 1+K] in topk mode
-  (column 0 the student's token, columns 1..K the teacher row's ids, 0 at invalid entries);
+- `target_tokens` int64: [T] in token mode (the student's own next tokens), [T, 1+E] in topk and
+  subset_ppo modes (column 0 the student's token, columns 1..E the OPD entries of
+  `opd_entries.py`: the teacher row's ids, then the student's own top-K ids the row lacks; 0 at
+  entries whose teacher logprob is unknown or that do not exist);
 - `weights` float32, the same shape: 1 where the entry is used (a generated token in column 0, a
-  valid teacher entry elsewhere), 0 elsewhere. The forward pass of `forward_backward_custom` is
+  known entry elsewhere), 0 elsewhere. The forward pass of `forward_backward_custom` is
   tinker's `cross_entropy` over these targets, so the weights only shape the loss it reports; the
   gradient comes from the custom loss alone.
 
 Tinker returns the student's logprobs of exactly those ids from one full-vocabulary softmax, which
 is what `compute_objective` needs: the token logprob (GRPO, token OPD) and the row ids' logprobs
 (the K+1-bin KL, whose tail is 1 minus their mass). `ObjectiveLossFn` scatters them back into the
-collated batch's [B, T] / [B, T, K] layout and calls `compute_objective`, the very function the
+collated batch's [B, T] / [B, T, E] layout and calls `compute_objective`, the very function the
 torch trainer calls, so both trainers optimize the same loss: PPO-clipped GRPO with
 `loss.clip_low`/`loss.clip_high`, the `LOG_RATIO_CAP`, token means over the whole step, and
 `w_grpo * L_grpo + w_opd * L_opd`. Every term is logged, weight 0 included.
