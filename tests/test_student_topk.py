@@ -66,3 +66,17 @@ async def test_real_rows_have_the_documented_shape_and_pass_the_validator(dev_se
         }
         assert validate_group(group, require_provenance=False) == []
         assert all(math.isfinite(v) for row in seq.top_logprobs for v in row)
+
+
+def test_teacher_logprobs_on_student_ids_mark_unknown_ids_as_null():
+    from hermes_opd.contract.student_topk import teacher_logprobs_on
+
+    rows, unknown = teacher_logprobs_on(
+        [[3, 7], [4, 8], [1, 2]],
+        [[3, 9, 7], [5, 4], []],  # the teacher's top-K (+ the sampled token); no row at the last position
+        [[-0.5, -1.0, -2.0], [-0.1, -3.0], []],
+    )
+    assert rows == [[-0.5, -2.0], [-3.0, None], []]
+    assert unknown == 1
+    block = make_student_topk_block(2, [5, 6, 7], [[3, 7], [4, 8], [1, 2]], [[-0.1, -1.0]] * 3, rows)
+    assert block["teacher_unknown"] == 1

@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--prompt-tokens", type=int, default=None, help="default 512 (quick 64)")
     p.add_argument("--iters", type=int, default=None, help="request pairs (default 6; quick 2)")
+    p.add_argument("--teacher-k", type=int, default=50, help="the teacher's top-K for the unknown-id count")
     _server_args(p)
     return parser
 
@@ -253,6 +254,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 max_tokens=_pick(args.max_tokens, 128, 16, q),
                 prompt_tokens=_pick(args.prompt_tokens, 512, 64, q),
                 iters=_pick(args.iters, 6, 2, q),
+                teacher_k=args.teacher_k,
             )
         )
     raise ValueError(f"unknown benchmark {args.bench!r}")

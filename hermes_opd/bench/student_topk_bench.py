@@ -6,6 +6,13 @@ chat end token still stops a continuation) with `logprobs: K` (plus `return_toke
 which goes first, in one run against the same server. Reported: median wall time of each, the
 response bytes, and the rows' shapes (every generated position has a row of K ids, best first).
 
+How often a vLLM teacher path leaves a student id unknown: after each `logprobs: K` request, its
+first continuation is scored as a hinted teacher would score it (a hint text before the prompt;
+`/v1/completions` with `prompt_logprobs: --teacher-k`), and each student top-K id is looked up in the
+teacher's row of its position (its top-K plus the sampled token,
+`hermes_opd.contract.student_topk.teacher_logprobs_on`). Reported: `student_ids_unknown_frac`,
+the share of student ids that row does not hold (their teacher logprob stays unknown).
+
 Headline, last key: `with_over_without`, the wall-time ratio (smaller is better; 1.0 is free).
 """
 
@@ -19,7 +26,12 @@ from typing import Any
 
 from hermes_opd.bench.common import machine_info, with_headline
 from hermes_opd.bench.teacher_bench import prompt_of_length
+from hermes_opd.contract.student_topk import teacher_logprobs_on
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
+from scoring.alignment import turn_rows
+from scoring.request_paths import completions_prompt_topk
+
+TEACHER_HINT = "Hint: run the tests before you answer, and check the empty case.\n"
 
 
 def _progress(message: str) -> None:
@@ -31,7 +43,13 @@ async def _timed_generate(
 ):
     started = time.perf_counter()
     sequences = await client.generate(
-        ids, n=n, max_tokens=max_tokens, temperature=1.0, seed=seed, top_logprobs=k
+        ids,
+        n=n,
+        max_tokens=max_tokens,
+        temperature=1.0,
+        seed=seed,
+        top_logprobs=k,
+        extra={"ignore_eos": True},
     )
     return time.perf_counter() - started, sequences
 
@@ -46,6 +64,7 @@ async def run(
     max_tokens: int,
     prompt_tokens: int,
     iters: int,
+    teacher_k: int = 50,
 ) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
@@ -57,6 +76,8 @@ async def run(
     times: dict[str, list[float]] = {"with_s": [], "without_s": []}
     positions = rows_ok = 0
     tokens = {"with": 0, "without": 0}
+    lookups = {"ids": 0, "unknown": 0}
+    hint = tokenizer.encode(TEACHER_HINT, add_special_tokens=False)
     try:
         await _timed_generate(
             client, prompt_of_length(tokenizer, prompt_tokens, salt - 1), k, n, max_tokens, 0
@@ -69,6 +90,15 @@ async def run(
                 times["with_s" if asked else "without_s"].append(wall)
                 tokens["with" if asked else "without"] += sum(len(seq.token_ids) for seq in sequences)
                 if asked:
+                    first = sequences[0]
+                    teacher_ids = hint + ids + first.token_ids
+                    raw = await completions_prompt_topk(
+                        client, teacher_ids, teacher_k, from_pos=len(hint + ids)
+                    )
+                    t_ids, t_lps = turn_rows(raw.topk, len(hint + ids), first.token_ids, teacher_k)
+                    _, unknown = teacher_logprobs_on(first.top_ids, t_ids, t_lps)
+                    lookups["ids"] += sum(len(row) for row in first.top_ids)
+                    lookups["unknown"] += unknown
                     for seq in sequences:
                         for token, lp, row_ids, row_lps in zip(
                             seq.token_ids, seq.logprobs, seq.top_ids, seq.top_logprobs, strict=True
@@ -95,5 +125,9 @@ async def run(
         "generated_tokens_without": tokens["without"],
         "generated_positions": positions,
         "rows_well_formed": rows_ok,
+        "teacher_k": teacher_k,
+        "student_ids_looked_up": lookups["ids"],
+        "student_ids_unknown": lookups["unknown"],
+        "student_ids_unknown_frac": lookups["unknown"] / max(lookups["ids"], 1),
     }
     return with_headline(result, "with_over_without", with_s / without_s)

@@ -180,3 +180,31 @@ def parse_student_topk(block: dict[str, Any]) -> StudentTopK:
         logprobs=[[float(v) for v in row] for row in block["logprobs"]],
         teacher_logprobs=[list(row) for row in teacher],
     )
+
+
+def teacher_logprobs_on(
+    student_ids_rows: Sequence[Sequence[int]],
+    teacher_ids_rows: Sequence[Sequence[int]],
+    teacher_lp_rows: Sequence[Sequence[float]],
+) -> tuple[list[list[float | None]], int]:
+    """The teacher's logprob of each student top-K id, read from the teacher's rows of the same
+    positions (a vLLM path: its top-K plus the sampled token), and how many are unknown.
+
+    An id the row does not hold is None: unknown, never invented. A position without a teacher row
+    gets [] (not scored)."""
+    if not len(student_ids_rows) == len(teacher_ids_rows) == len(teacher_lp_rows):
+        raise ValueError(
+            f"{len(student_ids_rows)} student rows, {len(teacher_ids_rows)} teacher id rows, "
+            f"{len(teacher_lp_rows)} teacher logprob rows"
+        )
+    out: list[list[float | None]] = []
+    unknown = 0
+    for student, ids, lps in zip(student_ids_rows, teacher_ids_rows, teacher_lp_rows, strict=True):
+        if not ids:
+            out.append([])
+            continue
+        known = dict(zip(ids, lps, strict=True))
+        row = [known.get(i) for i in student]
+        unknown += sum(1 for v in row if v is None)
+        out.append(row)
+    return out, unknown
