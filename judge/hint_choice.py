@@ -1,8 +1,9 @@
 """Hint choice among the accepted votes' hints (`JudgeConfig.hint_choice`), pure logic.
 
 Every policy gives each candidate a score, a short list of numbers; the winner is the earliest
-candidate with the (lexicographically) largest score (`best_candidate`, in the contract). Provenance records the candidates, their
-scores and the winner, so a reviewer re-derives the choice with `best_candidate` alone.
+candidate with the (lexicographically) largest score (`best_candidate`, in the contract).
+Provenance records the candidates, their scores and the winner, so a reviewer re-derives the
+choice with `best_candidate` alone.
 
 Text-only policies (no teacher call):
 - `representative` (default): [mean word-set Jaccard with the other hints, distinct words]

@@ -1,8 +1,9 @@
-"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|hint-selection|student-topk> [--json] [--quick] [--repeat N]`.
+"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|hint-selection|student-topk> [--json]
+[--quick] [--repeat N]`.
 
 Every benchmark prints a short human summary and, with `--json`, one JSON object on its LAST line.
-The object's last key is the headline ratio (larger is better, except the cost ratios of hint-selection and student-topk). `--repeat N` runs the benchmark N
-times and reports the element-wise median (each run is also kept under `runs` when `--keep-runs`).
+The object's last key is the headline ratio (larger is better, except the cost ratios of
+hint-selection and student-topk). `--repeat N` runs the benchmark N times and reports the element-wise median (each run is also kept under `runs` when `--keep-runs`).
 `--quick` shrinks every size so that the benchmark finishes in seconds (tests use it).
 """
 
