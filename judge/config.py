@@ -13,7 +13,7 @@ DEFAULT_EXIT_CODE_PATTERN = r"(?i)\b(?:exit(?:ed with)?\s+(?:code|status)|return
 Group 1 is the code. Our tool results end with `exit code N`."""
 
 VotePolicyName = Literal["majority", "majority_of_parsed", "any"]
-HintChoiceName = Literal["representative", "longest"]
+HintChoiceName = Literal["representative", "longest", "shortest", "teacher_overlap", "token_optimal"]
 
 
 class JudgeConfig(BaseModel):
@@ -90,7 +90,11 @@ class JudgeConfig(BaseModel):
         default="representative",
         description="Which positive vote's hint is used. `representative`: the hint with the highest mean "
         "word-set overlap with the other positive hints; ties (always, with two) go to the hint with more "
-        "distinct words, then to the earlier vote. `longest`: the reference behaviour (most characters).",
+        "distinct words, then to the earlier vote. `longest`: the reference behaviour (most characters). "
+        "`shortest`: fewest characters. `teacher_overlap` (OpenClaw-RL's sequence_optimal): the teacher scores "
+        "every candidate; the one whose teacher top-K overlaps most with the student's top-K over the turn "
+        "wins. `token_optimal`: the candidate with the best overlap at the most positions. Both teacher "
+        "policies favour small corrections (judge/hint_choice.py).",
     )
     min_hint_chars: int = Field(
         default=11,

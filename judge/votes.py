@@ -59,6 +59,8 @@ class VoteOutcome:
     """m, the votes asked for (None: taken to be `n`)."""
     quorum: int | None = None
     """+1 votes needed under `majority`; None for the other policies."""
+    candidates: tuple[str, ...] = ()
+    """The hints of the +1 votes, in vote order (repeats kept: agreement counts for `representative`)."""
 
     def as_dict(self) -> dict[str, Any]:
         """Vote summary for provenance JSON (the hint itself is stored beside it, not in here)."""
@@ -119,11 +121,16 @@ def strict_majority(m: int) -> int:
 
 
 def choose_hint(hints: Sequence[str], hint_choice: HintChoiceName) -> str | None:
+    """The hint of a text policy. The teacher policies (judge/hint_choice.py) need the teacher's rows
+    of every candidate: here they provisionally take `representative`, and the pipeline replaces
+    the choice once it has scored the candidates."""
     if not hints:
         return None
     if hint_choice == "longest":
         return choose_longest(hints)
-    if hint_choice == "representative":
+    if hint_choice == "shortest":
+        return min(enumerate(hints), key=lambda item: (len(item[1]), item[0]))[1]
+    if hint_choice in ("representative", "teacher_overlap", "token_optimal"):
         return choose_representative(hints)
     raise ValueError(f"unknown hint choice {hint_choice!r}")
 
@@ -150,6 +157,7 @@ def decide(
     unparsed = len(votes) - parseable
     failed = sum(1 for v in votes if v.failed)
     hints = [v.hint for v in votes if v.score == 1 and v.hint]
+    candidates = tuple(hints)
 
     needed: int | None = None
     if policy == "majority":
@@ -164,7 +172,7 @@ def decide(
     else:
         raise ValueError(f"unknown vote policy {policy!r}")
 
-    hint = choose_hint(hints, hint_choice) if decided_positive else None
+    hint = choose_hint(list(candidates), hint_choice) if decided_positive else None
     accepted = hint is not None
     agreement = 0.0 if parseable == 0 else (positive if accepted else negative) / parseable
     return VoteOutcome(
@@ -181,4 +189,5 @@ def decide(
         failed=failed,
         requested=m,
         quorum=needed,
+        candidates=candidates if accepted else (),
     )

@@ -139,6 +139,33 @@ class TeacherScorer:
         rows: Rows = turn_rows(raw.topk, prompt_len, list(student_ids), self.k)
         return TurnScore(rows[0], rows[1], TeacherCallStats(latency, len(ids), choice.path, raw.body_bytes))
 
+    async def score_candidates(
+        self, inputs: list[tuple[list[int], int]], student_ids: list[int]
+    ) -> tuple[list[TurnScore], float]:
+        """The rows of one turn under each candidate teacher input `(ids, prompt_len)`, and the wall time.
+
+        In-process: one pass over the candidates' shared prefix, reused (KV cache) for each
+        candidate's own hint and turn (`TransformersTeacher.score_shared_prefix`). On vLLM: the
+        candidates' requests go out together; prompt-logprob requests never read vLLM's prefix cache
+        (reading it returns garbage rows for the cached positions; docs/benchmarks.md, section 6), so each
+        one costs a full request."""
+        for ids, prompt_len in inputs:
+            if list(ids[prompt_len:]) != list(student_ids):
+                raise AlignmentError("a candidate's teacher input does not end in the student's turn")
+        choice = await self.choose_path(list(inputs[0][0][: min(len(inputs[0][0]), 8)]))
+        started = time.perf_counter()
+        if choice.path == "transformers" and len(inputs) > 1:
+            assert self.local is not None
+            async with asyncio.timeout(self.timeout_s):
+                rows = await asyncio.to_thread(self.local.score_shared_prefix, inputs)
+            latency = time.perf_counter() - started
+            return [
+                TurnScore(r[0], r[1], TeacherCallStats(latency, len(ids), choice.path))
+                for r, (ids, _) in zip(rows, inputs, strict=True)
+            ], latency
+        scores = await asyncio.gather(*(self.score_turn(ids, p, student_ids) for ids, p in inputs))
+        return list(scores), time.perf_counter() - started
+
     async def aclose(self) -> None:
         await self.client.close()
         if self.local is not None:

@@ -33,6 +33,18 @@ class _Pending:
     future: asyncio.Future = field(repr=False)
 
 
+def shared_prefix_len(sequences: list[list[int]]) -> int:
+    """Length of the longest prefix common to every id list."""
+    if not sequences:
+        return 0
+    n = min(len(s) for s in sequences)
+    first = sequences[0]
+    for i in range(n):
+        if any(s[i] != first[i] for s in sequences[1:]):
+            return i
+    return n
+
+
 class TransformersTeacher:
     """Scores teacher inputs in-process with a transformers causal LM (float32 by default)."""
 
@@ -112,6 +124,57 @@ class TransformersTeacher:
             hidden = base(input_ids=input_ids.to(self.device), **kwargs).last_hidden_state
             # Row `pos` (the distribution over ids[pos]) comes from the hidden state at pos - 1.
             picks = [hidden[b, prompt_len - 1 : len(ids) - 1] for b, (ids, prompt_len) in enumerate(items)]
+        out = self._rows_from_hidden(items, picks)
+        self.batches += 1
+        return out
+
+    def score_shared_prefix(self, items: list[tuple[list[int], int]]) -> list[Rows]:
+        """Rows for candidate inputs that share a prefix (the context before a hint), at about the cost
+        of one: the longest common prefix is run ONCE and its KV cache is repeated for each candidate,
+        then only the candidates' own suffixes (hint + turn) run, batched, on top of it. The rows equal
+        `score_batch`'s (tests/test_hint_candidates.py)."""
+        import torch
+
+        self.load()
+        if self.threads is not None and torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
+        for ids, prompt_len in items:
+            if not 1 <= prompt_len < len(ids):
+                raise ValueError(f"prompt_len {prompt_len} leaves no turn in {len(ids)} ids")
+        shared = shared_prefix_len([ids for ids, _ in items])
+        # Every row the turn needs comes from a position at or after prompt_len - 1: keep those out
+        # of the prefix, so each is computed with its own candidate's suffix.
+        shared = min(shared, min(p for _, p in items) - 1)
+        if len(items) == 1 or shared < 1:
+            return self.score_batch(items)
+        model = self._model
+        base = getattr(model, model.base_model_prefix)
+        longest = max(len(ids) for ids, _ in items) - shared
+        suffix = torch.zeros((len(items), longest), dtype=torch.long)
+        for b, (ids, _) in enumerate(items):
+            suffix[b, : len(ids) - shared] = torch.tensor(ids[shared:], dtype=torch.long)
+        with torch.inference_mode():
+            prefix = torch.tensor([items[0][0][:shared]], dtype=torch.long, device=self.device)
+            cache = base(input_ids=prefix, use_cache=True).past_key_values
+            cache.batch_repeat_interleave(len(items))
+            # Right padding needs no mask: causal attention never lets a real position see a later pad.
+            hidden = base(
+                input_ids=suffix.to(self.device), past_key_values=cache, use_cache=True
+            ).last_hidden_state
+            picks = [
+                hidden[b, prompt_len - 1 - shared : len(ids) - 1 - shared]
+                for b, (ids, prompt_len) in enumerate(items)
+            ]
+        out = self._rows_from_hidden(items, picks)
+        self.batches += 1
+        return out
+
+    def _rows_from_hidden(self, items: list[tuple[list[int], int]], picks: list[Any]) -> list[Rows]:
+        """LM head, log_softmax, top-k and the student tokens' logprobs on the turn positions' hidden states."""
+        import torch
+
+        model = self._model
+        with torch.inference_mode():
             logits = model.get_output_embeddings()(torch.cat(picks)).float()
             logprobs = torch.log_softmax(logits, dim=-1)
             k = min(self.k, logprobs.shape[-1])
@@ -133,7 +196,6 @@ class TransformersTeacher:
                 )
             )
             at += n
-        self.batches += 1
         return out
 
     # -- batching -------------------------------------------------------------------------------

@@ -171,6 +171,13 @@ def plant_dense_mismatch(group):
     return 1, pos
 
 
+def plant_student_topk_at_prompt(group):
+    from hermes_opd.contract.student_topk import make_student_topk_block
+
+    group["overrides"][1]["student_topk"] = make_student_topk_block(2, [0], [[5, 6]], [[-0.1, -2.5]])
+    return 1, 0
+
+
 PLANTERS: dict[str, list[Planter]] = {
     "shape": [plant_row_length_mismatch, plant_row_list_too_short, plant_missing_field],
     "non_finite": [plant_nan],
@@ -186,6 +193,7 @@ PLANTERS: dict[str, list[Planter]] = {
     "provenance": [plant_wrong_version, plant_missing_opd],
     "zero_padding": [plant_zero_padding],
     "dense_k1_mismatch": [plant_dense_mismatch],
+    "student_topk": [plant_student_topk_at_prompt],
 }
 
 

@@ -89,6 +89,15 @@ class CollatedBatch:
     """float32: the env's score of each sequence."""
     group_index_B: torch.Tensor
     """int64: index of the sequence's group in the input list."""
+    student_topk_ids_BTS: torch.Tensor | None = None
+    """int64: the sampler's own top-S ids at target j + 1 (`overrides[seq]["student_topk"]`); None
+    when no sequence of the batch carries them."""
+    student_topk_sampler_logprobs_BTS: torch.Tensor | None = None
+    """float32: the sampler's logprobs of those ids; 0 at invalid entries."""
+    student_topk_teacher_logprobs_BTS: torch.Tensor | None = None
+    """float32: the teacher's logprob of those ids; NaN where unknown or invalid."""
+    student_topk_valid_BTS: torch.Tensor | None = None
+    """bool: entry s exists."""
 
     @property
     def batch_size(self) -> int:
@@ -102,20 +111,23 @@ class CollatedBatch:
     def num_teacher_positions(self) -> int:
         return int(self.teacher_mask_BT.sum().item())
 
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
     def to(self, device: torch.device | str) -> CollatedBatch:
-        return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        return replace(self, **{name: value.to(device) for name, value in self._tensors().items()})
 
     def select(self, rows: Sequence[int] | torch.Tensor) -> CollatedBatch:
         """Rows `rows`, with trailing all-padding columns and unused K entries trimmed."""
         index = torch.as_tensor(rows, dtype=torch.long, device=self.input_ids_BT.device)
-        picked = {f.name: getattr(self, f.name).index_select(0, index) for f in fields(self)}
+        picked = {name: value.index_select(0, index) for name, value in self._tensors().items()}
         width = int(picked["attention_mask_BT"].sum(dim=1).max().item()) if len(index) else 0
         k_used = int(picked["teacher_topk_valid_BTK"].sum(dim=2).max().item()) if width else 0
         k_used = max(k_used, 1)
         for name, value in picked.items():
             if name.endswith("_BTK"):
                 picked[name] = value[:, :width, :k_used]
-            elif name.endswith("_BT"):
+            elif name.endswith("_BT") or name.endswith("_BTS"):
                 picked[name] = value[:, :width]
         return CollatedBatch(**picked)
 
@@ -187,6 +199,7 @@ def collate_groups(
             topk_valid[b, j, column[keep]] = True
 
     return CollatedBatch(
+        **_student_topk_tensors(sequences, T),
         input_ids_BT=torch.from_numpy(input_ids),
         attention_mask_BT=torch.from_numpy(attention),
         target_ids_BT=torch.from_numpy(target_ids),
@@ -202,3 +215,36 @@ def collate_groups(
         scores_B=torch.tensor([s.score for s in sequences], dtype=torch.float32),
         group_index_B=torch.tensor([s.group for s in sequences], dtype=torch.int64),
     )
+
+
+def _student_topk_tensors(sequences: Sequence[Any], T: int) -> dict[str, torch.Tensor]:
+    """The sampler's top-S rows, causally shifted like the teacher rows (row pos -> target pos - 1);
+    {} when no sequence carries them."""
+    blocks = [s.student_topk for s in sequences]
+    if all(block is None for block in blocks):
+        return {}
+    S = max(1, max((len(row) for b in blocks if b is not None for row in b.ids), default=1))
+    ids = np.zeros((len(sequences), T, S), dtype=np.int64)
+    sampler = np.zeros((len(sequences), T, S), dtype=np.float32)
+    teacher = np.full((len(sequences), T, S), np.nan, dtype=np.float32)
+    valid = np.zeros((len(sequences), T, S), dtype=bool)
+    for b, block in enumerate(blocks):
+        if block is None:
+            continue
+        for pos, row_ids, row_lps, row_teacher in zip(
+            block.positions, block.ids, block.logprobs, block.teacher_logprobs, strict=True
+        ):
+            if pos == 0:
+                continue  # nothing predicts the first token
+            n = len(row_ids)
+            ids[b, pos - 1, :n] = row_ids
+            sampler[b, pos - 1, :n] = row_lps
+            valid[b, pos - 1, :n] = True
+            if row_teacher:
+                teacher[b, pos - 1, :n] = [np.nan if v is None else v for v in row_teacher]
+    return {
+        "student_topk_ids_BTS": torch.from_numpy(ids),
+        "student_topk_sampler_logprobs_BTS": torch.from_numpy(sampler),
+        "student_topk_teacher_logprobs_BTS": torch.from_numpy(teacher),
+        "student_topk_valid_BTS": torch.from_numpy(valid),
+    }

@@ -30,6 +30,7 @@ import numpy as np
 
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.contract.student_topk import STUDENT_TOPK_KEY, StudentTopK, parse_student_topk
 from hermes_opd.contract.validation import validate_group as contract_violations
 
 
@@ -93,6 +94,8 @@ class ValidatedSequence:
     teacher_token_logprobs: np.ndarray
     score: float
     group: int
+    student_topk: StudentTopK | None = None
+    """The sampler's own top-K rows (`overrides[seq]["student_topk"]`), when the env sent them."""
 
 
 def _as_list(value: Any, name: str, group: int, seq: int | None = None) -> list:
@@ -279,7 +282,16 @@ def _validate_sequence(
         teacher_token_logprobs=teacher_token,
         score=score,
         group=group,
+        student_topk=_student_topk(fields_, seq),
     )
+
+
+def _student_topk(fields_: dict[str, list], seq: int) -> StudentTopK | None:
+    """The sequence's student top-K block (already checked by the contract validator), if any."""
+    override = fields_["overrides"][seq] if "overrides" in fields_ else None
+    if not isinstance(override, Mapping) or not isinstance(override.get(STUDENT_TOPK_KEY), dict):
+        return None
+    return parse_student_topk(override[STUDENT_TOPK_KEY])
 
 
 def _as_trained(raw: Mapping[str, Any], fields_: dict[str, list], group: int) -> dict[str, Any]:

@@ -170,6 +170,22 @@ def opd_token_loss(
     return LossTerm(loss, metrics)
 
 
+def clip_teacher_logprobs(
+    student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor, diff_clip: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s + clip(q - s, -c, c), whether each entry was clipped), s detached; unchanged when c is None.
+
+    The result carries no gradient: it is the target the student moves towards."""
+    student = student_logprobs.detach().float().clamp(min=MIN_LOGPROB)
+    teacher = teacher_logprobs.detach().float()
+    if diff_clip is None:
+        return teacher, torch.zeros_like(teacher, dtype=torch.bool)
+    if diff_clip <= 0:
+        raise ValueError(f"opd_diff_clip must be > 0 (or null for no clip), got {diff_clip}")
+    gap = teacher - student
+    return student + gap.clamp(-diff_clip, diff_clip), gap.abs() > diff_clip
+
+
 def log_tail_mass(logprobs_NK: torch.Tensor, valid_NK: torch.Tensor) -> torch.Tensor:
     """log(1 - sum_k exp(logprobs_NK)) over valid entries, finite with finite gradients.
 
@@ -198,6 +214,7 @@ def topk_kl(
     valid_NK: torch.Tensor,
     *,
     direction: KLDirection = "reverse",
+    diff_clip: float | None = None,
 ) -> torch.Tensor:
     """KL over the row's bins plus one tail bin, per position (leading dims N = any, e.g. B, T).
 
@@ -207,12 +224,17 @@ def topk_kl(
     `reverse` is KL(student || teacher) = sum p_s (log p_s - log p_t), the mode-seeking direction
     used for OPD; `forward` is KL(teacher || student). Student logprobs must be gathered from one
     log_softmax over the whole vocabulary, so that the student tail is 1 - its mass on these ids.
+    With `diff_clip` c, each teacher bin (the tail included) is replaced by its clipped target
+    (`clip_teacher_logprobs`): s + clip(q - s, -c, c), so no bin's gap exceeds c.
     Returns 0 at positions with no valid entry.
     """
     student = torch.where(valid_NK, student_logprobs_NK.float().clamp(min=MIN_LOGPROB), 0.0)
     teacher = torch.where(valid_NK, teacher_logprobs_NK.float().clamp(min=MIN_LOGPROB), 0.0)
     student_tail = log_tail_mass(student, valid_NK)
     teacher_tail = log_tail_mass(teacher, valid_NK)
+    if diff_clip is not None:
+        teacher = torch.where(valid_NK, clip_teacher_logprobs(student, teacher, diff_clip)[0], 0.0)
+        teacher_tail = clip_teacher_logprobs(student_tail, teacher_tail, diff_clip)[0]
     if direction == "reverse":
         bins = _generalized_kl_terms(student, teacher)
         tail = _generalized_kl_terms(student_tail, teacher_tail)
@@ -232,23 +254,47 @@ def opd_topk_loss(
     valid_BTK: torch.Tensor,
     *,
     direction: KLDirection = "reverse",
+    diff_clip: float | None = None,
     num_tokens: float | int | torch.Tensor | None = None,
 ) -> LossTerm:
-    """Top-K OPD: KL over K+1 bins (see `topk_kl`), mean over positions that have a teacher row."""
+    """Top-K OPD: KL over K+1 bins (see `topk_kl`), mean over positions that have a teacher row.
+
+    `valid_BTK` may be any subset of a row's entries (trainer_adapters/opd_variants.py); the bins
+    outside it fall into the tail. The logged KLs are unclipped; `opd/diff_clip_frac` is the share
+    of a position's subset entries whose gap exceeds `diff_clip`."""
     row_mask_BT = valid_BTK.any(dim=-1)
     denominator = _denominator(row_mask_BT, num_tokens)
-    kl_BT = topk_kl(student_topk_logprobs_BTK, teacher_topk_logprobs_BTK, valid_BTK, direction=direction)
+    kl_BT = topk_kl(
+        student_topk_logprobs_BTK,
+        teacher_topk_logprobs_BTK,
+        valid_BTK,
+        direction=direction,
+        diff_clip=diff_clip,
+    )
     loss = kl_BT.sum() / denominator
     with torch.no_grad():
         other = "forward" if direction == "reverse" else "reverse"
         other_kl = topk_kl(student_topk_logprobs_BTK, teacher_topk_logprobs_BTK, valid_BTK, direction=other)
+        own_kl = (
+            kl_BT
+            if diff_clip is None
+            else topk_kl(student_topk_logprobs_BTK, teacher_topk_logprobs_BTK, valid_BTK, direction=direction)
+        )
+        _, clipped = clip_teacher_logprobs(student_topk_logprobs_BTK, teacher_topk_logprobs_BTK, diff_clip)
+        clipped = clipped & valid_BTK
+        entries = valid_BTK.sum(dim=-1).float()
         neg = torch.finfo(torch.float32).min
         mass = {
             name: torch.logsumexp(torch.where(valid_BTK, lp.float(), neg), dim=-1).exp()
             for name, lp in (("student", student_topk_logprobs_BTK), ("teacher", teacher_topk_logprobs_BTK))
         }
         metrics = {
-            f"opd/{direction}_kl": kl_BT.sum() / denominator,
+            f"opd/{direction}_kl": own_kl.sum() / denominator,
+            "opd/clipped_objective": kl_BT.sum() / denominator,
+            "opd/subset_size": _masked_mean(entries, row_mask_BT, denominator),
+            "opd/diff_clip_frac": _masked_mean(
+                clipped.sum(dim=-1) / entries.clamp(min=1.0), row_mask_BT, denominator
+            ),
             f"opd/{other}_kl": other_kl.sum() / denominator,
             "opd/student_topk_mass": _masked_mean(mass["student"], row_mask_BT, denominator),
             "opd/teacher_topk_mass": _masked_mean(mass["teacher"], row_mask_BT, denominator),

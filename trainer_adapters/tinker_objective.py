@@ -3,17 +3,19 @@
 One step sends ONE list of datums, one per sequence that carries any signal (a non-zero GRPO
 advantage on a generated token, or a teacher row), whatever the weights are:
 
-- `target_tokens` int64: [T] in token mode (the student's own next tokens), [T, 1+K] in topk mode
-  (column 0 the student's token, columns 1..K the teacher row's ids, 0 at invalid entries);
+- `target_tokens` int64: [T] in token mode (the student's own next tokens), [T, 1+E] in topk and
+  subset_ppo modes (column 0 the student's token, columns 1..E the OPD entries of
+  `opd_entries.py`: the teacher row's ids, then the student's own top-K ids the row lacks; 0 at
+  entries whose teacher logprob is unknown or that do not exist);
 - `weights` float32, the same shape: 1 where the entry is used (a generated token in column 0, a
-  valid teacher entry elsewhere), 0 elsewhere. The forward pass of `forward_backward_custom` is
+  known entry elsewhere), 0 elsewhere. The forward pass of `forward_backward_custom` is
   tinker's `cross_entropy` over these targets, so the weights only shape the loss it reports; the
   gradient comes from the custom loss alone.
 
 Tinker returns the student's logprobs of exactly those ids from one full-vocabulary softmax, which
 is what `compute_objective` needs: the token logprob (GRPO, token OPD) and the row ids' logprobs
 (the K+1-bin KL, whose tail is 1 minus their mass). `ObjectiveLossFn` scatters them back into the
-collated batch's [B, T] / [B, T, K] layout and calls `compute_objective`, the very function the
+collated batch's [B, T] / [B, T, E] layout and calls `compute_objective`, the very function the
 torch trainer calls, so both trainers optimize the same loss: PPO-clipped GRPO with
 `loss.clip_low`/`loss.clip_high`, the `LOG_RATIO_CAP`, token means over the whole step, and
 `w_grpo * L_grpo + w_opd * L_opd`. Every term is logged, weight 0 included.
@@ -35,8 +37,12 @@ from tinker import types as tt
 from trainer_adapters.collate import CollatedBatch, CollateOptions, collate_groups
 from trainer_adapters.losses import LossBreakdown
 from trainer_adapters.objective import compute_objective
+from trainer_adapters.opd_entries import opd_entries
 from trainer_adapters.student_logprobs import StudentLogprobs
 from trainer_adapters.trainer_config import LossConfig
+
+TOPK_MODES = ("topk", "subset_ppo")
+"""OPD modes that read the student's logprobs of the OPD entries (trainer_adapters/opd_entries.py)."""
 
 
 def _tensor(array: np.ndarray) -> tt.TensorData:
@@ -56,14 +62,15 @@ def rows_with_signal(batch: CollatedBatch) -> list[int]:
 
 def objective_datums(batch: CollatedBatch, rows: Sequence[int], *, mode: str) -> list[tt.Datum]:
     """One datum per row in `rows` (see the module docstring for the keys and shapes)."""
+    entries = opd_entries(batch) if mode in TOPK_MODES else None
     datums = []
     for b in rows:
         t = _length(batch, b)
         student = batch.target_ids_BT[b, :t].numpy().astype(np.int64)
         generated = batch.loss_mask_BT[b, :t].numpy()
-        if mode == "topk":
-            valid = batch.teacher_topk_valid_BTK[b, :t].numpy()
-            ids = np.where(valid, batch.teacher_topk_ids_BTK[b, :t].numpy(), 0).astype(np.int64)
+        if entries is not None:
+            valid = entries.known_BTE[b, :t].numpy()
+            ids = np.where(valid, entries.ids_BTE[b, :t].numpy(), 0).astype(np.int64)
             targets = np.concatenate([student[:, None], ids], axis=1)
             weights = np.concatenate([generated[:, None], valid], axis=1)
         else:
@@ -97,28 +104,29 @@ def student_from_service(
     if len(rows) != len(logprobs_list):
         raise ValueError(f"{len(logprobs_list)} logprob tensors for {len(rows)} datums")
     width = batch.target_ids_BT.shape[1]
-    k = batch.teacher_topk_ids_BTK.shape[2]
+    topk = mode in TOPK_MODES
+    k = opd_entries(batch).ids_BTE.shape[2] if topk else 0
     by_row = dict(zip(rows, logprobs_list, strict=True))
-    tokens, topk = [], []
+    tokens, topk_rows = [], []
     for b in range(batch.batch_size):
         t = _length(batch, b)
         lp = by_row.get(b)
         if lp is None:
             tokens.append(batch.inference_logprobs_BT[b].float())
-            topk.append(torch.zeros(width, k))
+            topk_rows.append(torch.zeros(width, k))
             continue
         lp = lp.float()
-        expected = (t, 1 + k) if mode == "topk" else (t,)
+        expected = (t, 1 + k) if topk else (t,)
         if tuple(lp.shape) != expected:
             raise ValueError(f"row {b}: logprobs shape {tuple(lp.shape)}, expected {expected}")
-        if mode == "topk":
+        if topk:
             tokens.append(_pad(lp[:, 0], width))
-            topk.append(_pad(lp[:, 1:], width))
+            topk_rows.append(_pad(lp[:, 1:], width))
         else:
             tokens.append(_pad(lp, width))
     return StudentLogprobs(
         token_logprobs_BT=torch.stack(tokens),
-        topk_logprobs_BTK=torch.stack(topk) if mode == "topk" else None,
+        topk_logprobs_BTK=torch.stack(topk_rows) if topk else None,
     )
 
 

@@ -21,7 +21,7 @@ from trainer_adapters.checkpointing import latest_checkpoint, restore_training_s
 from trainer_adapters.collate import CollatedBatch, CollateOptions, collate_groups
 from trainer_adapters.metrics_log import MetricsLog
 from trainer_adapters.model_loading import default_pad_token_id, load_policy, resolve_precision, vocab_rows
-from trainer_adapters.objective import compute_objective, needs_topk
+from trainer_adapters.objective import compute_objective, opd_entry_ids
 from trainer_adapters.student_logprobs import (
     StudentLogprobs,
     check_chunked_matches_full,
@@ -98,7 +98,7 @@ class TorchTrainer:
                 batch.input_ids_BT,
                 batch.attention_mask_BT,
                 batch.target_ids_BT,
-                batch.teacher_topk_ids_BTK if needs_topk(self.config.loss) else None,
+                opd_entry_ids(batch, self.config.loss),
                 temperature=self.config.loss.student_temperature,
                 chunk_size=self.config.optim.logprob_chunk_size,
             )

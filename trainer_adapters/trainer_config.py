@@ -44,17 +44,35 @@ class LossConfig(_Strict):
 
     w_grpo: float = Field(1.0, ge=0, description="Weight of the GRPO term; 0 turns it off (still logged).")
     w_opd: float = Field(1.0, ge=0, description="Weight of the OPD term; 0 turns it off (still logged).")
-    opd_mode: Literal["topk", "token"] = Field(
+    opd_mode: Literal["topk", "token", "subset_ppo"] = Field(
         "topk",
-        description="topk: KL over the teacher's top-K + tail bins; token: clipped teacher-student logprob "
-        "gap as a per-token advantage.",
+        description="topk: KL over the vocabulary subset's bins + a tail bin; token: clipped teacher-student "
+        "logprob gap as a per-token advantage; subset_ppo: PPO-clipped OPD over the subset, each id weighted "
+        "by the old policy's probability (OpenClaw-RL's combine mode).",
     )
+    opd_vocab: Literal["teacher_topk", "student_topk", "overlap", "union"] = Field(
+        "teacher_topk",
+        description="topk and subset_ppo modes: the ids the OPD term runs over. teacher_topk: the teacher's "
+        "row; student_topk: the sampler's own top-K (needs overrides[seq]['student_topk'] from the env); "
+        "overlap / union: both / either. An id whose teacher logprob is unknown is left out.",
+    )
+    opd_diff_clip: float | None = Field(
+        None,
+        gt=0,
+        description="Clip on the teacher-minus-student logprob gap, every mode: topk clips each bin's "
+        "target to within c of the student; token replaces opd_advantage_clip; subset_ppo clips the "
+        "advantage. null: no clip (token mode then uses opd_advantage_clip).",
+    )
+    opd_clip_low: float = Field(0.2, ge=0, lt=1, description="subset_ppo: ratio clip below, 1 - eps.")
+    opd_clip_high: float = Field(0.28, ge=0, description="subset_ppo: ratio clip above, 1 + eps.")
     kl_direction: Literal["reverse", "forward"] = Field(
         "reverse",
         description="topk mode: reverse = KL(student||teacher) (mode seeking), forward = KL(teacher||student).",
     )
     opd_advantage_clip: float = Field(
-        5.0, gt=0, description="token mode: A_t = clip(teacher_lp - student_lp, -c, c)."
+        5.0,
+        gt=0,
+        description="token mode: A_t = clip(teacher_lp - student_lp, -c, c), unless opd_diff_clip is set.",
     )
     opd_token_objective: Literal["pg", "ppo"] = Field(
         "pg",
@@ -72,6 +90,20 @@ class LossConfig(_Strict):
         description="Student logprobs are log_softmax(logits / T). Keep 1.0: vLLM's inference and teacher "
         "logprobs are raw (temperature 1) by default. See docs/trainers.md.",
     )
+
+    @model_validator(mode="after")
+    def _vocab_fits_mode(self) -> LossConfig:
+        if self.opd_mode == "token" and self.opd_vocab != "teacher_topk":
+            raise ValueError(
+                f"opd_vocab {self.opd_vocab!r} needs opd_mode 'topk' or 'subset_ppo'; token mode scores only "
+                "the sampled token"
+            )
+        return self
+
+    @property
+    def token_gap_clip(self) -> float:
+        """The clip of token mode's advantage: opd_diff_clip when set, else opd_advantage_clip."""
+        return self.opd_advantage_clip if self.opd_diff_clip is None else self.opd_diff_clip
 
 
 class LoraConfig(_Strict):

@@ -1,8 +1,9 @@
-"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|sandbox> [--json] [--quick] [--repeat N]`.
+"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|sandbox|hint-selection|student-topk>
+[--json] [--quick] [--repeat N]`.
 
 Every benchmark prints a short human summary and, with `--json`, one JSON object on its LAST line.
-The object's last key is the headline ratio (larger is better). `--repeat N` runs the benchmark N
-times and reports the element-wise median (each run is also kept under `runs` when `--keep-runs`).
+The object's last key is the headline ratio (larger is better, except the cost ratios of
+hint-selection and student-topk). `--repeat N` runs the benchmark N times and reports the element-wise median (each run is also kept under `runs` when `--keep-runs`).
 `--quick` shrinks every size so that the benchmark finishes in seconds (tests use it).
 """
 
@@ -20,7 +21,16 @@ from typing import Any
 from hermes_opd.bench.common import median_result, rounded, with_headline
 from hermes_opd.devkit.paths import default_dev_model_dir
 
-BENCHES = ("pipeline", "payload", "loss", "teacher", "teacher-scaling", "sandbox")
+BENCHES = (
+    "pipeline",
+    "payload",
+    "loss",
+    "teacher",
+    "teacher-scaling",
+    "sandbox",
+    "hint-selection",
+    "student-topk",
+)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +105,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=None, help="requests per path and length (default 3)")
     p.add_argument("--paths", default="completions,generate,transformers", help="comma-separated paths")
     p.add_argument("--local-threads", type=int, default=None, help="torch threads of the in-process path")
+    _server_args(p)
+
+    p = sub.add_parser("hint-selection", help="cost of scoring m candidate hints vs one, per teacher path")
+    _common(p)
+    p.add_argument(
+        "--context-tokens", type=int, default=None, help="context before the hint (default 2048; quick 256)"
+    )
+    p.add_argument(
+        "--turn-tokens", type=int, default=None, help="the turn's positions (default 64; quick 16)"
+    )
+    p.add_argument("--tail-tokens", type=int, default=32, help="ids between the hint and the turn")
+    p.add_argument("--m", type=int, default=3, help="candidate hints")
+    p.add_argument("--k", type=int, default=50)
+    p.add_argument("--iters", type=int, default=None, help="turns per path (default 5; quick 1)")
+    p.add_argument("--paths", default="transformers,completions,generate", help="comma-separated paths")
+    p.add_argument("--local-threads", type=int, default=None, help="torch threads of the in-process path")
+    _server_args(p)
+
+    p = sub.add_parser("student-topk", help="generation with the sampler's own top-K (logprobs=K) vs without")
+    _common(p)
+    p.add_argument("--k", type=int, default=4, help="the student's top-K (OpenClaw-RL's default 4)")
+    p.add_argument("--n", type=int, default=None, help="continuations per request (default 8; quick 2)")
+    p.add_argument(
+        "--max-tokens", type=int, default=None, help="tokens per continuation (default 128; quick 16)"
+    )
+    p.add_argument("--prompt-tokens", type=int, default=None, help="default 512 (quick 64)")
+    p.add_argument("--iters", type=int, default=None, help="request pairs (default 6; quick 2)")
+    p.add_argument("--teacher-k", type=int, default=50, help="the teacher's top-K for the unknown-id count")
     _server_args(p)
     return parser
 
@@ -203,6 +241,40 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         from hermes_opd.bench import sandbox_bench
 
         return sandbox_bench.run_sync(_pick(args.commands, 100, 10, q))
+    if args.bench == "hint-selection":
+        from hermes_opd.bench import hint_selection_bench
+
+        return asyncio.run(
+            hint_selection_bench.run(
+                base_url=args.base_url,
+                model=args.model,
+                tokenizer_dir=args.tokenizer,
+                context_tokens=_pick(args.context_tokens, 2048, 256, q),
+                turn_tokens=_pick(args.turn_tokens, 64, 16, q),
+                tail_tokens=args.tail_tokens,
+                m=args.m,
+                k=args.k,
+                iters=_pick(args.iters, 5, 1, q),
+                paths=tuple(p for p in args.paths.split(",") if p),
+                local_threads=args.local_threads,
+            )
+        )
+    if args.bench == "student-topk":
+        from hermes_opd.bench import student_topk_bench
+
+        return asyncio.run(
+            student_topk_bench.run(
+                base_url=args.base_url,
+                model=args.model,
+                tokenizer_dir=args.tokenizer,
+                k=args.k,
+                n=_pick(args.n, 8, 2, q),
+                max_tokens=_pick(args.max_tokens, 128, 16, q),
+                prompt_tokens=_pick(args.prompt_tokens, 512, 64, q),
+                iters=_pick(args.iters, 6, 2, q),
+                teacher_k=args.teacher_k,
+            )
+        )
     raise ValueError(f"unknown benchmark {args.bench!r}")
 
 

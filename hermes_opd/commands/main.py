@@ -53,7 +53,7 @@ DELEGATED = {
         "hermes_opd.commands.tasks_score",
         "score a JSONL of solutions against a task source in the real sandbox (tasks score)",
     ),
-    "bench": ("hermes_opd.bench.cli", "run a benchmark (pipeline, payload, loss, teacher, teacher-scaling)"),
+    "bench": ("hermes_opd.bench.cli", "run a benchmark (pipeline, payload, loss, teacher, teacher-scaling, sandbox, hint-selection, student-topk)"),
 }
 
 

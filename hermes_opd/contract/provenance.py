@@ -280,3 +280,37 @@ def sequence_provenance(group: dict[str, Any], seq: int) -> Provenance:
     if isinstance(overrides, list) and seq < len(overrides) and isinstance(overrides[seq], dict):
         return parse_provenance(overrides[seq].get("opd"))
     return parse_provenance(None)
+
+
+HINT_SELECTION_KEY = "hint_selection"
+"""Key of a turn entry that records how its hint was chosen among candidates (docs/distill-format.md)."""
+
+
+def best_candidate(scores: list[list[float]]) -> int:
+    """Index of the earliest candidate with the (lexicographically) largest score list: the rule
+    every `hint_choice` policy decides by (judge/hint_choice.py)."""
+    if not scores:
+        raise ValueError("no candidates to choose from")
+    return min(range(len(scores)), key=lambda i: (tuple(-float(x) for x in scores[i]), i))
+
+
+def with_hint_selection(entry: dict[str, Any], selection: dict[str, Any]) -> dict[str, Any]:
+    """`entry` (a turn's provenance) with its hint selection: policy, candidates, scores, winner."""
+    return {**entry, HINT_SELECTION_KEY: dict(selection)}
+
+
+def rederive_hint(entry: dict[str, Any]) -> str | None:
+    """The hint a turn entry's recorded candidates and scores select, or None when it records no
+    selection. A reviewer compares it with `entry["hint"]`."""
+    selection = entry.get(HINT_SELECTION_KEY)
+    if not isinstance(selection, dict):
+        return None
+    candidates, scores = selection.get("candidates"), selection.get("scores")
+    if not isinstance(candidates, list) or not isinstance(scores, list) or len(candidates) != len(scores):
+        raise ValueError("hint_selection needs parallel 'candidates' and 'scores' lists")
+    winner = best_candidate(scores)
+    if selection.get("winner") != winner:
+        raise ValueError(
+            f"hint_selection records winner {selection.get('winner')!r}; its scores select {winner}"
+        )
+    return candidates[winner]

@@ -11,6 +11,7 @@ import numpy as np
 
 from hermes_opd.contract.constants import MASKED, MODE_DENSE_K1, TOPK_MASS_TOLERANCE
 from hermes_opd.contract.provenance import Provenance, parse_provenance, scored_position_mask
+from hermes_opd.contract.student_topk import STUDENT_TOPK_KEY, student_topk_problems
 
 SHAPE = "shape"
 NON_FINITE = "non_finite"
@@ -26,6 +27,7 @@ SPAN_OUTSIDE_GENERATED = "span_outside_generated"
 PROVENANCE = "provenance"
 ZERO_PADDING = "zero_padding"
 DENSE_K1_MISMATCH = "dense_k1_mismatch"
+STUDENT_TOPK = "student_topk"
 
 VIOLATION_KINDS = (
     SHAPE,
@@ -42,6 +44,7 @@ VIOLATION_KINDS = (
     PROVENANCE,
     ZERO_PADDING,
     DENSE_K1_MISMATCH,
+    STUDENT_TOPK,
 )
 
 GROUP_FIELDS = ("tokens", "masks", "scores", "inference_logprobs", "distill_token_ids", "distill_logprobs")
@@ -138,8 +141,28 @@ def validate_group(
             tokens[seq],
             provenance if known else None,
         )
+        if isinstance(override, dict) and STUDENT_TOPK_KEY in override:
+            _check_student_topk(out, seq, override[STUDENT_TOPK_KEY], tokens[seq], group)
     out.violations.sort(key=lambda v: (-1 if v.seq is None else v.seq, -1 if v.pos is None else v.pos))
     return out.violations
+
+
+def _check_student_topk(
+    out: _Collector, seq: int, block: Any, raw_tokens: Any, group: dict[str, Any]
+) -> None:
+    """The student's sampling-time top-K rows (hermes_opd/contract/student_topk.py), when present."""
+    tokens = _int_array(raw_tokens)
+    if tokens is None:
+        return
+    masks = _int_array((group.get("masks") or [None] * (seq + 1))[seq])
+    generated = (
+        masks != MASKED if masks is not None and len(masks) == len(tokens) else np.ones(len(tokens), bool)
+    )
+    inference = _float_array((group.get("inference_logprobs") or [None] * (seq + 1))[seq])
+    if inference is not None and len(inference) != len(tokens):
+        inference = None
+    for pos, message in student_topk_problems(block, tokens.tolist(), generated.tolist(), inference):
+        out.add(STUDENT_TOPK, seq, pos, message)
 
 
 def _numeric_array(values: Any, dtype: type, kinds: str) -> np.ndarray | None:

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_opd.contract.constants import TURN_STATUSES
+from hermes_opd.contract.provenance import with_hint_selection
 from hermes_opd.contract.rows import empty_rows, make_opd_block, to_dense_k1
 from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.record.hint_splice import NoHintAnchorError, build_canonical_teacher_input, tokenizer_codec
 from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.turn_pairs import TurnPair, extract_turn_pairs
 from judge.backends import JudgeBackend
+from judge.hint_choice import TEACHER_POLICIES, TEXT_POLICIES, select_by_teacher, select_by_text
 from judge.judge_turn import judge_turn
 from scoring.rows import place_turn_rows
 from scoring.teacher import TeacherScorer
@@ -50,6 +52,8 @@ class TurnResult:
     teacher_latency_s: float | None = None
     teacher_path: str | None = None
     error: str | None = None
+    hint_selection: dict[str, Any] | None = None
+    """How the hint was chosen among the accepted votes' hints (judge/hint_choice.py)."""
 
     def provenance(self) -> dict[str, Any]:
         span = self.pair.span
@@ -71,6 +75,8 @@ class TurnResult:
             entry["teacher_path"] = self.teacher_path
         if self.error:
             entry["error"] = self.error[:500]
+        if self.hint_selection is not None:
+            entry = with_hint_selection(entry, self.hint_selection)
         return entry
 
 
@@ -171,10 +177,19 @@ class OPDPipeline:
             result.status = "no_hint"
             return result
         result.hint = verdict.hint
+        policy = self.config.judge.hint_choice
+        candidates = list(dict.fromkeys(verdict.outcome.candidates)) or [verdict.hint]
+        teacher_choice = policy in TEACHER_POLICIES and len(candidates) > 1
+        if not teacher_choice:
+            selection = select_by_text(list(verdict.outcome.candidates) or [verdict.hint],
+                                       policy if policy in TEXT_POLICIES else "representative")  # fmt: skip
+            result.hint_selection = selection.as_dict()
+            candidates = [selection.hint]
         try:
-            teacher_input = build_canonical_teacher_input(
-                trajectory, pair.span, verdict.hint, self.tokenizer, self._codec
-            )
+            inputs = [
+                build_canonical_teacher_input(trajectory, pair.span, hint, self.tokenizer, self._codec)
+                for hint in candidates
+            ]
         except NoHintAnchorError as exc:
             result.status, result.error = "no_anchor", str(exc)
             return result
@@ -183,7 +198,27 @@ class OPDPipeline:
             return result
         try:
             student_ids = trajectory.tokens[pair.span.start : pair.span.end]
-            scored = await self.teacher.score_turn(teacher_input.ids, teacher_input.prompt_len, student_ids)
+            if teacher_choice:
+                scored_all, latency = await self.teacher.score_candidates(
+                    [(ti.ids, ti.prompt_len) for ti in inputs], student_ids
+                )
+                # The student's top-K at sampling time is not recorded by the agent loop yet: its
+                # sampled token stands for it (student_k = 1 in the provenance).
+                selection = select_by_teacher(
+                    candidates,
+                    [s.ids_rows for s in scored_all],
+                    [[t] for t in student_ids],
+                    self.teacher.k,
+                    policy,
+                )
+                result.hint_selection = {**selection.as_dict(), "teacher_latency_s": round(latency, 4)}
+                result.hint = selection.hint
+                teacher_input, scored = inputs[selection.winner], scored_all[selection.winner]
+            else:
+                teacher_input = inputs[0]
+                scored = await self.teacher.score_turn(
+                    teacher_input.ids, teacher_input.prompt_len, student_ids
+                )
         except Exception as exc:  # noqa: BLE001 - a teacher failure leaves the turn unscored
             result.status = "teacher_error"
             result.error = f"teacher: {type(exc).__name__}: {exc}"

@@ -225,8 +225,11 @@ class VLLMCompletionsClient:
         seed: int | None = None,
         stop: list[str] | None = None,
         extra: dict[str, Any] | None = None,
+        top_logprobs: int = 0,
     ) -> list[GeneratedSequence]:
-        """Sample `n` continuations of `prompt_ids`; return exact ids and sampled-token logprobs."""
+        """Sample `n` continuations of `prompt_ids`; return exact ids and sampled-token logprobs, and
+        with `top_logprobs=K` > 0 the sampler's top-K rows at each generated position (only the
+        sampled positions are involved, so it is cheap; docs/distill-format.md, "Student top-K")."""
         if not prompt_ids:
             raise ValueError("prompt_ids is empty")
         payload: dict[str, Any] = {
@@ -236,10 +239,12 @@ class VLLMCompletionsClient:
             "max_tokens": max_tokens,
             "temperature": temperature,
             "top_p": top_p,
-            "logprobs": 0,
+            "logprobs": int(top_logprobs),
             "return_token_ids": True,
             "skip_special_tokens": False,
         }
+        if top_logprobs > 0:
+            payload["return_tokens_as_token_ids"] = True
         if seed is not None:
             payload["seed"] = seed
         if stop:
@@ -247,4 +252,4 @@ class VLLMCompletionsClient:
         if extra:
             payload.update(extra)
         body = await self.post("/completions", payload)
-        return parse_generated(body, expected_n=n)
+        return parse_generated(body, expected_n=n, top_k=int(top_logprobs))
