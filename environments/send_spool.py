@@ -125,7 +125,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
     """Create `path` with `data` so that it either exists complete and durable, or not at all."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -261,7 +261,7 @@ class GroupSpool:
         name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._counter):06d}{self.SUFFIX}"
         data = b"".join(json.dumps(group).encode("utf-8") + b"\n" for group in groups)
         path = self.directory / name
-        _write_atomically(path, data)
+        write_atomically(path, data)
         return path
 
     @staticmethod
@@ -290,13 +290,13 @@ class GroupSpool:
         self.rejected_dir.mkdir(exist_ok=True)
         name = path.name if path is not None else f"{time.time_ns():020d}-{os.getpid()}{self.SUFFIX}"
         target = self.rejected_dir / name
-        _write_atomically(target.with_name(target.name + ".reason.txt"), reason.encode("utf-8"))
+        write_atomically(target.with_name(target.name + ".reason.txt"), reason.encode("utf-8"))
         if path is not None:
             os.replace(path, target)
             _fsync_dir(self.rejected_dir)
             _fsync_dir(self.directory)
         else:
-            _write_atomically(target, b"".join(json.dumps(g).encode("utf-8") + b"\n" for g in groups or []))
+            write_atomically(target, b"".join(json.dumps(g).encode("utf-8") + b"\n" for g in groups or []))
         return target
 
     # -- one flusher per directory, across processes -----------------------------------------------
