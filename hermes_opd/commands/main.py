@@ -40,6 +40,10 @@ DELEGATED = {
         "run the embedded CPU demo end to end (dev model, local vLLM, real tools)",
     ),
     "process": ("hermes_opd.commands.process_job", "collect OPD groups to disk with progress and resume"),
+    "send": (
+        "hermes_opd.commands.send_groups",
+        "replay a groups JSONL file into an Atropos API (resumable, rate-limited)",
+    ),
     "inspect": (
         "hermes_opd.commands.inspector",
         "render a groups JSONL file as a self-contained HTML report",
