@@ -122,7 +122,8 @@ class ReplayResult:
     torn_tail: bool = False
     """The file ends in a line without its newline (a `process` still writing, or killed)."""
     still_queued: int | None = None
-    """Groups left in the API's queue when draining gave up (None: drained or not drained)."""
+    """Groups left in the API's queue at the end: fewer than a batch (they wait for more groups),
+    or a queue that stopped shrinking (no trainer pulling). None: empty, or not drained."""
     drops: TinkerDropCount = field(default_factory=TinkerDropCount)
     elapsed_s: float = 0.0
     cursor_path: Path | None = None
@@ -182,6 +183,8 @@ class GroupReplayer:
         """(line start offset, lines before it, sequences) of acknowledged groups in the window."""
         self._last_step: int | None = None
         self._next_post_at = 0.0
+        self._group_sequences = 1
+        """Sequences of the last group sent (how the queue's length in groups becomes sequences)."""
         self._rejected: GroupSpool | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -436,6 +439,7 @@ class GroupReplayer:
                 self.cursor.groups_acked += 1
                 self.cursor.posts += 1
                 self._recent.append((start, line - 1, sequences))
+                self._group_sequences = sequences
                 self._save()
                 self.result.groups_sent += 1
                 self.result.sequences_sent += sequences
@@ -444,8 +448,8 @@ class GroupReplayer:
                 self.on_progress(self.result)
 
     async def _drained(self) -> bool:
-        """Wait until the API's queue is empty. False when the API restarted meanwhile (the window
-        was rewound: send again)."""
+        """Wait until the API's queue holds less than one batch (the rest waits for more groups to
+        fill a batch). False when the API restarted meanwhile (the window was rewound: send again)."""
         last_queued, last_change = None, time.monotonic()
         while True:
             try:
@@ -454,7 +458,8 @@ class GroupReplayer:
                 await self._recover(str(exc))
                 return False
             self._save()
-            if queued == 0:
+            if queued * self._group_sequences < self.batch_size:
+                self.result.still_queued = queued or None
                 return True
             if queued != last_queued:
                 last_queued, last_change = queued, time.monotonic()

@@ -161,6 +161,11 @@ def summary_lines(result: ReplayResult) -> list[str]:
         )
     if result.rejected:
         lines.append(f"  {result.rejected} group(s) refused by the API, kept in {result.path}.rejected/")
+    if result.still_queued:
+        lines.append(
+            f"  {result.still_queued} group(s) still wait in the API's queue (fewer than a trainer batch, or no "
+            "trainer pulling); if the API restarts before a trainer takes them, rerun with --resend-window"
+        )
     if result.torn_tail:
         lines.append("  the last line is incomplete (no newline): rerun when the file is complete")
     if warning := result.drops.warning():
