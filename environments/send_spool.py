@@ -157,10 +157,12 @@ async def post_payload(
     require_trainer: bool = True,
     timeout_s: float = 120.0,
     post_json: PostJson | None = None,
+    session: aiohttp.ClientSession | None = None,
 ) -> None:
     """POST one group (`/scored_data`) or a list (`/scored_data_list`) once. Sets each group's
     `env_id`. Raises APIUnavailableError (retry later: connection, timeout, 5xx, 408/425/429, or no
-    trainer registered yet when `require_trainer`) or APIRejectedError (another 4xx)."""
+    trainer registered yet when `require_trainer`) or APIRejectedError (another 4xx). `session`:
+    reuse that one (its connections) instead of opening one for this call."""
     base = base_url.rstrip("/")
     post_json = post_json or _post_plain_json
     for group in payload if isinstance(payload, list) else [payload]:
@@ -168,7 +170,9 @@ async def post_payload(
     url = f"{base}/scored_data_list" if isinstance(payload, list) else f"{base}/scored_data"
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with contextlib.AsyncExitStack() as stack:
+            if session is None:
+                session = await stack.enter_async_context(aiohttp.ClientSession(timeout=timeout))
             if require_trainer:
                 async with session.get(f"{base}/info") as resp:
                     if resp.status >= 500 or resp.status in TRANSIENT_STATUSES:

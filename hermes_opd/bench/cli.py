@@ -1,4 +1,4 @@
-"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling> [--json] [--quick] [--repeat N]`.
+"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|send> [--json] [--quick] [--repeat N]`.
 
 Every benchmark prints a short human summary and, with `--json`, one JSON object on its LAST line.
 The object's last key is the headline ratio (larger is better). `--repeat N` runs the benchmark N
@@ -20,7 +20,7 @@ from typing import Any
 from hermes_opd.bench.common import median_result, rounded, with_headline
 from hermes_opd.devkit.paths import default_dev_model_dir
 
-BENCHES = ("pipeline", "payload", "loss", "teacher", "teacher-scaling")
+BENCHES = ("pipeline", "payload", "loss", "teacher", "teacher-scaling", "send")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paths", default="completions,generate,transformers", help="comma-separated paths")
     p.add_argument("--local-threads", type=int, default=None, help="torch threads of the in-process path")
     _server_args(p)
+
+    p = sub.add_parser("send", help="hermes-opd send: groups/s, and the API's memory with and without pacing")
+    _common(p)
+    p.add_argument("--groups", required=True, help="groups JSONL to replay (cycled up to ten batches)")
+    p.add_argument("--batch-size", type=int, default=None, help="trainer batch in sequences (default 16)")
+    p.add_argument(
+        "--step-s", type=float, default=None, help="the trainer's seconds per batch (default 0.25)"
+    )
     return parser
 
 
@@ -194,6 +202,12 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 paths=tuple(p for p in args.paths.split(",") if p),
                 local_threads=args.local_threads,
             )
+        )
+    if args.bench == "send":
+        from hermes_opd.bench import send_bench
+
+        return send_bench.run(
+            args.groups, batch_size=_pick(args.batch_size, 16, 4, q), step_s=_pick(args.step_s, 0.25, 0.05, q)
         )
     raise ValueError(f"unknown benchmark {args.bench!r}")
 

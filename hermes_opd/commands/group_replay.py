@@ -227,6 +227,11 @@ class GroupReplayer:
     async def _status(self) -> tuple[int, int]:
         """(current_step, queue_size in groups). Raises APIUnavailableError or _APIRestarted."""
         status = await self._get("/status")
+        for _ in range(2):  # a stale keep-alive connection fails once; an API that is down, every time
+            if status is not None:
+                break
+            await asyncio.sleep(self.options.poll_s)
+            status = await self._get("/status")
         if status is None:
             raise APIUnavailableError(f"{self.options.api_url}/status did not answer")
         step, queued = int(status.get("current_step", 0)), int(status.get("queue_size", 0))
@@ -321,7 +326,7 @@ class GroupReplayer:
     async def _post_once(self, payload: dict[str, Any]) -> None:
         await post_payload(
             self.options.api_url, payload, env_id=None, require_trainer=True,
-            timeout_s=self.options.request_timeout_s,
+            timeout_s=self.options.request_timeout_s, session=self._session,
         )  # fmt: skip
 
     # -- the run ---------------------------------------------------------------------------------
