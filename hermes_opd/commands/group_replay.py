@@ -30,6 +30,7 @@ Guarantees
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -511,4 +512,6 @@ class GroupReplayer:
         finally:
             self._session = None
             self.result.elapsed_s = time.monotonic() - started
+            with contextlib.suppress(OSError):
+                self.result.lines_total = count_lines(self.path)  # it may have grown (process --send)
         return self.result
