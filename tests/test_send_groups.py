@@ -315,3 +315,21 @@ def test_a_cursor_of_a_changed_file_is_refused(api, trainer, tmp_path):
     result = send(path, api.url)
     assert result.returncode == 2
     assert "is not the group" in result.stderr and "the file changed" in result.stderr
+
+
+@pytest.mark.reliability
+def test_send_bench_quick_reports_throughput_and_api_memory_per_mode(tmp_path, capsys):
+    from hermes_opd.bench import cli
+
+    path = tmp_path / "groups.jsonl"
+    write_groups(path, [build_group(seed=s, group_size=GROUP_SIZE) for s in range(3)])
+    assert cli.main(["send", "--groups", str(path), "--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["groups"] == 10 * 4 // GROUP_SIZE and result["batch_size"] == 4
+    for mode in ("throughput", "unpaced", "max_rate", "queue_bound"):
+        measured = result[mode]
+        assert measured["groups"] == result["groups"], mode  # every group of the file, once per mode
+        assert (
+            measured["groups_per_s"] > 0 and measured["api_rss_peak_mib"] >= measured["api_rss_idle_mib"] > 0
+        )
+    assert list(result)[-1] == "unpaced_over_queue_bound_rss_growth"

@@ -2,12 +2,14 @@
 a file of ten trainer batches is replayed with and without pacing.
 
 Real parts: atroposlib's `run-api` (a fresh process per measurement, so that its resident memory
-starts from the same point), the sender's own engine (`GroupReplayer`, in this process), and a
+starts from the same point), `hermes-opd send` itself (a child process; its groups per second are
+those its summary reports, start-up excluded), and a
 trainer stand-in that registers and pulls one batch every `step_s` seconds (a trainer's pace; it
 does not train, so that the API and the sender are what is measured). The groups are a real file
 (`--groups`, e.g. one written by `hermes-opd process`), cycled up to ten batches.
 
-Modes, each against a fresh API:
+Modes, each against a fresh API (groups per second: from the sender's start to its end, waiting for
+the trainer to take the queue included, except in `throughput`, which does not wait: `--no-drain`):
 - `throughput`: no pacing, a trainer that pulls as fast as it can: groups per second of `send`;
 - `unpaced`: `--max-queue-batches 0`, no rate limit, the slow trainer: the file piles up in the API;
 - `max_rate`: `--max-rate` set to the trainer's pace (groups per second), queue bound off;
@@ -18,11 +20,11 @@ above its idle level. The headline is unpaced growth / queue-bound growth.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,7 +36,6 @@ from typing import Any
 import httpx
 
 from hermes_opd.bench.common import machine_info, rounded, with_headline
-from hermes_opd.commands.group_replay import GroupReplayer, ReplayOptions
 from hermes_opd.devkit.dev_server import free_port
 
 
@@ -131,9 +132,23 @@ def _write_replay_file(source: Path, target: Path, groups: int) -> tuple[int, in
     return groups, target.stat().st_size
 
 
-def _measure(
-    workdir: Path, path: Path, batch_size: int, step_s: float, options: dict[str, Any]
-) -> dict[str, Any]:
+SUMMARY = re.compile(r"send complete: (\d+) group\(s\).* \(([\d.]+) groups/s\)")
+
+
+def _send(path: Path, url: str, flags: list[str]) -> tuple[int, float]:
+    """Run `hermes-opd send`; (groups acknowledged, groups per second) from its summary."""
+    argv = [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--api", url,
+            "--progress", "none", *flags]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    match = SUMMARY.search(proc.stdout)
+    if proc.returncode != 0 or match is None:
+        raise RuntimeError(
+            f"hermes-opd send failed ({proc.returncode}): {proc.stdout[-1000:]} {proc.stderr[-1000:]}"
+        )
+    return int(match.group(1)), float(match.group(2))
+
+
+def _measure(workdir: Path, path: Path, batch_size: int, step_s: float, flags: list[str]) -> dict[str, Any]:
     for name in (path.name + ".cursor",):
         with contextlib.suppress(FileNotFoundError):
             (path.parent / name).unlink()
@@ -146,11 +161,7 @@ def _measure(
             time.sleep(0.05)
         idle = _rss_kib(api.proc.pid)
         sampler.start()
-        replay_options = ReplayOptions(api_url=api.url, poll_s=0.02, **options)
-        replayer = GroupReplayer(path, replay_options, on_message=lambda _text: None)
-        started = time.perf_counter()
-        result = asyncio.run(replayer.run())
-        elapsed = time.perf_counter() - started
+        groups, groups_per_s = _send(path, api.url, flags)
     finally:
         sampler.stopping.set()
         puller.stopping.set()
@@ -158,9 +169,8 @@ def _measure(
         puller.join(5)
         api.stop()
     return {
-        "groups": result.groups_sent,
-        "seconds": elapsed,
-        "groups_per_s": result.groups_sent / elapsed,
+        "groups": groups,
+        "groups_per_s": groups_per_s,
         "api_rss_idle_mib": idle / 1024,
         "api_rss_peak_mib": sampler.peak / 1024,
         "api_rss_growth_mib": max(sampler.peak - idle, 0) / 1024,
@@ -182,15 +192,15 @@ def run(groups_path: str, batch_size: int = 16, step_s: float = 0.25, quick: boo
     print(f"send bench: {groups} groups ({size / 2**20:.1f} MiB), batches of {batch_size} sequences "
           f"(ten batches), trainer pace {step_s}s/batch = {pace:.1f} groups/s", file=sys.stderr)  # fmt: skip
     modes = {
-        "throughput": (0.0, {"max_queue_batches": 0}),
-        "unpaced": (step_s, {"max_queue_batches": 0}),
-        "max_rate": (step_s, {"max_queue_batches": 0, "max_rate": pace}),
-        "queue_bound": (step_s, {}),
+        "throughput": (0.0, ["--max-queue-batches", "0", "--no-drain"]),
+        "unpaced": (step_s, ["--max-queue-batches", "0"]),
+        "max_rate": (step_s, ["--max-queue-batches", "0", "--max-rate", f"{pace:g}"]),
+        "queue_bound": (step_s, []),
     }
     result: dict[str, Any] = {"bench": "send", "machine": machine_info(), "groups": groups,
                               "file_mib": size / 2**20, "batch_size": batch_size, "trainer_step_s": step_s}  # fmt: skip
-    for mode, (mode_step, options) in modes.items():
-        measured = _measure(workdir, path, batch_size, mode_step, options)
+    for mode, (mode_step, flags) in modes.items():
+        measured = _measure(workdir, path, batch_size, mode_step, flags)
         result[mode] = rounded(measured)
         print(
             f"  {mode:12s} {measured['groups_per_s']:7.1f} groups/s  API RSS idle {measured['api_rss_idle_mib']:.0f} MiB, "
