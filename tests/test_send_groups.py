@@ -333,3 +333,27 @@ def test_send_bench_quick_reports_throughput_and_api_memory_per_mode(tmp_path, c
             measured["groups_per_s"] > 0 and measured["api_rss_peak_mib"] >= measured["api_rss_idle_mib"] > 0
         )
     assert list(result)[-1] == "unpaced_over_queue_bound_rss_growth"
+
+
+@pytest.mark.reliability
+def test_the_trainers_client_registers_again_with_a_restarted_api(api):
+    from trainer_adapters.atropos_client import AtroposClient, Backoff, Registration
+
+    registration = Registration("t", "t", GROUP_SIZE, 4096, "/tmp/unused", 0, 0, 10)
+    with AtroposClient(api.url, backoff=Backoff(initial_s=0.05, maximum_s=0.2)) as client:
+        client.register(registration)
+        api.stop()
+        api.start()  # has forgotten the trainer: /batch answers "Trainer not registered"
+        assert httpx.get(api.url + "/info").json()["batch_size"] == -1
+        sender = threading.Thread(
+            target=lambda: (
+                wait_until(lambda: httpx.get(api.url + "/info").json()["batch_size"] == GROUP_SIZE, 30, "no"),
+                httpx.post(
+                    api.url + "/scored_data", json=with_group_id(build_group(seed=1, group_size=GROUP_SIZE))
+                ),
+            )
+        )
+        sender.start()
+        batch = client.wait_for_batch(timeout_s=60)
+        sender.join(30)
+    assert len(batch) == 1 and group_id_of(batch[0]) is not None
