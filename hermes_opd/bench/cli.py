@@ -96,10 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("send", help="hermes-opd send: groups/s, and the API's memory with and without pacing")
     _common(p)
     p.add_argument("--groups", required=True, help="groups JSONL to replay (cycled up to ten batches)")
-    p.add_argument("--batch-size", type=int, default=None, help="trainer batch in sequences (default 16)")
-    p.add_argument(
-        "--step-s", type=float, default=None, help="the trainer's seconds per batch (default 0.25)"
-    )
+    p.add_argument("--batch-size", type=int, default=None, help="trainer batch in sequences (default 8)")
+    p.add_argument("--step-s", type=float, default=None,
+                   help="the slow trainer's seconds per batch (default: 4x slower than send's throughput)")  # fmt: skip
     return parser
 
 
@@ -206,9 +205,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
     if args.bench == "send":
         from hermes_opd.bench import send_bench
 
-        return send_bench.run(
-            args.groups, batch_size=_pick(args.batch_size, 16, 4, q), step_s=_pick(args.step_s, 0.25, 0.05, q)
-        )
+        return send_bench.run(args.groups, batch_size=_pick(args.batch_size, 8, 4, q), step_s=args.step_s)
     raise ValueError(f"unknown benchmark {args.bench!r}")
 
 

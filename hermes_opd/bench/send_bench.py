@@ -11,7 +11,8 @@ does not train, so that the API and the sender are what is measured). The groups
 Modes, each against a fresh API (groups per second: from the sender's start to its end, waiting for
 the trainer to take the queue included, except in `throughput`, which does not wait: `--no-drain`):
 - `throughput`: no pacing, a trainer that pulls as fast as it can: groups per second of `send`;
-- `unpaced`: `--max-queue-batches 0`, no rate limit, the slow trainer: the file piles up in the API;
+- `unpaced`: `--max-queue-batches 0`, no rate limit, a trainer four times slower than that throughput
+  (`--step-s` sets its seconds per batch instead): the file piles up in the API;
 - `max_rate`: `--max-rate` set to the trainer's pace (groups per second), queue bound off;
 - `queue_bound`: the default (`--max-queue-batches 2`), no rate limit.
 The API's resident memory (VmRSS of its process tree, sampled every 20 ms) is reported as the peak
@@ -177,36 +178,48 @@ def _measure(workdir: Path, path: Path, batch_size: int, step_s: float, flags: l
     }
 
 
-def run(groups_path: str, batch_size: int = 16, step_s: float = 0.25, quick: bool = False) -> dict[str, Any]:
+def run(
+    groups_path: str, batch_size: int = 8, step_s: float | None = None, slowdown: float = 4.0
+) -> dict[str, Any]:
+    """`step_s` None: a trainer `slowdown` times slower than the measured throughput of `send`, so
+    that an unpaced sender outruns it on any machine (what pacing is for)."""
     source = Path(groups_path)
     first = json.loads(next(line for line in source.read_bytes().splitlines() if line.strip()))
     group_size = len(first.get("tokens") or first["group"]["tokens"])
     if batch_size % group_size:
         raise ValueError(f"--batch-size {batch_size} is not a multiple of the file's group size {group_size}")
-    n_groups = 10 * batch_size // group_size
-    pace = batch_size / group_size / step_s  # groups per second the slow trainer takes
+    batch_groups = batch_size // group_size
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"hermes-opd-send-bench-{os.getpid()}"
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "replay.jsonl"
-    groups, size = _write_replay_file(source, path, n_groups)
-    print(f"send bench: {groups} groups ({size / 2**20:.1f} MiB), batches of {batch_size} sequences "
-          f"(ten batches), trainer pace {step_s}s/batch = {pace:.1f} groups/s", file=sys.stderr)  # fmt: skip
-    modes = {
-        "throughput": (0.0, ["--max-queue-batches", "0", "--no-drain"]),
-        "unpaced": (step_s, ["--max-queue-batches", "0"]),
-        "max_rate": (step_s, ["--max-queue-batches", "0", "--max-rate", f"{pace:g}"]),
-        "queue_bound": (step_s, []),
-    }
+    groups, size = _write_replay_file(source, path, 10 * batch_groups)
+    print(f"send bench: {groups} groups ({size / 2**20:.1f} MiB) = ten batches of {batch_size} sequences",
+          file=sys.stderr)  # fmt: skip
     result: dict[str, Any] = {"bench": "send", "machine": machine_info(), "groups": groups,
-                              "file_mib": size / 2**20, "batch_size": batch_size, "trainer_step_s": step_s}  # fmt: skip
-    for mode, (mode_step, flags) in modes.items():
+                              "file_mib": size / 2**20, "batch_size": batch_size}  # fmt: skip
+
+    def measure(mode: str, mode_step: float, flags: list[str]) -> None:
         measured = _measure(workdir, path, batch_size, mode_step, flags)
         result[mode] = rounded(measured)
         print(
-            f"  {mode:12s} {measured['groups_per_s']:7.1f} groups/s  API RSS idle {measured['api_rss_idle_mib']:.0f} MiB, "
-            f"peak {measured['api_rss_peak_mib']:.0f} MiB (+{measured['api_rss_growth_mib']:.1f})",
+            f"  {mode:12s} {measured['groups_per_s']:7.2f} groups/s  API RSS idle "
+            f"{measured['api_rss_idle_mib']:.0f} MiB, peak {measured['api_rss_peak_mib']:.0f} MiB "
+            f"(+{measured['api_rss_growth_mib']:.1f})",
             file=sys.stderr,
         )
+
+    measure("throughput", 0.0, ["--max-queue-batches", "0", "--no-drain"])
+    if step_s is None:
+        step_s = batch_groups * slowdown / max(result["throughput"]["groups_per_s"], 1e-3)
+    pace = batch_groups / step_s  # groups per second the slow trainer takes
+    result["trainer_step_s"] = rounded(step_s)
+    result["trainer_groups_per_s"] = rounded(pace)
+    print(
+        f"  trainer pace for the next modes: {step_s:.2f} s per batch = {pace:.2f} groups/s", file=sys.stderr
+    )
+    measure("unpaced", step_s, ["--max-queue-batches", "0"])
+    measure("max_rate", step_s, ["--max-queue-batches", "0", "--max-rate", f"{pace:.4g}"])
+    measure("queue_bound", step_s, [])
     with contextlib.suppress(OSError):
         for leftover in workdir.iterdir():
             leftover.unlink()
