@@ -49,6 +49,7 @@ import logging
 import os
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
     """Create `path` with `data` so that it either exists complete and durable, or not at all."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -137,6 +138,91 @@ def _write_atomically(path: Path, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+
+
+# -- one POST, and its retries: shared by the env (SpoolingSendMixin) and `hermes-opd send` --------
+PostJson = Callable[[aiohttp.ClientSession, str, Any], Any]
+"""`(session, url, payload) -> async context manager of the response` (e.g. `session.post`)."""
+
+
+def _post_plain_json(session: aiohttp.ClientSession, url: str, payload: Any):
+    return session.post(url, json=payload)
+
+
+async def post_payload(
+    base_url: str,
+    payload: dict[str, Any] | list[dict[str, Any]],
+    *,
+    env_id: int | None,
+    require_trainer: bool = True,
+    timeout_s: float = 120.0,
+    post_json: PostJson | None = None,
+    session: aiohttp.ClientSession | None = None,
+) -> None:
+    """POST one group (`/scored_data`) or a list (`/scored_data_list`) once. Sets each group's
+    `env_id`. Raises APIUnavailableError (retry later: connection, timeout, 5xx, 408/425/429, or no
+    trainer registered yet when `require_trainer`) or APIRejectedError (another 4xx). `session`:
+    reuse that one (its connections) instead of opening one for this call."""
+    base = base_url.rstrip("/")
+    post_json = post_json or _post_plain_json
+    for group in payload if isinstance(payload, list) else [payload]:
+        group["env_id"] = env_id  # the id of this registration, also for groups of an earlier one
+    url = f"{base}/scored_data_list" if isinstance(payload, list) else f"{base}/scored_data"
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            if session is None:
+                session = await stack.enter_async_context(aiohttp.ClientSession(timeout=timeout))
+            if require_trainer:
+                async with session.get(f"{base}/info") as resp:
+                    if resp.status >= 500 or resp.status in TRANSIENT_STATUSES:
+                        raise APIUnavailableError(f"{base}/info answered {resp.status}")
+                    info = await resp.json(content_type=None) if resp.status == 200 else {}
+                if isinstance(info, dict) and info.get("batch_size") == -1:
+                    raise APIUnavailableError(
+                        f"the Atropos API at {base} has no registered trainer (restarted?); "
+                        "posting now would leave it unable to register one"
+                    )
+            async with post_json(session, url, payload) as resp:
+                body = await resp.text()
+                status = resp.status
+    except APIUnavailableError:
+        raise
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise APIUnavailableError(
+            f"cannot reach the Atropos API at {base}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if status >= 500 or status in TRANSIENT_STATUSES:
+        raise APIUnavailableError(f"the Atropos API at {base} answered {status}: {body[:200]}")
+    if status >= 400:
+        raise APIRejectedError(status, body)
+
+
+async def post_with_retries(
+    post_once: Callable[[Any], Awaitable[None]],
+    payload: Any,
+    stats: SpoolStats,
+    *,
+    attempts: int = 3,
+    backoff_s: float = 1.0,
+    backoff_max_s: float = 10.0,
+) -> None:
+    """`post_once(payload)` up to `attempts` times while it raises APIUnavailableError, with
+    exponential backoff and jitter; counts failures in `stats`. Re-raises the last failure."""
+    attempts = max(1, int(attempts))
+    for attempt in range(1, attempts + 1):
+        try:
+            await post_once(payload)
+            return
+        except APIUnavailableError as exc:
+            stats.send_failures += 1
+            stats.last_error = str(exc)
+            if attempt == attempts:
+                raise
+            delay = min(backoff_max_s, backoff_s * 2 ** (attempt - 1))
+            delay *= 0.5 + random.random() / 2
+            logger.debug("send attempt %d/%d failed (%s); retry in %.2fs", attempt, attempts, exc, delay)
+            await asyncio.sleep(delay)
 
 
 class GroupSpool:
@@ -179,7 +265,7 @@ class GroupSpool:
         name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._counter):06d}{self.SUFFIX}"
         data = b"".join(json.dumps(group).encode("utf-8") + b"\n" for group in groups)
         path = self.directory / name
-        _write_atomically(path, data)
+        write_atomically(path, data)
         return path
 
     @staticmethod
@@ -208,13 +294,13 @@ class GroupSpool:
         self.rejected_dir.mkdir(exist_ok=True)
         name = path.name if path is not None else f"{time.time_ns():020d}-{os.getpid()}{self.SUFFIX}"
         target = self.rejected_dir / name
-        _write_atomically(target.with_name(target.name + ".reason.txt"), reason.encode("utf-8"))
+        write_atomically(target.with_name(target.name + ".reason.txt"), reason.encode("utf-8"))
         if path is not None:
             os.replace(path, target)
             _fsync_dir(self.rejected_dir)
             _fsync_dir(self.directory)
         else:
-            _write_atomically(target, b"".join(json.dumps(g).encode("utf-8") + b"\n" for g in groups or []))
+            write_atomically(target, b"".join(json.dumps(g).encode("utf-8") + b"\n" for g in groups or []))
         return target
 
     # -- one flusher per directory, across processes -----------------------------------------------
@@ -403,50 +489,17 @@ class SpoolingSendMixin:
 
     async def _post_with_retries(self, payload) -> None:
         _, _, stats = self._spool_state()
-        attempts = max(1, int(self.spool_send_attempts))
-        for attempt in range(1, attempts + 1):
-            try:
-                await self._post_once(payload)
-                return
-            except APIUnavailableError as exc:
-                stats.send_failures += 1
-                stats.last_error = str(exc)
-                if attempt == attempts:
-                    raise
-                delay = min(self.spool_backoff_max_s, self.spool_backoff_s * 2 ** (attempt - 1))
-                delay *= 0.5 + random.random() / 2
-                logger.debug("send attempt %d/%d failed (%s); retry in %.2fs", attempt, attempts, exc, delay)
-                await asyncio.sleep(delay)
+        await post_with_retries(
+            self._post_once, payload, stats,
+            attempts=self.spool_send_attempts, backoff_s=self.spool_backoff_s,
+            backoff_max_s=self.spool_backoff_max_s,
+        )  # fmt: skip
 
     async def _post_once(self, payload) -> None:
-        base = self.config.rollout_server_url.rstrip("/")
-        env_id = getattr(self, "env_id", None)
-        for group in payload if isinstance(payload, list) else [payload]:
-            group["env_id"] = env_id  # the id of this registration, also for groups of an earlier one
-        url = f"{base}/scored_data_list" if isinstance(payload, list) else f"{base}/scored_data"
-        timeout = aiohttp.ClientTimeout(total=self.spool_request_timeout_s)
-        try:
-            async with aiohttp.ClientSession(timeout=timeout) as session:
-                if self.spool_require_trainer:
-                    async with session.get(f"{base}/info") as resp:
-                        if resp.status >= 500 or resp.status in TRANSIENT_STATUSES:
-                            raise APIUnavailableError(f"{base}/info answered {resp.status}")
-                        info = await resp.json(content_type=None) if resp.status == 200 else {}
-                    if isinstance(info, dict) and info.get("batch_size") == -1:
-                        raise APIUnavailableError(
-                            f"the Atropos API at {base} has no registered trainer (restarted?); "
-                            "posting now would leave it unable to register one"
-                        )
-                async with self._post_json_with_compression(session, url, payload) as resp:
-                    body = await resp.text()
-                    status = resp.status
-        except APIUnavailableError:
-            raise
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise APIUnavailableError(
-                f"cannot reach the Atropos API at {base}: {type(exc).__name__}: {exc}"
-            ) from exc
-        if status >= 500 or status in TRANSIENT_STATUSES:
-            raise APIUnavailableError(f"the Atropos API at {base} answered {status}: {body[:200]}")
-        if status >= 400:
-            raise APIRejectedError(status, body)
+        await post_payload(
+            self.config.rollout_server_url, payload,
+            env_id=getattr(self, "env_id", None),
+            require_trainer=self.spool_require_trainer,
+            timeout_s=self.spool_request_timeout_s,
+            post_json=self._post_json_with_compression,
+        )  # fmt: skip

@@ -4,7 +4,8 @@ The API (atroposlib.api.server) answers `/batch` with `{"batch": [group, ...]}` 
 `batch_size` sequences is queued, `{"batch": null}` when not yet, and an error object when no
 trainer registered. A trainer polls; this client backs off exponentially (with jitter) between
 empty answers and between failed connections, so a trainer started before the API (or an API
-restarted under it) waits instead of crashing, up to `poll_timeout_s`.
+restarted under it) waits instead of crashing, up to `poll_timeout_s`; a restarted API that has
+forgotten the trainer's registration gets it again.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ import httpx
 from hermes_opd.contract.errors import HermesOPDError
 
 logger = logging.getLogger(__name__)
+
+
+NOT_REGISTERED = "Trainer not registered"
+"""What atroposlib's `/batch` answers before any `/register` (e.g. after an API restart)."""
 
 
 class AtroposError(HermesOPDError, RuntimeError):
@@ -74,6 +79,7 @@ class AtroposClient:
         self._sleep = sleep
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
         self.trainer_uuid: int | None = None
+        self._registration: Registration | None = None
 
     def close(self) -> None:
         self._http.close()
@@ -104,6 +110,7 @@ class AtroposClient:
         if "uuid" not in data:
             raise AtroposError(f"/register answered without a uuid: {data}")
         self.trainer_uuid = data["uuid"]
+        self._registration = registration
         return self.trainer_uuid
 
     def status(self) -> dict[str, Any]:
@@ -133,6 +140,13 @@ class AtroposClient:
                     return batch
             except httpx.TransportError as exc:
                 logger.warning("Atropos API unreachable (%s); retrying", exc)
+            except AtroposError as exc:
+                if self._registration is None or NOT_REGISTERED not in str(exc):
+                    raise
+                # A restarted API has forgotten this trainer (and its queue): register again.
+                logger.warning("the Atropos API forgot this trainer (restarted?); registering again")
+                self.register(self._registration, wait_s=max(1.0, deadline - time.monotonic()))
+                continue
             delay = next(delays)
             if time.monotonic() + delay > deadline:
                 raise TimeoutError(f"no batch from {self.base_url}/batch within {timeout_s:.0f} s")

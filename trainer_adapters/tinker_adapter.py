@@ -28,6 +28,7 @@ from tinker import types as tt
 
 from trainer_adapters.atropos_client import AtroposClient, Backoff, Registration
 from trainer_adapters.metrics_log import MetricsLog
+from trainer_adapters.repeated_groups import RepeatedGroupFilter
 from trainer_adapters.tinker_objective import ObjectiveStep, build_objective_step
 from trainer_adapters.trainer_config import TinkerTrainerConfig
 
@@ -56,6 +57,8 @@ class TinkerOPDTrainer:
         self.skipped_steps = 0
         """Steps that took no optimizer step (nothing to train; see the module docstring)."""
         self.metrics_log = MetricsLog(config.logging.metrics_path, stdout=config.logging.stdout)
+        self.repeats = RepeatedGroupFilter()
+        """Groups already trained on (ids stamped by `hermes-opd send`); repeats are dropped."""
 
     def adam_params(self) -> tt.AdamParams:
         t = self.config.tinker
@@ -139,8 +142,11 @@ class TinkerOPDTrainer:
         )
         every = self.config.tinker.state_every_steps
         while self.step < self.config.num_steps:
-            groups = client.wait_for_batch(timeout_s=atropos.poll_timeout_s)
+            groups = self.repeats.new_groups(client.wait_for_batch(timeout_s=atropos.poll_timeout_s))
+            if not groups:  # every group of the batch was a repeat: no step
+                continue
             metrics = self.train_step(groups)
+            metrics["batch/repeated_groups_dropped"] = float(self.repeats.dropped)
             self.metrics_log.write(self.step, metrics)
             if every and self.step % every == 0:
                 self.save_state()

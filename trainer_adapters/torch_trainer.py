@@ -22,6 +22,7 @@ from trainer_adapters.collate import CollatedBatch, CollateOptions, collate_grou
 from trainer_adapters.metrics_log import MetricsLog
 from trainer_adapters.model_loading import default_pad_token_id, load_policy, resolve_precision, vocab_rows
 from trainer_adapters.objective import compute_objective, opd_entry_ids
+from trainer_adapters.repeated_groups import RepeatedGroupFilter
 from trainer_adapters.student_logprobs import (
     StudentLogprobs,
     check_chunked_matches_full,
@@ -75,6 +76,8 @@ class TorchTrainer:
             check_chunked_matches_full(self.model, vocab_rows(self.model), self.precision.device)
         self.metrics_log = MetricsLog(config.logging.metrics_path, stdout=config.logging.stdout)
         self.weight_sync = make_weight_sync(config.weight_sync)
+        self.repeats = RepeatedGroupFilter()
+        """Groups already trained on (ids stamped by `hermes-opd send`); repeats are dropped."""
 
     # --- one batch -------------------------------------------------------------------------
 
@@ -251,8 +254,11 @@ class TorchTrainer:
         try:
             client.register(self.registration())
             while self.step < self.config.num_steps:
-                groups = client.wait_for_batch(timeout_s=atropos.poll_timeout_s)
+                groups = self.repeats.new_groups(client.wait_for_batch(timeout_s=atropos.poll_timeout_s))
+                if not groups:  # every group of the batch was a repeat: no step
+                    continue
                 metrics = self.train_step(groups)
+                metrics["batch/repeated_groups_dropped"] = float(self.repeats.dropped)
                 self.metrics_log.write(self.step, metrics)
                 self._after_step()
             latest = latest_checkpoint(self.checkpoint_root)

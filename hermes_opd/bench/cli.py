@@ -1,4 +1,4 @@
-"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|sandbox|hint-selection|student-topk>
+"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|sandbox|hint-selection|student-topk|send>
 [--json] [--quick] [--repeat N]`.
 
 Every benchmark prints a short human summary and, with `--json`, one JSON object on its LAST line.
@@ -30,6 +30,7 @@ BENCHES = (
     "sandbox",
     "hint-selection",
     "student-topk",
+    "send",
 )
 
 
@@ -134,6 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=None, help="request pairs (default 6; quick 2)")
     p.add_argument("--teacher-k", type=int, default=50, help="the teacher's top-K for the unknown-id count")
     _server_args(p)
+
+    p = sub.add_parser("send", help="hermes-opd send: groups/s, and the API's memory with and without pacing")
+    _common(p)
+    p.add_argument("--groups", required=True, help="groups JSONL to replay (cycled up to ten batches)")
+    p.add_argument("--batch-size", type=int, default=None, help="trainer batch in sequences (default 8)")
+    p.add_argument("--step-s", type=float, default=None,
+                   help="the slow trainer's seconds per batch (default: 4x slower than send's throughput)")  # fmt: skip
     return parser
 
 
@@ -275,6 +283,10 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 teacher_k=args.teacher_k,
             )
         )
+    if args.bench == "send":
+        from hermes_opd.bench import send_bench
+
+        return send_bench.run(args.groups, batch_size=_pick(args.batch_size, 8, 4, q), step_s=args.step_s)
     raise ValueError(f"unknown benchmark {args.bench!r}")
 
 

@@ -40,6 +40,10 @@ DELEGATED = {
         "run the embedded CPU demo end to end (dev model, local vLLM, real tools)",
     ),
     "process": ("hermes_opd.commands.process_job", "collect OPD groups to disk with progress and resume"),
+    "send": (
+        "hermes_opd.commands.send_groups",
+        "replay a groups JSONL file into an Atropos API (resumable, rate-limited)",
+    ),
     "inspect": (
         "hermes_opd.commands.inspector",
         "render a groups JSONL file as a self-contained HTML report",
@@ -53,7 +57,10 @@ DELEGATED = {
         "hermes_opd.commands.tasks_score",
         "score a JSONL of solutions against a task source in the real sandbox (tasks score)",
     ),
-    "bench": ("hermes_opd.bench.cli", "run a benchmark (pipeline, payload, loss, teacher, teacher-scaling, sandbox, hint-selection, student-topk)"),
+    "bench": (
+        "hermes_opd.bench.cli",
+        "run a benchmark (pipeline, payload, loss, teacher, teacher-scaling, sandbox, hint-selection, student-topk)",
+    ),
 }
 
 

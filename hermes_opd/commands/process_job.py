@@ -37,7 +37,10 @@ from typing import Any
 
 from environments.config_loading import JobConfig, load_job_config, split_overrides
 from environments.dense_k1_notice import DenseK1Notice
+from hermes_opd.commands.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
 from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
+from hermes_opd.commands.send_cursor import CursorError, cursor_path
+from hermes_opd.commands.send_groups import add_pacing_arguments, options_from, pacing_error, summary_lines
 from hermes_opd.contract.errors import ConfigError, HermesOPDError
 
 logger = logging.getLogger(__name__)
@@ -378,6 +381,9 @@ class JobResult:
     """Wall time from the first group started to the last one written."""
     groups_per_min: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    sent: ReplayResult | None = None
+    """What `--send` delivered to the Atropos API (None without --send)."""
+    send_error: str | None = None
 
     @property
     def present(self) -> int:
@@ -390,7 +396,8 @@ class JobResult:
     def exit_code(self, stop: StopController | None = None) -> int:
         if self.interrupted and stop is not None:
             return stop.exit_code
-        return EXIT_OK if self.complete else EXIT_FAILED
+        send_failed = self.send_error is not None or (self.sent is not None and not self.sent.complete)
+        return EXIT_OK if self.complete and not send_failed else EXIT_FAILED
 
 
 def group_failure(group: dict[str, Any] | None, group_size: int) -> str | None:
@@ -437,8 +444,10 @@ async def run_job(
     max_attempts: int = 2,
     max_consecutive_failures: int = 3,
     stop: StopController | None = None,
+    send: ReplayOptions | None = None,
 ) -> tuple[JobResult, StopController]:
-    """Collect groups `0..groups-1` into `out` (resuming what is there unless `fresh`)."""
+    """Collect groups `0..groups-1` into `out` (resuming what is there unless `fresh`). With `send`,
+    replay the file into the Atropos API while it grows (group_replay.py), from its cursor."""
     started = time.monotonic()
     out = Path(out)
     concurrency = concurrency or job.concurrency
@@ -449,9 +458,10 @@ async def run_job(
     env = None
     writer: GroupWriter | None = None
     progress: Progress | None = None
+    replay: asyncio.Task | None = None
     try:
         if fresh:
-            for path in (out, metrics_path):
+            for path in (out, metrics_path, cursor_path(out)):
                 if path.exists():
                     path.unlink()
         existing = scan_output(out)
@@ -490,15 +500,29 @@ async def run_job(
             from tqdm.contrib.logging import logging_redirect_tqdm
 
             redirect = logging_redirect_tqdm()  # log lines above the bar, not through it
+        collecting = asyncio.Event()
+        if send is not None:
+            replayer = GroupReplayer(
+                out, send, more_coming=lambda: not collecting.is_set(), on_message=progress.message
+            )
+            replay = asyncio.ensure_future(replayer.run())
         with redirect:
             await _collect_loop(env, job, writer, progress, stop, todo, result, concurrency, max_attempts,
                                 max_consecutive_failures)  # fmt: skip
+            collecting.set()
+            if replay is not None:
+                progress.message(f"collection over; sending the rest of {out} to {send.api_url}")
+                await _finish_sending(replay, result, stop)
         result.totals = progress.totals
         result.groups_per_min = progress.groups_per_min()
         result.collect_s = time.monotonic() - progress.started
     except Interrupted as exc:
         result.interrupted = str(exc)
     finally:
+        if replay is not None and not replay.done():
+            replay.cancel()  # the cursor holds what was acknowledged: a rerun sends the rest
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await replay
         if progress is not None:
             progress.close()
         if writer is not None:
@@ -515,6 +539,16 @@ async def run_job(
     if stop.signal_name and not result.interrupted:
         result.interrupted = stop.signal_name
     return result, stop
+
+
+async def _finish_sending(replay: asyncio.Task, result: JobResult, stop: StopController) -> None:
+    """Wait for the sender to deliver the whole file (a SIGTERM or a second Ctrl-C abandons it)."""
+    try:
+        result.sent = await _until_stopped(replay, stop, stop.abandon)
+    except Interrupted:
+        result.send_error = "stopped before every group was sent; rerun the same command to send the rest"
+    except (APIGoneError, CursorError) as exc:
+        result.send_error = str(exc)
 
 
 def _init_wandb(env_config: Any) -> None:
@@ -649,6 +683,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--print-config", action="store_true", help="print the merged config as YAML and exit"
     )
+    parser.add_argument("--send", metavar="URL", default=None,
+                        help="also send each group to this Atropos API as it is written (as `hermes-opd send`)")  # fmt: skip
+    add_pacing_arguments(parser)
     parser.add_argument("--log-level", default=None, choices=("debug", "info", "warning", "error"),
                         help="default: warning (debug with `hermes-opd -v`)")  # fmt: skip
     return parser
@@ -693,6 +730,11 @@ def _print_summary(result: JobResult, stop: StopController) -> None:
     elif result.failed:
         print("  rerun the same command to retry the failed groups")
     print(f"  metrics: {result.metrics_path}")
+    if result.sent is not None:
+        for line in summary_lines(result.sent):
+            print(f"  {line}")
+    if result.send_error:
+        print(f"  send: {result.send_error}")
     if result.present:
         print(f"  next: hermes-opd validate {result.out}; hermes-opd inspect {result.out} --out report.html")
 
@@ -739,6 +781,9 @@ def _main(argv: list[str]) -> int:
         print(f"hermes-opd process: --concurrency must be >= 1 (got {concurrency})", file=sys.stderr)
         return EXIT_USAGE
     out = Path(args.out or job.env.data_path_to_save_groups or DEFAULT_OUT)
+    if error := pacing_error(args):
+        print(f"hermes-opd process: {error}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         result, stop = asyncio.run(
             run_job(
@@ -749,6 +794,7 @@ def _main(argv: list[str]) -> int:
                 fresh=args.overwrite,
                 do_preflight=not args.no_preflight,
                 progress_mode=args.progress,
+                send=options_from(args, args.send) if args.send else None,
             )  # fmt: skip
         )
     except (OutputError, ConfigError) as exc:

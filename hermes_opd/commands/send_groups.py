@@ -1,0 +1,216 @@
+"""`hermes-opd send GROUPS.jsonl --api URL`: replay a collected groups file into the Atropos API.
+
+Every Atropos trainer (`hermes-opd train`, tinker-atropos, ...) reads from the API's `/batch`; this
+puts a file written by `hermes-opd process` (or any file `hermes-opd validate` reads) there, with a
+progress bar, a rate limit, and a cursor file next to the input so that a rerun of the same command
+after a kill or an API restart continues without losing a group (group_replay.py says how).
+
+Exit codes: 0 every line was sent (or skipped as invalid with --skip-invalid); 1 stopped at an
+invalid group, the file ends in an incomplete line, or the API stayed away (`--give-up-after`);
+2 a usage error (missing file, a cursor of another file); 130 Ctrl-C. A rerun continues.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from hermes_opd.commands.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
+from hermes_opd.commands.progress import format_duration
+from hermes_opd.commands.send_cursor import CursorError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_SIGINT = 130
+
+
+class SendProgress:
+    """A tqdm bar (groups, sequences, tokens, ETA) on a terminal; a line every `every_s` otherwise."""
+
+    def __init__(self, total: int, initial: int, mode: str = "auto", every_s: float = 5.0) -> None:
+        self.mode = ("bar" if sys.stderr.isatty() else "lines") if mode == "auto" else mode
+        self.total, self.initial = total, initial
+        self.every_s = every_s
+        self._last_line = 0.0
+        self._started = time.monotonic()
+        self._bar = None
+        if self.mode == "bar":
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, initial=initial, unit="group", desc="send", dynamic_ncols=True)
+
+    def update(self, result: ReplayResult) -> None:
+        done = result.acked_lines_before + result.groups_sent
+        if self._bar is not None:
+            self._bar.n = min(done, self.total)
+            self._bar.set_postfix(seqs=result.sequences_sent, tokens=result.tokens_sent, refresh=False)
+            self._bar.refresh()
+        elif self.mode == "lines" and time.monotonic() - self._last_line >= self.every_s:
+            self._last_line = time.monotonic()
+            rate = result.groups_sent / max(time.monotonic() - self._started, 1e-9)
+            left = max(self.total - done, 0)
+            eta = format_duration(left / rate) if rate > 0 else "?"
+            print(
+                f"[{done}/{self.total}] sent {result.groups_sent} groups, {result.sequences_sent} sequences, "
+                f"{result.tokens_sent:,} tokens; {rate:.1f} groups/s; ETA {eta}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def message(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.write(text, file=sys.stderr)
+        elif self.mode != "none" or text:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hermes-opd send",
+        description="Replay a groups JSONL file into an Atropos API (for any Atropos trainer), resumable.",
+        epilog="See docs/process.md, 'Collect here, train there'.",
+    )
+    parser.add_argument("file", help="groups JSONL (as written by `hermes-opd process`)")
+    parser.add_argument("--api", required=True, help="the Atropos API, e.g. http://127.0.0.1:8000")
+    add_pacing_arguments(parser)
+    parser.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="skip (and list) invalid groups instead of stopping at one",
+    )
+    parser.add_argument(
+        "--resend-window",
+        action="store_true",
+        help="send again the groups the API may still have held when the cursor was last written "
+        "(after an API restart while no sender ran); `hermes-opd train` drops the repeats",
+    )
+    parser.add_argument(
+        "--no-drain", action="store_true", help="exit without waiting for the API's queue to empty"
+    )
+    parser.add_argument(
+        "--give-up-after", type=float, default=3600.0, metavar="S", help="stop when the API is away this long"
+    )
+    parser.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto")
+    return parser
+
+
+def add_pacing_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flow-control flags (shared with `hermes-opd process --send`)."""
+    parser.add_argument(
+        "--max-rate", type=float, default=None, metavar="G", help="at most G groups per second"
+    )
+    parser.add_argument(
+        "--max-queue-batches",
+        type=int,
+        default=2,
+        metavar="N",
+        help="post only while the API's queue holds fewer than N trainer batches (default 2; 0: no bound)",
+    )
+
+
+def options_from(args: argparse.Namespace, api_url: str) -> ReplayOptions:
+    return ReplayOptions(
+        api_url=api_url,
+        skip_invalid=getattr(args, "skip_invalid", False),
+        max_rate=args.max_rate,
+        max_queue_batches=args.max_queue_batches,
+        give_up_after_s=getattr(args, "give_up_after", 3600.0),
+        drain=not getattr(args, "no_drain", False),
+        resend_window=getattr(args, "resend_window", False),
+    )
+
+
+def pacing_error(args: argparse.Namespace) -> str | None:
+    if args.max_rate is not None and args.max_rate <= 0:
+        return f"--max-rate must be > 0 (got {args.max_rate})"
+    if args.max_queue_batches < 0:
+        return f"--max-queue-batches must be >= 0 (got {args.max_queue_batches})"
+    return None
+
+
+def summary_lines(result: ReplayResult) -> list[str]:
+    done = result.acked_lines_before + result.groups_sent
+    state = "complete" if result.complete else "stopped"
+    lines = [
+        f"send {state}: {result.groups_sent} group(s), {result.sequences_sent} sequences, "
+        f"{result.tokens_sent:,} tokens acknowledged by the API in {format_duration(result.elapsed_s)} "
+        f"({result.groups_per_s:.1f} groups/s); {result.acked_lines_before} line(s) were sent by an earlier run; "
+        f"{done} of {result.lines_total} lines done"
+    ]
+    if result.restarts:
+        lines.append(
+            f"  the API went away or restarted {result.restarts} time(s); {result.resent_lines} line(s) were sent "
+            "again (`hermes-opd train` drops the repeats by id; other trainers would train them twice)"
+        )
+    if result.invalid:
+        verb = "skipped" if result.stopped_at is None else "found"
+        lines.append(f"  {len(result.invalid)} invalid group(s) {verb}:")
+        lines.extend(f"    line {bad.line}: {bad.message}" for bad in result.invalid[:10])
+    if result.stopped_at is not None:
+        lines.append(
+            f"  stopped at line {result.stopped_at.line}: nothing after it was sent. Fix or remove that line "
+            "and rerun, or rerun with --skip-invalid"
+        )
+    if result.rejected:
+        lines.append(f"  {result.rejected} group(s) refused by the API, kept in {result.path}.rejected/")
+    if result.still_queued:
+        lines.append(
+            f"  {result.still_queued} group(s) still wait in the API's queue (fewer than a trainer batch, or no "
+            "trainer pulling); if the API restarts before a trainer takes them, rerun with --resend-window"
+        )
+    if result.torn_tail:
+        lines.append("  the last line is incomplete (no newline): rerun when the file is complete")
+    if warning := result.drops.warning():
+        lines.append(f"  warning: {warning}")
+    lines.append(f"  cursor: {result.cursor_path}")
+    return lines
+
+
+async def _run(path: Path, options: ReplayOptions, progress_mode: str) -> ReplayResult:
+    from hermes_opd.commands.group_replay import count_lines
+    from hermes_opd.commands.send_cursor import cursor_path, load_cursor
+
+    initial = load_cursor(cursor_path(path)).acked_lines
+    progress = SendProgress(count_lines(path), initial, mode=progress_mode)
+    try:
+        replayer = GroupReplayer(path, options, on_progress=progress.update, on_message=progress.message)
+        return await replayer.run()
+    finally:
+        progress.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    path = Path(args.file)
+    if not path.is_file():
+        print(f"hermes-opd send: {path} is not a file", file=sys.stderr)
+        return EXIT_USAGE
+    if error := pacing_error(args):
+        print(f"hermes-opd send: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        result = asyncio.run(_run(path, options_from(args, args.api), args.progress))
+    except KeyboardInterrupt:
+        print("hermes-opd send: interrupted; rerun the same command to continue", file=sys.stderr)
+        return EXIT_SIGINT
+    except CursorError as exc:
+        print(f"hermes-opd send: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except APIGoneError as exc:
+        print(f"hermes-opd send: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    for line in summary_lines(result):
+        print(line)
+    return EXIT_OK if result.complete else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
