@@ -87,7 +87,7 @@ def pytest_sessionstart(session):
 def pytest_sessionfinish(session, exitstatus):
     """The suite leaves no sandbox behind: none of this process's containers on disk or mounted,
     and none of a process it started that died (environments/sandbox_disk.py)."""
-    from environments.sandbox_disk import leftover_containers
+    from environments.rollout.sandbox.disk import leftover_containers
 
     left = leftover_containers(os.getpid(), _SESSION_STARTED)
     if left:

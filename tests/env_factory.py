@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from environments.agentic_opd_env import AgenticOPDEnv
+from environments.atropos.agentic_opd_env import AgenticOPDEnv
 
 
 def make_env(dev_server, tmp_path, **overrides) -> AgenticOPDEnv:

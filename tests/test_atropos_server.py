@@ -8,7 +8,7 @@ import pytest
 from atroposlib.envs.server_handling.managed_server import ManagedServer
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
-from environments.atropos_server import CurrentVLLMServer
+from environments.atropos.server import CurrentVLLMServer
 from hermes_opd.devkit.dev_server import free_port
 from hermes_opd.vllm_api.errors import MaxLogprobsTooLowError, ModelNotServedError, ServerUnreachableError
 from tests.oracle import full_logprobs, token_logprobs

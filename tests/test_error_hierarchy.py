@@ -12,7 +12,7 @@ from hermes_opd.contract.errors import ConfigError, HermesOPDError
 PACKAGES = ("hermes_opd", "environments", "judge", "scoring", "trainer_adapters")
 SKIP = (
     "hermes_opd.bench",  # benchmarks define no errors; some import optional heavy deps
-    "environments.verifier_child",  # stdlib-only script run inside the sandbox, not a project module
+    "environments.tasks.suite_child",  # stdlib-only script run inside the sandbox, not a project module
 )
 
 

@@ -219,7 +219,7 @@ def test_unknown_policy_is_an_error():
 
 
 def test_env_config_passes_quorum_and_policies_through():
-    from environments.agentic_opd_config import AgenticOPDConfig
+    from environments.atropos.agentic_opd_config import AgenticOPDConfig
 
     judge = AgenticOPDConfig(judge_votes=5, judge_quorum=4, vote_policy="majority").opd_config().judge
     assert (judge.m, judge.quorum, judge.vote_policy, judge.min_hint_chars) == (5, 4, "majority", 11)

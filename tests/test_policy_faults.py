@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.agentic_opd_env import AgenticOPDEnv
+from environments.atropos.agentic_opd_env import AgenticOPDEnv
 from hermes_opd.bench.fake_endpoints import FakeVLLM
 from hermes_opd.contract.validation import validate_group
 from hermes_opd.devkit.dev_server import free_port

@@ -198,8 +198,8 @@ def _expected_task_ids(dev_server, groups: int) -> list[str]:
     order needs no server)."""
     import asyncio
 
-    from environments.agentic_opd_env import AgenticOPDEnv
-    from environments.config_loading import load_job_config, split_overrides
+    from environments.atropos.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos.config_loading import load_job_config, split_overrides
 
     overrides, _ = split_overrides(
         [

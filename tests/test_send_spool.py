@@ -25,8 +25,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from environments.agentic_opd_env import AgenticOPDEnv
-from environments.send_spool import GroupSpool, SpoolingSendMixin
+from environments.atropos.agentic_opd_env import AgenticOPDEnv
+from environments.atropos.send_spool import GroupSpool, SpoolingSendMixin
 from hermes_opd.devkit.dev_server import free_port
 
 pytestmark = pytest.mark.reliability
@@ -353,7 +353,7 @@ async def test_posting_before_a_trainer_registers_wedges_the_atropos_api(api):
 
 CRASH_WRITER = """
 import sys
-from environments.send_spool import GroupSpool
+from environments.atropos.send_spool import GroupSpool
 spool = GroupSpool(sys.argv[1])
 i = 0
 while True:

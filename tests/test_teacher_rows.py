@@ -12,7 +12,7 @@ import pytest
 
 from scoring.path_choice import GenerateProbe, decide
 from scoring.response_parsing import parse_prompt_topk_json
-from scoring.rows import normalize_row, normalize_turn_rows, rows_from_topk_arrays
+from scoring.teacher_rows import normalize_row, normalize_turn_rows, rows_from_topk_arrays
 
 
 def outcome(fn):
@@ -124,7 +124,7 @@ def test_auto_path_rule():
 
 def test_shortest_float32_equals_round_logprobs_bit_for_bit():
     from hermes_opd.contract.rows import round_logprobs
-    from scoring.rows import shortest_float32
+    from scoring.teacher_rows import shortest_float32
 
     rng = np.random.default_rng(3)
     bits = rng.integers(0x80000000, 0xFF7FFFFF, size=20000, dtype=np.uint64).astype(np.uint32)

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from environments.tasks.data_tests import is_data_suite
+from environments.tasks.suite_format import is_data_suite
 from environments.tasks.task import Task
 from hermes_opd.contract.errors import HermesOPDError
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from environments.tasks.data_tests import parse_suite
+from environments.tasks.suite_format import parse_suite
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from judge.config import JudgeConfig
 from judge.llm_backend import LLMJudgeBackend
 from scoring.request_paths import completions_payload
 from scoring.response_parsing import parse_prompt_topk_json
-from scoring.rows import normalize_row, normalize_turn_rows
+from scoring.teacher_rows import normalize_row, normalize_turn_rows
 
 
 async def _judge_cpu_ms(judge: LLMJudgeBackend, pairs: list[Any]) -> float:

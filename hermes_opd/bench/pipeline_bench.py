@@ -32,7 +32,7 @@ from typing import Any
 
 import aiohttp
 
-from environments.process_tuning import freeze_startup_heap
+from environments.atropos.process_tuning import freeze_startup_heap
 from hermes_opd.bench.client_cpu import client_cpu_per_turn
 from hermes_opd.bench.common import machine_info, with_headline, with_retries
 from hermes_opd.bench.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSettings

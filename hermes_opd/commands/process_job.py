@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from environments.config_loading import JobConfig, load_job_config, split_overrides
-from environments.dense_k1_notice import DenseK1Notice
+from environments.atropos.config_loading import JobConfig, load_job_config, split_overrides
+from environments.atropos.dense_k1_notice import DenseK1Notice
 from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
 from hermes_opd.contract.errors import ConfigError, HermesOPDError
 
@@ -458,7 +458,7 @@ async def run_job(
         if existing.truncated_bytes:
             logger.warning("cut off a torn last line (%d bytes) of %s", existing.truncated_bytes, out)
         result.truncated_bytes = existing.truncated_bytes
-        from environments.agentic_opd_env import AgenticOPDEnv
+        from environments.atropos.agentic_opd_env import AgenticOPDEnv
 
         env_config = job.env.model_copy(deep=True)
         env_config.data_path_to_save_groups = None  # we write the file; BaseEnv would open a new name
@@ -718,7 +718,7 @@ def _main(argv: list[str]) -> int:
               "(config keys go as --env.KEY VALUE or --openai.KEY VALUE)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     configure_logging(args.log_level)
-    from environments.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos.agentic_opd_env import AgenticOPDEnv
 
     try:
         job = load_job_config(args.config, overrides, env_cls=AgenticOPDEnv)

@@ -38,7 +38,7 @@ def round_logprobs(values: Sequence[float]) -> list[float]:
     to the identical float32, and Python's `repr`/`json.dumps` of the parsed float64 prints exactly
     that string. vLLM computes logprobs in float32, so nothing is lost; a K=50 row shrinks by about
     a third in JSON. Cost: about 1 microsecond per value (numpy's Dragon4 formatting), about
-    50-100 microseconds per K=50 row. Values beyond float32's range become +-inf; `scoring.rows`
+    50-100 microseconds per K=50 row. Values beyond float32's range become +-inf; `scoring.teacher_rows`
     rejects them.
     """
     if len(values) == 0:

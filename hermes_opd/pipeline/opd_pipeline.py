@@ -24,8 +24,8 @@ from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.turn_pairs import TurnPair, extract_turn_pairs
 from judge.backends import JudgeBackend
 from judge.judge_turn import judge_turn
-from scoring.rows import place_turn_rows
 from scoring.teacher import TeacherScorer
+from scoring.teacher_rows import place_turn_rows
 
 logger = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from environments.verifier_child import MAX_DEPTH, canonical_json, digest
-from environments.verifier_child import encode as encode_value
+from environments.tasks.suite_child import MAX_DEPTH, canonical_json, digest
+from environments.tasks.suite_child import encode as encode_value
 from hermes_opd.contract.errors import HermesOPDError
 
 _TAGS = ("$tuple", "$set", "$frozenset", "$dict", "$float", "$bytes")

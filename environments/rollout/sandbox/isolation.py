@@ -25,8 +25,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from environments.sandbox_limits import NOBODY_GID, NOBODY_UID, SandboxLimits
-from environments.sandbox_root import ROOT_SETUP, RootPlan, root_plan, setup_args
+from environments.rollout.sandbox.limits import NOBODY_GID, NOBODY_UID, SandboxLimits
+from environments.rollout.sandbox.root import ROOT_SETUP, RootPlan, root_plan, setup_args
 
 log = logging.getLogger("environments.sandbox")  # one logger for the sandbox's warnings
 

@@ -33,12 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from environments.process_tree import (
-    pids_of_uid,
-    signal_quietly,
-    terminate_process_tree,
-)
-from environments.sandbox_disk import (
+from environments.rollout.sandbox.disk import (
     CONTAINER_PREFIX,
     disk_free_fallback_warning,
     mount_tmpfs,
@@ -46,14 +41,14 @@ from environments.sandbox_disk import (
     remove_container,
     write_owner,
 )
-from environments.sandbox_isolation import (
+from environments.rollout.sandbox.isolation import (
     BASH,
     Isolation,
     default_hidden_paths,
     detect_isolation,
     make_preexec,
 )
-from environments.sandbox_limits import (
+from environments.rollout.sandbox.limits import (
     KILLED_EXIT_CODE,
     NOBODY_GID,
     NOBODY_UID,
@@ -61,6 +56,11 @@ from environments.sandbox_limits import (
     CommandResult,
     SandboxError,
     SandboxLimits,
+)
+from environments.rollout.sandbox.process_tree import (
+    pids_of_uid,
+    signal_quietly,
+    terminate_process_tree,
 )
 
 log = logging.getLogger(__name__)

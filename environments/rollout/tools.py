@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from environments.sandbox import Sandbox
-from environments.sandbox_limits import SandboxError
-from environments.tool_calls import ToolCall, ToolCallError
+from environments.rollout.sandbox.limits import SandboxError
+from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.tool_calls import ToolCall, ToolCallError
 from hermes_opd.contract.errors import HermesOPDError
 
 log = logging.getLogger(__name__)

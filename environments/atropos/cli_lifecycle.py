@@ -16,7 +16,7 @@ wraps those three coroutines in `try/finally: await self.close()`, which runs:
 Before `close()`, the env's own tasks (rollout workers, evals; under the CLI every task of the loop)
 are cancelled and awaited, so that none opens a new session after it.
 
-`_run_evaluate` also times the evaluation and prints the short table of `environments.eval_report`.
+`_run_evaluate` also times the evaluation and prints the short table of `environments.atropos.eval_report`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
-from environments.eval_report import EvalReport, format_eval_report
+from environments.atropos.eval_report import EvalReport, format_eval_report
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class CliLifecycleMixin:
     """Put first in the bases of a `BaseEnv` subclass that has an async `close()`."""
 
     cli_mode: ClassVar[str | None] = None
-    """'serve', 'process' or 'evaluate' on the per-command classes `environments.atropos_cli` builds."""
+    """'serve', 'process' or 'evaluate' on the per-command classes `environments.atropos.cli` builds."""
     report_stream: ClassVar[TextIO | None] = None
     """Where `_run_evaluate` prints its table (None: sys.stdout)."""
     stopped_by: ClassVar[str | None] = None
@@ -133,6 +133,6 @@ class CliLifecycleMixin:
     @classmethod
     def cli(cls) -> None:
         """`python -m <module> serve|process|evaluate ...`: atroposlib's CLI, with one-line errors."""
-        from environments.atropos_cli import run_cli
+        from environments.atropos.cli import run_cli
 
         sys.exit(run_cli(cls))

@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from environments.sandbox import Sandbox
-from environments.tool_calls import ToolCall, parse_tool_calls
-from environments.tools import execute_tool_call
+from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.tool_calls import ToolCall, parse_tool_calls
+from environments.rollout.tools import execute_tool_call
 from hermes_opd.record.transcript_recorder import TranscriptRecorder
 from hermes_opd.vllm_api.wire_format import GeneratedSequence
 

@@ -1,4 +1,4 @@
-"""The short table `python -m environments.agentic_opd_env evaluate` prints at the end (pure).
+"""The short table `python -m environments.atropos.agentic_opd_env evaluate` prints at the end (pure).
 
 ```
 evaluate: agentic-opd, 5 eval tasks, model dev-model at http://127.0.0.1:9001/v1

@@ -38,12 +38,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from environments.sandbox import Sandbox
-from environments.sandbox_limits import TIMEOUT_EXIT_CODE, SandboxLimits
-from environments.tasks.data_tests import MalformedResult, TestSuite, judge_test, parse_suite, strict_json
+from environments.rollout.sandbox.limits import TIMEOUT_EXIT_CODE, SandboxLimits
+from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.tools import Jail, ToolError, read_bytes, write_bytes
+from environments.tasks.suite_child import RESULT_MARK as CHILD_RESULT_MARK
+from environments.tasks.suite_format import MalformedResult, TestSuite, judge_test, parse_suite, strict_json
 from environments.tasks.task import Task
-from environments.tools import Jail, ToolError, read_bytes, write_bytes
-from environments.verifier_child import RESULT_MARK as CHILD_RESULT_MARK
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ TEST_OUTPUT_FILE = ".test-output"
 """Inside the verification sandbox: where the code under test's stdout/stderr goes."""
 HIDDEN_TESTS_FILENAME = "hidden_tests.py"
 """The file name the tests are compiled under (for tracebacks); never written to disk."""
-CHILD_SOURCE = (Path(__file__).with_name("verifier_child.py")).read_text(encoding="utf-8")
+CHILD_SOURCE = (Path(__file__).parents[1] / "tasks" / "suite_child.py").read_text(encoding="utf-8")
 
 
 class VerifierConfig(BaseModel):

@@ -5,7 +5,7 @@ ends it is verified (hidden tests in a fresh sandbox) and handed to the OPD pipe
 the other rollouts' generation. The group is a `ScoredDataGroup` with exact tokens, masks,
 `inference_logprobs`, scores, distill rows and per-sequence provenance.
 
-Run it with Atropos' CLI: `python -m environments.agentic_opd_env serve|process|evaluate ...`.
+Run it with Atropos' CLI: `python -m environments.atropos.agentic_opd_env serve|process|evaluate ...`.
 """
 
 from __future__ import annotations
@@ -24,24 +24,29 @@ from typing import Any
 from atroposlib.envs.base import BaseEnv
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
-from environments.agent_loop import RolloutLimits, run_rollout
-from environments.agentic_opd_config import AgenticOPDConfig
-from environments.atropos_server import CurrentVLLMServer
-from environments.cli_lifecycle import CliLifecycleMixin
-from environments.dense_k1_notice import DenseK1Notice
-from environments.group_builder import FinishedRollout, build_group, has_distill_signal, trim_after_last_turn
-from environments.process_tuning import freeze_startup_heap
-from environments.role_servers import check_role_servers, describe_role_servers, resolve_role_servers
-from environments.rollout_isolation import kept_rollouts
-from environments.sandbox import Sandbox
-from environments.sandbox_limits import SandboxLimits
-from environments.send_spool import SpoolingSendMixin
+from environments.atropos.agentic_opd_config import AgenticOPDConfig
+from environments.atropos.cli_lifecycle import CliLifecycleMixin
+from environments.atropos.dense_k1_notice import DenseK1Notice
+from environments.atropos.group_builder import (
+    FinishedRollout,
+    build_group,
+    has_distill_signal,
+    trim_after_last_turn,
+)
+from environments.atropos.process_tuning import freeze_startup_heap
+from environments.atropos.role_servers import check_role_servers, describe_role_servers, resolve_role_servers
+from environments.atropos.send_spool import SpoolingSendMixin
+from environments.atropos.server import CurrentVLLMServer
+from environments.rollout.agent_loop import RolloutLimits, run_rollout
+from environments.rollout.isolation import kept_rollouts
+from environments.rollout.sandbox.limits import SandboxLimits
+from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.tools import TOOL_SCHEMAS
+from environments.rollout.verifier import VerifierConfig, verify
 from environments.tasks.builtin import builtin_tasks
 from environments.tasks.loaders import load_hf_tasks, load_jsonl_tasks
 from environments.tasks.split import split_tasks
 from environments.tasks.task import Task
-from environments.tools import TOOL_SCHEMAS
-from environments.verifier import VerifierConfig, verify
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.devkit.paths import default_dev_model_dir
 from hermes_opd.pipeline.opd_metrics import group_metrics

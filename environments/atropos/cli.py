@@ -1,23 +1,23 @@
-"""`python -m environments.agentic_opd_env serve|process|evaluate ...`: atroposlib's own CLI, with the
+"""`python -m environments.atropos.agentic_opd_env serve|process|evaluate ...`: atroposlib's own CLI, with the
 errors of `hermes-opd process`.
 
 atroposlib builds the three subcommands (`BaseEnv.get_cli_*_config_cls`) and runs them with
 pydantic-cli. We keep that, and add:
 
 - a config check before atroposlib reads anything, with the loader of `hermes-opd process`
-  (`environments.config_loading`): bad YAML, a bad value, an unknown key or flag (with the closest
+  (`environments.atropos.config_loading`): bad YAML, a bad value, an unknown key or flag (with the closest
   valid name) is one line on stderr and exit code 2, instead of a traceback or a silently ignored key;
 - one line and exit code 2 for the errors a user fixes in the config or the server: unreachable
   server, wrong model name, too low `--max-logprobs`, a teacher with another tokenizer, a task file
   that cannot be read; anything else keeps its traceback (it is a bug);
 - Ctrl-C: exit 130, SIGTERM: exit 143, each after the env's sessions are closed
-  (`environments.cli_lifecycle`);
+  (`environments.atropos.cli_lifecycle`);
 - `evaluate`: no groups file (BaseEnv would create an empty one), atroposlib's config dump moved
-  to the debug log, and the short table of `environments.eval_report` on stdout;
+  to the debug log, and the short table of `environments.atropos.eval_report` on stdout;
 - log lines of this project at INFO on stderr (`HERMES_OPD_LOG_LEVEL` changes it); atroposlib's
   own show only from WARNING up, as before (its serve loop logs its status ten times a second).
 
-It must not import `environments.agentic_opd_env`: run as `-m`, that module is `__main__`, and a
+It must not import `environments.atropos.agentic_opd_env`: run as `-m`, that module is `__main__`, and a
 second import would build a second env class.
 """
 
@@ -68,7 +68,7 @@ def check_command_line(env_cls: Any, argv: list[str], command_cls: Any) -> None:
     """Raise `ConfigError` for what atroposlib's CLI would trip over or silently ignore in `argv`
     (the arguments after the subcommand): the YAML, every `--env.*`/`--openai.*` key and value
     (the `hermes-opd process` loader, which names the closest valid key), and other unknown flags."""
-    from environments.config_loading import load_job_config, read_yaml, split_overrides
+    from environments.atropos.config_loading import load_job_config, read_yaml, split_overrides
     from hermes_opd.contract.errors import ConfigError
 
     argv = ["null" if a == "None" else a for a in argv]  # atroposlib reads the flag value None as null

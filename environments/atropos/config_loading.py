@@ -1,7 +1,7 @@
 """Job configs: Atropos' YAML format plus `--env.KEY VALUE` / `--openai.KEY VALUE` overrides, turned
 into an `AgenticOPDConfig` and a list of `APIServerConfig`s.
 
-The YAML is the one `python -m environments.agentic_opd_env process --config FILE` reads:
+The YAML is the one `python -m environments.atropos.agentic_opd_env process --config FILE` reads:
 
 ```yaml
 env:      {...}            # AgenticOPDConfig fields (BaseEnvConfig + the OPD knobs)
