@@ -13,9 +13,9 @@ Line format: `{"group_index": i, "task_id": "...", <ScoredDataGroup fields>}`. G
 task the env's deterministic order puts at cursor position `i`; `group_index` and `task_id` come
 first so that a resume reads them without parsing the (large) rest of each line.
 
-Exit codes: 0 every group up to the target is present; 1 the run failed (preflight, setup, groups
-that failed every attempt); 2 a usage or config error (bad YAML, unknown key, missing file, an
-output file this job did not write); 130 stopped by SIGINT, 143 by SIGTERM.
+Exit codes: 0 every group up to the target is present; 1 the run failed (setup, groups that failed
+every attempt); 2 a usage or config error (bad YAML, unknown key, missing file, an output file this
+job did not write, a server the preflight check rejects); 130 stopped by SIGINT, 143 by SIGTERM.
 """
 
 from __future__ import annotations
@@ -754,9 +754,9 @@ def _main(argv: list[str]) -> int:
     except (OutputError, ConfigError) as exc:
         print(f"hermes-opd process: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except PreflightError as exc:
+    except PreflightError as exc:  # a server's URL, model name or limits: a config error
         print(f"hermes-opd process: preflight failed: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - setup failures get one clear line, details at -v
         logger.debug("job failed", exc_info=True)
         print(f"hermes-opd process: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
