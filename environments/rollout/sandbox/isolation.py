@@ -62,7 +62,7 @@ exec "$SETPRIV" --reuid="$U" --regid="$G" --clear-groups $PD -- "$@"
 def default_hidden_paths() -> tuple[str, ...]:
     """What commands must not see by default: the source checkout this package runs from (its
     built-in tasks, hidden tests and git history), or, when installed, the package's task data."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[2]  # environments/ (this file: rollout/sandbox/isolation.py)
     project = package.parent
     if (project / ".git").exists() or (project / "pyproject.toml").exists():
         return (str(project),)
