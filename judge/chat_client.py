@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 
 from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.vllm_api.endpoint import auth_headers
 
 
 class MalformedResponseError(HermesOPDError, RuntimeError):
@@ -102,9 +103,7 @@ class ChatClient:
     def __init__(self, base_url: str, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
-        self.headers = {"Content-Type": "application/json"}
-        if api_key and api_key not in ("EMPTY", "x"):
-            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.headers = {"Content-Type": "application/json", **auth_headers(api_key)}
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 

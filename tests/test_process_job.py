@@ -120,7 +120,14 @@ def test_preflight_failure_exits_2_with_one_line(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "hermes-opd process: preflight failed: nothing answers at http://127.0.0.1:9/v1" in err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            "hermes-opd process: preflight failed: the policy server at http://127.0.0.1:9/v1 (also the teacher "
+            "server) is unreachable (ClientConnectorError: "
+        )
+    ), err
     assert "Traceback" not in err
     assert not out.exists()
 

@@ -34,7 +34,12 @@ from environments.atropos.group_builder import (
     trim_after_last_turn,
 )
 from environments.atropos.process_tuning import freeze_startup_heap
-from environments.atropos.role_servers import check_role_servers, describe_role_servers, resolve_role_servers
+from environments.atropos.role_servers import (
+    RoleServers,
+    check_role_servers,
+    describe_role_servers,
+    resolve_role_servers,
+)
 from environments.atropos.send_spool import SpoolingSendMixin
 from environments.atropos.server import CurrentVLLMServer
 from environments.rollout.agent_loop import RolloutLimits, run_rollout
@@ -49,6 +54,7 @@ from environments.tasks.split import split_tasks
 from environments.tasks.task import Task
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.devkit.paths import default_dev_model_dir
+from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.pipeline.opd_metrics import group_metrics
 from hermes_opd.pipeline.opd_pipeline import OPDPipeline
 from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient
@@ -76,6 +82,12 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
         self.pipeline: OPDPipeline | None = None
         self._pending_metrics: deque[dict[str, Any]] = deque(maxlen=1000)
         self.groups_built = 0
+        self.opd_config: OPDConfig = config.opd_config()
+        """The nested pipeline config, nested once from the flat knobs (the config is read at __init__)."""
+        policy_configs = [s.config for s in self.server.servers if hasattr(s, "config")]
+        self.role_servers: RoleServers = resolve_role_servers(config, policy_configs, self.opd_config)
+        """Which endpoint serves policy, judge and teacher: resolved once, read by setup's check, the
+        pipeline and `hermes-opd process`'s preflight."""
 
     # -- Atropos hooks ---------------------------------------------------------------------------
     @classmethod
@@ -120,11 +132,11 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
             self.config.ensure_scores_are_not_same = False
         else:
             self._drop_equal_scores_without_distill = False
-        policy_configs = [s.config for s in self.server.servers if hasattr(s, "config")]
-        roles = resolve_role_servers(self.config, policy_configs)
-        logger.info("%s", describe_role_servers(roles))
-        if self.check_servers_at_setup and policy_configs:
-            await check_role_servers(roles)  # before the teacher's tokenizer check: errors name the role
+        logger.info("%s", describe_role_servers(self.role_servers))
+        if self.check_servers_at_setup and self.role_servers.policy:
+            await check_role_servers(
+                self.role_servers
+            )  # before the teacher's tokenizer check: errors name the role
         if self.config.opd_enabled:
             self.pipeline = await self._build_pipeline()
         logger.info("agentic-opd: %d train / %d eval tasks; OPD %s", len(self.train_tasks), len(self.eval_tasks),
@@ -177,7 +189,7 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
         group = build_group(
             list(rollouts),
             include_messages=bool(self.config.include_messages),
-            opd=self.config.opd_config(),
+            opd=self.opd_config,
             generation_params={"temperature": self.config.temperature, "top_p": self.config.top_p},
         )
         if len(rollouts) < self.config.group_size:
@@ -338,17 +350,15 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
             self.config.task_path, self.config.task_split, self.config.task_field_map or None
         )
 
-    def _policy_config(self) -> APIServerConfig:
-        server = self.server.servers[0]
-        return server.config
-
     async def _build_pipeline(self) -> OPDPipeline:
-        opd = self.config.opd_config()
-        policy = self._policy_config()
+        opd = self.opd_config
+        server = self.role_servers.teacher.endpoint
+        if server is None:
+            raise ConfigError("OPD needs a teacher server: set env.teacher_base_url or a policy server")
         teacher_client = VLLMCompletionsClient(
-            base_url=opd.teacher.base_url or policy.base_url,
-            model=opd.teacher.model or policy.model_name,
-            api_key=opd.teacher.api_key or policy.api_key,
+            base_url=server.base_url,
+            model=server.model,
+            api_key=server.api_key,
             timeout_s=opd.teacher.timeout_s,
             retry=RetryPolicy(max_attempts=opd.teacher.max_attempts),
         )
@@ -359,12 +369,7 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
         if opd.teacher.check_tokenizer:
             await teacher.check_tokenizer(self.tokenizer)
         await teacher.choose_path()  # one log line: which path scores the turns, and why
-        judge = make_judge_backend(
-            opd.judge,
-            policy_base_url=policy.base_url,
-            policy_model=policy.model_name,
-            policy_api_key=policy.api_key,
-        )
+        judge = make_judge_backend(opd.judge, self.role_servers.judge.endpoint)
         return OPDPipeline(self.tokenizer, judge, teacher, opd)
 
     # -- metrics ---------------------------------------------------------------------------------

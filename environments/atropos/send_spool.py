@@ -47,7 +47,6 @@ import itertools
 import json
 import logging
 import os
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ from typing import Any
 import aiohttp
 
 from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.vllm_api.retry import RetryPolicy, retrying
 
 logger = logging.getLogger(__name__)
 
@@ -403,20 +403,19 @@ class SpoolingSendMixin:
 
     async def _post_with_retries(self, payload) -> None:
         _, _, stats = self._spool_state()
-        attempts = max(1, int(self.spool_send_attempts))
-        for attempt in range(1, attempts + 1):
+        policy = RetryPolicy(
+            max(1, int(self.spool_send_attempts)), self.spool_backoff_s, self.spool_backoff_max_s
+        )
+
+        async def attempt() -> None:
             try:
                 await self._post_once(payload)
-                return
             except APIUnavailableError as exc:
                 stats.send_failures += 1
                 stats.last_error = str(exc)
-                if attempt == attempts:
-                    raise
-                delay = min(self.spool_backoff_max_s, self.spool_backoff_s * 2 ** (attempt - 1))
-                delay *= 0.5 + random.random() / 2
-                logger.debug("send attempt %d/%d failed (%s); retry in %.2fs", attempt, attempts, exc, delay)
-                await asyncio.sleep(delay)
+                raise
+
+        await retrying(attempt, policy, lambda exc: isinstance(exc, APIUnavailableError))
 
     async def _post_once(self, payload) -> None:
         base = self.config.rollout_server_url.rstrip("/")

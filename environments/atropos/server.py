@@ -17,14 +17,14 @@ import asyncio
 import time
 from typing import Any
 
-import aiohttp
 import openai
 from atroposlib.envs.server_handling.server_baseline import APIServer, APIServerConfig, ReasoningConfig
 from openai.types.chat.chat_completion import ChatCompletion
 from openai.types.completion import Completion
 
+from hermes_opd.vllm_api import http
 from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient, root_url
-from hermes_opd.vllm_api.errors import ServerUnreachableError
+from hermes_opd.vllm_api.errors import ServerUnreachableError, TransientServerError
 
 DEFAULT_HEALTH_WAIT_S = 30.0
 
@@ -63,23 +63,22 @@ class CurrentVLLMServer(APIServer):
         slow_checks = 0
         while True:
             try:
-                async with (
-                    aiohttp.ClientSession() as session,
-                    session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as response,
-                ):
-                    response.raise_for_status()
+                answer = await http.request("GET", url, timeout_s=10)
+                if answer.status >= 400:
+                    raise TransientServerError(f"/health answered {answer.status}")
                 self.server_healthy = True
                 self.last_health_error = None
                 slow_checks = 0
-            except TimeoutError:
-                # A busy CPU server can be slow to answer /health; only repeated timeouts mean down.
-                slow_checks += 1
-                if slow_checks >= 3:
+            except (ServerUnreachableError, TransientServerError) as exc:
+                if isinstance(exc.__cause__, TimeoutError):
+                    # A busy CPU server can be slow to answer /health; only repeated timeouts mean down.
+                    slow_checks += 1
+                    if slow_checks >= 3:
+                        self.server_healthy = False
+                        self.last_health_error = f"/health timed out {slow_checks} times in a row"
+                else:
                     self.server_healthy = False
-                    self.last_health_error = f"/health timed out {slow_checks} times in a row"
-            except (aiohttp.ClientError, OSError) as exc:
-                self.server_healthy = False
-                self.last_health_error = f"{type(exc).__name__}: {exc}"
+                    self.last_health_error = str(exc)
             await asyncio.sleep(1)
 
     def _ensure_started(self) -> None:
