@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_opd.contract.constants import MASKED
-from hermes_opd.contract.rows import empty_rows, make_opd_block, to_dense_k1
+from hermes_opd.contract.provenance import turn_provenance
+from hermes_opd.contract.rows import empty_rows, sequence_distill
 from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.pipeline.opd_pipeline import SequenceDistill
 from hermes_opd.record.trajectory import Trajectory
@@ -84,17 +85,11 @@ def build_group(
             ids_rows, lp_rows = rollout.distill.ids_rows, rollout.distill.lp_rows
             opd_block = rollout.distill.opd
         else:
-            ids_rows, lp_rows = empty_rows(len(traj.tokens))
-            if opd.distill_mode == "dense_k1":
-                ids_rows, lp_rows = to_dense_k1(
-                    traj.tokens, traj.masks, traj.inference_logprobs, ids_rows, lp_rows
-                )
-            skipped = [
-                {"span": [t.start, t.end], "message_index": t.message_index, "next_state_role": None,
-                 "status": "skipped"}
-                for t in traj.turns
-            ]  # fmt: skip
-            opd_block = make_opd_block(opd.distill_mode, opd.distill_topk, spans, skipped)
+            skipped = [turn_provenance((t.start, t.end), t.message_index, "skipped") for t in traj.turns]
+            ids_rows, lp_rows, opd_block = sequence_distill(
+                opd.distill_mode, opd.distill_topk, traj.tokens, traj.masks, traj.inference_logprobs,
+                empty_rows(len(traj.tokens)), spans, skipped,
+            )  # fmt: skip
         group["distill_token_ids"].append(ids_rows)
         group["distill_logprobs"].append(lp_rows)
         group["overrides"].append({"turn_spans": spans, "opd": opd_block, **rollout.info})

@@ -20,6 +20,45 @@ from hermes_opd.contract.constants import (
 )
 
 
+def turn_provenance(
+    span: tuple[int, int],
+    message_index: int | None,
+    status: str,
+    *,
+    next_state_role: str | None = None,
+    votes: dict[str, Any] | None = None,
+    hint: str | None = None,
+    hint_insert_at: int | None = None,
+    replaced_range: tuple[int, int] | None = None,
+    replacement_ids: list[int] | None = None,
+    teacher_prompt_len: int | None = None,
+    teacher_path: str | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """The one writer of a turn's entry in `opd.turns` (docs/distill-format.md), scored or not:
+    `votes` and `hint` when the judge gave them; the splice and teacher fields on a scored turn
+    only; `error` cut to 500 characters."""
+    entry: dict[str, Any] = {
+        "span": [span[0], span[1]],
+        "message_index": message_index,
+        "next_state_role": next_state_role,
+        "status": status,
+    }
+    if votes is not None:
+        entry["votes"] = votes
+    if hint is not None:
+        entry["hint"] = hint
+    if status == "scored":
+        entry["hint_insert_at"] = hint_insert_at
+        entry["replaced_range"] = list(replaced_range) if replaced_range else None
+        entry["replacement_ids"] = replacement_ids
+        entry["teacher_prompt_len"] = teacher_prompt_len
+        entry["teacher_path"] = teacher_path
+    if error:
+        entry["error"] = error[:500]
+    return entry
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
