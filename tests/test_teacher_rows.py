@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from scoring.path_choice import GenerateProbe, decide
+from scoring.path_choice import GenerateProbe, choose_path
 from scoring.response_parsing import parse_prompt_topk_json
 from scoring.teacher_rows import normalize_row, normalize_turn_rows, rows_from_topk_arrays
 
@@ -109,17 +109,17 @@ def test_generate_body_parses_like_the_completions_body():
 
 
 def test_auto_path_rule():
-    assert decide("auto", "/models/x", None).path == "transformers"
-    assert decide("auto", None, GenerateProbe(200)).path == "generate"
-    fallback = decide("auto", None, GenerateProbe(404, "Not Found"))
+    assert choose_path("auto", "/models/x", None).path == "transformers"
+    assert choose_path("auto", None, GenerateProbe(200)).path == "generate"
+    fallback = choose_path("auto", None, GenerateProbe(404, "Not Found"))
     assert fallback.path == "completions" and "HTTP 404" in fallback.reason
     assert "--enable-scale-out" in fallback.reason
-    assert decide("auto", None, GenerateProbe(None, "refused")).path == "completions"
-    assert decide("generate", None, None).reason == "configured"
+    assert choose_path("auto", None, GenerateProbe(None, "refused")).path == "completions"
+    assert choose_path("generate", None, None).reason == "configured"
     with pytest.raises(ValueError, match="local_model_dir"):
-        decide("transformers", None, None)
+        choose_path("transformers", None, None)
     with pytest.raises(ValueError, match="unknown teacher path"):
-        decide("sglang", None, None)
+        choose_path("sglang", None, None)
 
 
 def test_shortest_float32_equals_round_logprobs_bit_for_bit():
