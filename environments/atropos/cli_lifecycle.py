@@ -110,13 +110,20 @@ class CliLifecycleMixin:
     async def _stop_background_tasks(self, current: asyncio.Task | None) -> None:
         """Cancel the env's rollout and eval tasks, and wait for them, before `close()`: one still
         running after it would open a new HTTP session that nobody closes. Under the CLI (the loop
-        is this run's alone) every other task of the loop goes too."""
-        tasks = {*getattr(self, "workers", ()), *getattr(self, "eval_workers", ())}
+        is this run's alone) every other task of the loop goes too, but only AFTER the env's own
+        tasks have finished: cancelled once, a rollout removes its sandbox in a shielded task;
+        cancelling that task too (or a sandbox's directory maker) in the same sweep left sandboxes
+        on disk until the next start."""
+        own = {*getattr(self, "workers", ()), *getattr(self, "eval_workers", ())}
         runner = getattr(self, "eval_runner", None)
         if runner is not None:
-            tasks.add(runner)
+            own.add(runner)
+        await self._cancel_and_wait(own, current)
         if self.cli_mode is not None:
-            tasks |= asyncio.all_tasks()
+            await self._cancel_and_wait(asyncio.all_tasks(), current)
+
+    @staticmethod
+    async def _cancel_and_wait(tasks: set[asyncio.Task], current: asyncio.Task | None) -> None:
         tasks = {t for t in tasks if t is not current and not t.done()}
         for t in tasks:
             t.cancel()
