@@ -40,7 +40,7 @@ from environments.atropos.role_servers import (
     describe_role_servers,
     resolve_role_servers,
 )
-from environments.atropos.send_spool import SpoolingSendMixin
+from environments.atropos.send_spool import SendSpool, register_again_until_back
 from environments.atropos.server import CurrentVLLMServer
 from environments.rollout.agent_loop import RolloutLimits, run_rollout
 from environments.rollout.isolation import kept_rollouts
@@ -65,7 +65,7 @@ from scoring.teacher import TeacherScorer
 logger = logging.getLogger(__name__)
 
 
-class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
+class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
     name = "agentic-opd"
     env_config_cls = AgenticOPDConfig
     server_cls = CurrentVLLMServer
@@ -82,6 +82,15 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
         self.pipeline: OPDPipeline | None = None
         self._pending_metrics: deque[dict[str, Any]] = deque(maxlen=1000)
         self.groups_built = 0
+        self.send_spool = SendSpool(
+            Path(config.spool_dir) if config.spool_dir else Path("spool") / self.name,
+            base_url=lambda: self.config.rollout_server_url,
+            env_id=lambda: getattr(self, "env_id", None),
+            post_json=self._post_json_with_compression,
+        )
+        """Where groups go on their way to the Atropos API (environments/atropos/send_spool.py)."""
+        self.dense_k1_notice = DenseK1Notice(logger.warning)
+        self.drop_equal_scores_without_distill = False
         self.opd_config: OPDConfig = config.opd_config()
         """The nested pipeline config, nested once from the flat knobs (the config is read at __init__)."""
         policy_configs = [s.config for s in self.server.servers if hasattr(s, "config")]
@@ -128,10 +137,8 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
         random.Random(self.config.seed).shuffle(self._task_order)
         if self.config.send_equal_score_groups_with_distill and self.config.ensure_scores_are_not_same:
             # We apply that filter ourselves (handle_send_to_api), keeping equal-score groups with OPD rows.
-            self._drop_equal_scores_without_distill = True
+            self.drop_equal_scores_without_distill = True
             self.config.ensure_scores_are_not_same = False
-        else:
-            self._drop_equal_scores_without_distill = False
         logger.info("%s", describe_role_servers(self.role_servers))
         if self.check_servers_at_setup and self.role_servers.policy:
             await check_role_servers(
@@ -159,9 +166,9 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
 
     async def close(self) -> None:
         """Flush the send spool; release HTTP sessions and health-check tasks (judge, teacher, policy)."""
-        if "_spool_state_cache" in self.__dict__:
+        if self.send_spool.opened:
             with contextlib.suppress(Exception):
-                await self.flush_spool()
+                await self.send_spool.flush()
         if self.pipeline is not None:
             await self.pipeline.aclose()
         for server in getattr(self.server, "servers", []) or []:
@@ -175,6 +182,26 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
                 if closer is not None:
                     with contextlib.suppress(Exception):
                         await closer()
+
+    async def _send_scored_data_to_api(self, scored_data) -> None:
+        """BaseEnv's one POST, replaced: send, or keep the groups in the spool (never lost)."""
+        await self.send_spool.send(scored_data)
+
+    async def get_status(self):
+        """BaseEnv.get_status, surviving an API restart: re-register (waiting, with backoff, until
+        the API is back and a trainer has started), then ask again. Spooled groups go out with the
+        next send, under the new env id."""
+        try:
+            return await super().get_status()
+        except Exception as exc:  # noqa: BLE001 - tenacity already retried it three times
+            if not self.send_spool.settings.reregister_on_api_restart:
+                raise
+            logger.warning(
+                "Atropos API status failed (%s: %s); registering this env again", type(exc).__name__, exc
+            )
+        await register_again_until_back(self.register_env, self.send_spool.settings.reregister_max_wait_s)
+        logger.info("registered again with the Atropos API as env %s", getattr(self, "env_id", None))
+        return await super().get_status()
 
     async def collect_trajectories(self, item: Task) -> tuple[dict[str, Any] | None, list]:
         started = time.monotonic()
@@ -203,10 +230,11 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
 
     async def handle_send_to_api(self, scored_data, item=None, do_send_to_api: bool = True,
                                  abort_on_any_max_length_exceeded: bool = True):  # fmt: skip
-        notice = self.__dict__.setdefault("_dense_k1_notice", DenseK1Notice(logger.warning))
         for group in scored_data if isinstance(scored_data, list) else [scored_data]:
-            notice.check(group)  # once per run: tinker-atropos drops equal-score dense_k1 groups
-        if getattr(self, "_drop_equal_scores_without_distill", False):
+            self.dense_k1_notice.check(
+                group
+            )  # once per run: tinker-atropos drops equal-score dense_k1 groups
+        if self.drop_equal_scores_without_distill:
             groups = scored_data if isinstance(scored_data, list) else [scored_data]
             kept = [
                 g for g in groups if g is not None and (len(set(g["scores"])) > 1 or has_distill_signal(g))
@@ -253,8 +281,8 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
                 if values:
                     wandb_metrics[key] = statistics.fmean(values)
             self._pending_metrics.clear()
-        if "_spool_state_cache" in self.__dict__:
-            wandb_metrics.update(self.spool_stats.as_metrics(self.spool.pending_groups()))
+        if self.send_spool.opened:
+            wandb_metrics.update(self.send_spool.stats.as_metrics(self.send_spool.spool.pending_groups()))
         await super().wandb_log(wandb_metrics)
 
     # -- rollouts --------------------------------------------------------------------------------

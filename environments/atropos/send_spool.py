@@ -2,8 +2,8 @@
 
 atroposlib 0.4.0 posts each group to `/scored_data` (or a list to `/scored_data_list`) with three
 tenacity attempts; after that, `handle_send_to_api` logs "Failed to send ... after retries" and the
-group is gone, and a 4xx answer is dropped without an exception at all. `SpoolingSendMixin`
-replaces that one method:
+group is gone, and a 4xx answer is dropped without an exception at all. The env replaces that one
+method with `SendSpool.send` (the env owns one `SendSpool`):
 
 - transient failures (connection refused or dropped, timeouts, 5xx, 408, 429) are retried with
   exponential backoff; if the last attempt fails too, the payload is written to the spool as a
@@ -14,12 +14,13 @@ replaces that one method:
 - a permanent rejection (another 4xx, e.g. 422 for a group the API's schema refuses) would never
   succeed on retry, so the payload goes to `<spool>/rejected/` with the reason next to it, and
   does not block the queue;
-- before any POST the mixin asks `GET /info` whether a trainer has registered. A restarted
+- before any POST the spool asks `GET /info` whether a trainer has registered. A restarted
   atroposlib API that receives `/scored_data` before the trainer's `/register` never initialises
   its state (`/register` skips it once the queue exists), and `/batch` then answers "Trainer not
   registered" for good. While `/info` says batch_size -1, groups are spooled instead;
 - `get_status` survives an API restart: a restarted API has forgotten the env (`/status-env`
-  answers 500, which ends BaseEnv's `env_manager` loop), so the mixin registers again, waiting
+  answers 500, which ends BaseEnv's `env_manager` loop), so the env registers again
+  (`register_again_until_back`), waiting
   with backoff until the API and a trainer are back.
 
 Spool layout (default `./spool/<env name>`, or the config's `spool_dir`)::
@@ -48,6 +49,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,69 +238,88 @@ class GroupSpool:
             os.close(fd)
 
 
-class SpoolingSendMixin:
-    """Put before `BaseEnv` in the bases: `class MyEnv(SpoolingSendMixin, BaseEnv)`.
+@dataclass
+class SpoolSettings:
+    """Retries and checks of the send spool; tests lower the waits."""
 
-    Reads `self.config.rollout_server_url`, and `self.config.spool_dir` when the config has that
-    field (else the `spool_dir` attribute, else `./spool/<name>`). The class attributes below tune
-    retries; tests lower them.
-    """
-
-    spool_dir: str | None = None
-    spool_send_attempts: int = 3
-    spool_backoff_s: float = 1.0
-    """First retry delay; doubles per attempt (with jitter), capped at `spool_backoff_max_s`."""
-    spool_backoff_max_s: float = 10.0
-    spool_request_timeout_s: float = 120.0
-    spool_require_trainer: bool = True
+    send_attempts: int = 3
+    backoff_s: float = 1.0
+    """First retry delay; doubles per attempt (with jitter), capped at `backoff_max_s`."""
+    backoff_max_s: float = 10.0
+    request_timeout_s: float = 120.0
+    require_trainer: bool = True
     """Check `GET /info` (a trainer has registered) before posting; see the module docstring."""
-    spool_reregister_on_api_restart: bool = True
+    reregister_on_api_restart: bool = True
     """When `get_status` fails (a restarted API has forgotten this env: `/status-env` answers 500),
     register again and carry on, instead of ending BaseEnv's `env_manager` loop."""
-    spool_reregister_max_wait_s: float = 30.0
+    reregister_max_wait_s: float = 30.0
 
-    # -- state -----------------------------------------------------------------------------------
-    def spool_directory(self) -> Path:
-        configured = getattr(getattr(self, "config", None), "spool_dir", None) or self.spool_dir
-        if configured:
-            return Path(configured)
-        name = getattr(self, "name", None) or type(self).__name__
-        return Path("spool") / str(name)
 
-    def _spool_state(self) -> tuple[GroupSpool, asyncio.Lock, SpoolStats]:
-        state = self.__dict__.get("_spool_state_cache")
-        if state is None:
-            spool = GroupSpool(self.spool_directory())
-            stats = SpoolStats(recovered_from_previous_run=len(spool.segments()))
-            if stats.recovered_from_previous_run:
-                logger.warning(
-                    "spool %s holds %d segment(s) from an earlier run; they are resent before new groups",
-                    spool.directory, stats.recovered_from_previous_run,
-                )  # fmt: skip
-            state = (spool, asyncio.Lock(), stats)
-            self.__dict__["_spool_state_cache"] = state
-        return state
+PostJson = Callable[[aiohttp.ClientSession, str, Any], contextlib.AbstractAsyncContextManager[Any]]
+"""`BaseEnv._post_json_with_compression`: (session, url, payload) -> the response's context."""
+
+
+class SendSpool:
+    """The env's way to the Atropos API, owned by the env: sends groups, spools what cannot be
+    sent, resends the spool. Its state (the spool, a lock, the stats) is its own.
+
+    `base_url()` and `env_id()` are read at each send (a re-registration changes the id); the spool
+    directory is opened at the first send, so that an env that never sends creates nothing."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        base_url: Callable[[], str],
+        env_id: Callable[[], Any],
+        post_json: PostJson,
+        settings: SpoolSettings | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.settings = settings or SpoolSettings()
+        self._base_url = base_url
+        self._env_id = env_id
+        self._post_json = post_json
+        self._spool: GroupSpool | None = None
+        self._stats: SpoolStats | None = None
+        self._lock = asyncio.Lock()
+        self._flush_again = False
+
+    @property
+    def opened(self) -> bool:
+        """True once the spool directory has been opened (a send was attempted)."""
+        return self._spool is not None
 
     @property
     def spool(self) -> GroupSpool:
-        return self._spool_state()[0]
+        if self._spool is None:
+            self._spool = GroupSpool(self.directory)
+            self._stats = SpoolStats(recovered_from_previous_run=len(self._spool.segments()))
+            if self._stats.recovered_from_previous_run:
+                logger.warning(
+                    "spool %s holds %d segment(s) from an earlier run; they are resent before new groups",
+                    self._spool.directory, self._stats.recovered_from_previous_run,
+                )  # fmt: skip
+        return self._spool
 
     @property
-    def spool_stats(self) -> SpoolStats:
-        return self._spool_state()[2]
+    def stats(self) -> SpoolStats:
+        self.spool  # noqa: B018 - opening the spool counts what an earlier run left
+        assert self._stats is not None
+        return self._stats
 
-    # -- the BaseEnv hook ------------------------------------------------------------------------
-    async def _send_scored_data_to_api(self, scored_data):
+    # -- sending ---------------------------------------------------------------------------------
+    async def send(self, scored_data) -> None:
         """Send, or spool. Never raises for an unavailable or refusing API (groups are kept)."""
-        spool, lock, stats = self._spool_state()
+        spool, stats = self.spool, self.stats
         groups = list(scored_data) if isinstance(scored_data, list) else [scored_data]
         if not groups:
             return
-        has_backlog = lock.locked() or bool(await asyncio.to_thread(spool.segments))
+        has_backlog = self._lock.locked() or bool(await asyncio.to_thread(spool.segments))
         if has_backlog:
             # Older groups wait in the spool: queue behind them, then try to drain everything.
             await self._spool_groups(groups, "older groups are still spooled")
-            await self.flush_spool()
+            await self.flush()
             return
         try:
             await self._post_with_retries(scored_data)
@@ -310,26 +331,26 @@ class SpoolingSendMixin:
             return
         stats.sent_direct += len(groups)
         if await asyncio.to_thread(spool.segments):  # spooled by a concurrent send meanwhile
-            await self.flush_spool()
+            await self.flush()
 
-    async def flush_spool(self) -> int:
+    async def flush(self) -> int:
         """Resend spooled segments, oldest first, until the spool is empty or a send fails.
         Returns how many groups were delivered. Safe to call at any time (e.g. at shutdown)."""
-        spool, lock, stats = self._spool_state()
-        if lock.locked():
+        spool, stats = self.spool, self.stats
+        if self._lock.locked():
             # Another task of this process is flushing: have it list the segments once more.
-            self.__dict__["_spool_flush_again"] = True
+            self._flush_again = True
             return 0
         delivered = 0
-        async with lock:
+        async with self._lock:
             with spool.flush_lock() as held:
                 if not held:
                     return 0
                 while True:
-                    self.__dict__["_spool_flush_again"] = False
+                    self._flush_again = False
                     segments = await asyncio.to_thread(spool.segments)
                     if not segments:
-                        if self.__dict__.get("_spool_flush_again"):
+                        if self._flush_again:
                             continue
                         return delivered
                     for path in segments:
@@ -362,50 +383,22 @@ class SpoolingSendMixin:
                         stats.resent += len(groups)
                         logger.info("resent %d spooled group(s) from %s", len(groups), path.name)
 
-    async def get_status(self):
-        """BaseEnv.get_status, surviving an API restart: re-register (waiting, with backoff, until
-        the API is back and a trainer has started), then ask again. Spooled groups go out with the
-        next send, under the new env id."""
-        try:
-            return await super().get_status()
-        except Exception as exc:  # noqa: BLE001 - tenacity already retried it three times
-            if not self.spool_reregister_on_api_restart:
-                raise
-            logger.warning(
-                "Atropos API status failed (%s: %s); registering this env again", type(exc).__name__, exc
-            )
-        delay = 1.0
-        while True:
-            try:
-                await self.register_env()
-                break
-            except Exception as exc:  # noqa: BLE001 - the API is still down: keep waiting
-                logger.warning("re-registering with the Atropos API failed (%s); retry in %.0fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(self.spool_reregister_max_wait_s, delay * 2)
-        logger.info("registered again with the Atropos API as env %s", getattr(self, "env_id", None))
-        return await super().get_status()
-
     # -- helpers ---------------------------------------------------------------------------------
     async def _spool_groups(self, groups: list[dict[str, Any]], reason: str) -> None:
-        spool, _, stats = self._spool_state()
-        path = await asyncio.to_thread(spool.append, groups)
-        stats.spooled += len(groups)
-        stats.last_error = reason
+        path = await asyncio.to_thread(self.spool.append, groups)
+        self.stats.spooled += len(groups)
+        self.stats.last_error = reason
         logger.warning("spooled %d group(s) to %s: %s", len(groups), path, reason)
 
     async def _reject(self, path: Path | None, groups: list[dict[str, Any]], exc: APIRejectedError) -> None:
-        spool, _, stats = self._spool_state()
-        target = await asyncio.to_thread(spool.reject, path, groups, str(exc))
-        stats.rejected += len(groups)
-        stats.errors.append(str(exc)[:300])
+        target = await asyncio.to_thread(self.spool.reject, path, groups, str(exc))
+        self.stats.rejected += len(groups)
+        self.stats.errors.append(str(exc)[:300])
         logger.error("the Atropos API refused %d group(s); kept in %s: %s", len(groups), target, exc)
 
     async def _post_with_retries(self, payload) -> None:
-        _, _, stats = self._spool_state()
-        policy = RetryPolicy(
-            max(1, int(self.spool_send_attempts)), self.spool_backoff_s, self.spool_backoff_max_s
-        )
+        stats, settings = self.stats, self.settings
+        policy = RetryPolicy(max(1, int(settings.send_attempts)), settings.backoff_s, settings.backoff_max_s)
 
         async def attempt() -> None:
             try:
@@ -418,15 +411,15 @@ class SpoolingSendMixin:
         await retrying(attempt, policy, lambda exc: isinstance(exc, APIUnavailableError))
 
     async def _post_once(self, payload) -> None:
-        base = self.config.rollout_server_url.rstrip("/")
-        env_id = getattr(self, "env_id", None)
+        base = self._base_url().rstrip("/")
+        env_id = self._env_id()
         for group in payload if isinstance(payload, list) else [payload]:
             group["env_id"] = env_id  # the id of this registration, also for groups of an earlier one
         url = f"{base}/scored_data_list" if isinstance(payload, list) else f"{base}/scored_data"
-        timeout = aiohttp.ClientTimeout(total=self.spool_request_timeout_s)
+        timeout = aiohttp.ClientTimeout(total=self.settings.request_timeout_s)
         try:
             async with aiohttp.ClientSession(timeout=timeout) as session:
-                if self.spool_require_trainer:
+                if self.settings.require_trainer:
                     async with session.get(f"{base}/info") as resp:
                         if resp.status >= 500 or resp.status in TRANSIENT_STATUSES:
                             raise APIUnavailableError(f"{base}/info answered {resp.status}")
@@ -436,7 +429,7 @@ class SpoolingSendMixin:
                             f"the Atropos API at {base} has no registered trainer (restarted?); "
                             "posting now would leave it unable to register one"
                         )
-                async with self._post_json_with_compression(session, url, payload) as resp:
+                async with self._post_json(session, url, payload) as resp:
                     body = await resp.text()
                     status = resp.status
         except APIUnavailableError:
@@ -449,3 +442,17 @@ class SpoolingSendMixin:
             raise APIUnavailableError(f"the Atropos API at {base} answered {status}: {body[:200]}")
         if status >= 400:
             raise APIRejectedError(status, body)
+
+
+async def register_again_until_back(register: Callable[[], Awaitable[Any]], max_wait_s: float) -> None:
+    """Register with the Atropos API until it answers (waiting with backoff, at most `max_wait_s`
+    between tries): what `get_status` does after a restarted API forgot the env."""
+    delay = 1.0
+    while True:
+        try:
+            await register()
+            return
+        except Exception as exc:  # noqa: BLE001 - the API is still down: keep waiting
+            logger.warning("re-registering with the Atropos API failed (%s); retry in %.0fs", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(max_wait_s, delay * 2)

@@ -3,9 +3,9 @@
 1. Copy the task's `solution_files` from the agent's working directory (regular files only, no
    links, size-capped) into a fresh sandbox. Nothing else comes along: not the agent's own tests,
    not a `conftest.py`, not a module that shadows the standard library.
-2. Data-style tests (`environments/tasks/data_tests.py`, every built-in task): pass or fail is
+2. Data-style tests (`environments/tasks/suite_format.py`, every built-in task): pass or fail is
    decided HERE, in the trusted process, which never imports or runs the solution. The tests run
-   in the sandbox as `python3 -I -c <environments/verifier_child.py>`: one process for the tests
+   in the sandbox as `python3 -I -c <environments/tasks/suite_child.py>`: one process for the tests
    without a CPU budget, and one per test with one (`cpu_s`, its RLIMIT_CPU). That process
    receives only the tests' inputs (expressions to evaluate), imports the solution, and returns
    what each expression returned or raised, as tagged JSON, one line per test. Here that report is parsed with a strict JSON parser into plain values and

@@ -3,7 +3,7 @@
 directories shipped as package data (environments/tasks/data/), read by `load_task_dirs`.
 
 A task directory holds `task.json` (task_id, difficulty, solution_files, ...), `prompt.md`,
-`tests.json` (data-style hidden tests, see environments/tasks/data_tests.py) and the reference
+`tests.json` (data-style hidden tests, see environments/tasks/suite_format.py) and the reference
 solution under its own file name(s) (e.g. `solution.py`). Every source goes through
 `task_from_record`.
 

@@ -9,7 +9,7 @@ A test suite is a JSON document::
                            {"expr": "chunk([1, 2], 0)", "raises": "ValueError"}]}]}
 
 - `expr` is a Python expression and `exec` a statement, evaluated in the solution's process
-  (`environments/verifier_child.py`) after `from <module> import <imports>` and the setup code.
+  (`environments/tasks/suite_child.py`) after `from <module> import <imports>` and the setup code.
   They are the test's INPUTS: what to call, with what. They never contain the answer.
 - The expectation stays on the trusted side: `returns` (a value, compared with exact types),
   `returns_sha256` (the digest of a large value's canonical encoding), `raises` (the name of an
@@ -45,7 +45,7 @@ class MalformedResult(HermesOPDError, ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
-# The value codec (the same rules as the child's encoder in environments/verifier_child.py).
+# The value codec (the same rules as the child's encoder in environments/tasks/suite_child.py).
 
 
 def decode_value(data: Any, depth: int = 0) -> Any:
@@ -381,7 +381,7 @@ def _parse_check(raw: Any, where: str) -> Check:
 
 
 def judge_test(test: DataTest, report: Any, *, show_source: bool = True) -> tuple[bool, str]:
-    """(passed, message) for one test, from the child's parsed report (see verifier_child.py).
+    """(passed, message) for one test, from the child's parsed report (see suite_child.py).
     The report is only a claim: every check is compared here, against expectations the child
     never saw."""
     if not isinstance(report, dict):

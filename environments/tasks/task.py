@@ -17,7 +17,7 @@ class Task:
     task_id: str
     prompt: str
     hidden_tests: str | Mapping[str, Any]
-    """Data-style tests (a mapping, see environments/tasks/data_tests.py): inputs for the
+    """Data-style tests (a mapping, see environments/tasks/suite_format.py): inputs for the
     solution's process and expectations checked by the trusted verifier; what every built-in task
     uses. Or code-style tests (Python source with `test_*` functions or top-level `assert`s, each
     one test, that import the agent's files): run next to the solution, so forgeable (see
