@@ -9,7 +9,9 @@ Errors keep the SDK's class names and status mapping, so vote errors read as bef
 `NotFoundError` (404), `ConflictError` (409), `UnprocessableEntityError` (422), `RateLimitError`
 (429), `InternalServerError` (>= 500), any other status `ChatStatusError`; `APIConnectionError` when
 no answer could be had (refused, reset, broken body). A 2xx that is not a chat completion is
-`MalformedResponseError`.
+`MalformedResponseError`. All belong to the one error family of `hermes_opd.vllm_api.errors`
+(`VLLMError`; `transient` for a 429, a 5xx and no answer). The judge's retries (per vote, honouring
+`Retry-After`, within the turn's deadline) are in judge/llm_backend.py.
 """
 
 from __future__ import annotations
@@ -22,25 +24,29 @@ from typing import Any
 
 import aiohttp
 
-from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.vllm_api.endpoint import auth_headers
+from hermes_opd.vllm_api.errors import VLLMError
 
 
-class MalformedResponseError(HermesOPDError, RuntimeError):
+class MalformedResponseError(VLLMError):
     """The endpoint answered 2xx with something that is not a chat completion (never retried)."""
 
 
-class APIConnectionError(HermesOPDError, ConnectionError):
+class APIConnectionError(VLLMError, ConnectionError):
     """No answer: the connection was refused, reset or broke mid-body."""
 
+    transient = True
 
-class ChatStatusError(HermesOPDError, RuntimeError):
-    """A non-2xx answer. `status_code` and `headers` (for Retry-After) are kept."""
+
+class ChatStatusError(VLLMError):
+    """A non-2xx answer. `status_code` and `headers` (for Retry-After) are kept; a 429 or a 5xx is
+    `transient`."""
 
     def __init__(self, status_code: int, body: str, headers: Mapping[str, str]) -> None:
         super().__init__(f"Error code: {status_code} - {body[:300]}")
         self.status_code = status_code
         self.headers = headers
+        self.transient = status_code == 429 or status_code >= 500
 
 
 class BadRequestError(ChatStatusError): ...
