@@ -1,8 +1,13 @@
-"""Build an `AgenticOPDEnv` wired to the dev server (shared by integration tests)."""
+"""Build an `AgenticOPDEnv` wired to the dev server (shared by integration tests). Every env made
+here is closed after its test (`close_made_envs`, autouse in tests/conftest.py): an env left open
+keeps its HTTP sessions until exit, since `setup()` freezes the heap."""
 
 from __future__ import annotations
 
 from environments.atropos.agentic_opd_env import AgenticOPDEnv
+
+MADE: list[AgenticOPDEnv] = []
+"""Envs made by `make_env` during the current test."""
 
 
 def make_env(dev_server, tmp_path, **overrides) -> AgenticOPDEnv:
@@ -16,7 +21,14 @@ def make_env(dev_server, tmp_path, **overrides) -> AgenticOPDEnv:
     servers[0].base_url = dev_server.base_url
     servers[0].model_name = dev_server.model_name
     servers[0].tokenizer_name = str(dev_server.model_dir)
-    return AgenticOPDEnv(config, servers)
+    env = AgenticOPDEnv(config, servers)
+    MADE.append(env)
+    return env
+
+
+async def close_made_envs() -> None:
+    while MADE:
+        await MADE.pop().close()
 
 
 class CapturingSampler:
