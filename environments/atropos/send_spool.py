@@ -48,6 +48,7 @@ import itertools
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -445,14 +446,9 @@ class SendSpool:
 
 
 async def register_again_until_back(register: Callable[[], Awaitable[Any]], max_wait_s: float) -> None:
-    """Register with the Atropos API until it answers (waiting with backoff, at most `max_wait_s`
-    between tries): what `get_status` does after a restarted API forgot the env."""
-    delay = 1.0
-    while True:
-        try:
-            await register()
-            return
-        except Exception as exc:  # noqa: BLE001 - the API is still down: keep waiting
-            logger.warning("re-registering with the Atropos API failed (%s); retry in %.0fs", exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(max_wait_s, delay * 2)
+    """Register with the Atropos API until it answers (the one retry policy, with no attempt limit
+    and at most `max_wait_s` between tries): what `get_status` does after a restarted API forgot the
+    env."""
+    forever = RetryPolicy(max_attempts=sys.maxsize, base_delay_s=1.0, max_delay_s=max_wait_s)
+    await retrying(register, forever, lambda exc: isinstance(exc, Exception), logger=logger,
+                   what="re-registering with the Atropos API")  # fmt: skip
