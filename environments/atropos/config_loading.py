@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from hermes_opd.contract.errors import ConfigError
+from hermes_opd.vllm_api.endpoint import has_key
 
 TOP_LEVEL_KEYS = ("env", "openai", "slurm", "testing", "process")
 PROCESS_KEYS = ("concurrency",)
@@ -269,7 +270,7 @@ def build_job_config(
 
 def _masked(server: dict[str, Any]) -> dict[str, Any]:
     """A server dict fit to print: a real API key is replaced by '***'."""
-    if server.get("api_key") not in (None, "", "EMPTY", "x"):
+    if has_key(server.get("api_key")):
         server = {**server, "api_key": "***"}
     return server
 
