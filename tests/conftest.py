@@ -75,13 +75,13 @@ class _ExternalServer:
 
 
 @pytest.fixture(autouse=True)
-async def close_made_envs():
-    """Close every env `tests/env_factory.make_env` made during the test, in the test's loop."""
+async def close_made():
+    """Close what the test registered in tests/env_factory.py (its envs, its servers), in its loop."""
     yield
-    from tests.env_factory import MADE, close_made_envs
+    from tests.env_factory import CLOSERS, close_made
 
-    if MADE:
-        await close_made_envs()
+    if CLOSERS:
+        await close_made()
 
 
 _SESSION_STARTED = 0.0
