@@ -118,17 +118,20 @@ class CliLifecycleMixin:
         runner = getattr(self, "eval_runner", None)
         if runner is not None:
             own.add(runner)
-        await self._cancel_and_wait(own, current)
+        deadline = time.monotonic() + STOP_TIMEOUT_S  # one budget for both sweeps
+        await self._cancel_and_wait(own, current, deadline)
         if self.cli_mode is not None:
-            await self._cancel_and_wait(asyncio.all_tasks(), current)
+            await self._cancel_and_wait(asyncio.all_tasks(), current, deadline)
 
     @staticmethod
-    async def _cancel_and_wait(tasks: set[asyncio.Task], current: asyncio.Task | None) -> None:
+    async def _cancel_and_wait(
+        tasks: set[asyncio.Task], current: asyncio.Task | None, deadline: float
+    ) -> None:
         tasks = {t for t in tasks if t is not current and not t.done()}
         for t in tasks:
             t.cancel()
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+            _, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
             if pending:
                 logger.warning("%d task(s) still running %.0f s after cancel", len(pending), STOP_TIMEOUT_S)
 
