@@ -1,4 +1,4 @@
 """AgenticOPDEnv: the Atropos environment, its agent loop, tools, sandbox, tasks and verifier.
 
-Kept import-free on purpose: import submodules directly (e.g. `environments.sandbox`).
+Kept import-free on purpose: import submodules directly (e.g. `environments.rollout.sandbox.sandbox`).
 """

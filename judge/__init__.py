@@ -3,7 +3,7 @@ or deterministic rules). Import-free on purpose: import the submodules directly.
 
 Typical use by the OPD pipeline:
 
-    backend = make_judge_backend(config, policy_base_url=..., policy_model=...)  # judge.make_backend
+    backend = make_judge_backend(config, server)  # judge.make_backend; server: an Endpoint  # judge.make_backend
     result = await judge_turn(pair, backend, config)   # judge.judge_turn; JudgeError if all failed
     if result.accepted: ... result.hint ...; provenance: result.as_dict()
     await backend.aclose()

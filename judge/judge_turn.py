@@ -10,7 +10,7 @@ from hermes_opd.record.turn_pairs import TurnPair
 from judge.backends import JudgeBackend, JudgeError
 from judge.config import JudgeConfig
 from judge.parsing import Vote
-from judge.votes import VoteOutcome, decide
+from judge.votes import VoteOutcome, decide_votes
 
 
 @dataclass(frozen=True)
@@ -55,5 +55,7 @@ async def judge_turn(pair: TurnPair, backend: JudgeBackend, config: JudgeConfig)
         error.latency_s = time.perf_counter() - started
         raise
     latency_s = time.perf_counter() - started
-    outcome = decide(votes, config.vote_policy, config.hint_choice, requested=config.m, quorum=config.quorum)
+    outcome = decide_votes(
+        votes, config.vote_policy, config.hint_choice, requested=config.m, quorum=config.quorum
+    )
     return JudgeResult(outcome=outcome, votes=list(votes), latency_s=latency_s, backend=backend.name)

@@ -7,7 +7,7 @@ The m votes are m SEPARATE requests run together with `asyncio.gather`, not one 
   reject it), while every one accepts `n = 1`;
 - on vLLM the repeated prompt is nearly free: automatic prefix caching reuses its KV blocks.
 
-Requests go through `judge/chat_client.py`, a lean aiohttp client (the `openai` SDK cost ~7 ms of
+Requests go through `hermes_opd/vllm_api/chat_client.py`, a lean aiohttp client (the `openai` SDK cost ~7 ms of
 CPU per vote; pass `client=openai.AsyncOpenAI(...)` to use the SDK instead). Retries are ours (an
 SDK client must run with `max_retries=0`), so the policy is explicit:
 timeouts, connection errors, 5xx and 429 are retried with exponential backoff and jitter (a 429's
@@ -30,8 +30,13 @@ from typing import Any
 import openai
 
 from hermes_opd.record.turn_pairs import TurnPair
+from hermes_opd.vllm_api.chat_client import (
+    APIConnectionError,
+    ChatClient,
+    ChatStatusError,
+    MalformedResponseError,
+)
 from judge.backends import JudgeError
-from judge.chat_client import APIConnectionError, ChatClient, ChatStatusError, MalformedResponseError
 from judge.config import JudgeConfig
 from judge.parsing import Vote, parse_vote
 from judge.prompt import build_judge_prompt_from_config

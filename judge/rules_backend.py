@@ -52,7 +52,7 @@ _COMMAND_NOT_FOUND = [
 ]
 _MISSING_PATH = re.compile(r"^(.*No such file or directory.*)$", re.MULTILINE)
 _TOOL_ERROR = re.compile(r"^Error: (.+)$", re.MULTILINE)
-"""How `environments/tools.py` words a call it refused or a tool that failed."""
+"""How `environments/rollout/tools.py` words a call it refused or a tool that failed."""
 _TOOL_ERROR_ADVICE = (
     ("not valid JSON", 'Write each call as one valid JSON object with a "name" and an "arguments" object.'),
     ("unknown tool", "Call one of the tools the error lists, by its exact name."),

@@ -135,7 +135,7 @@ def choose_hint(hints: Sequence[str], hint_choice: HintChoiceName) -> str | None
     raise ValueError(f"unknown hint choice {hint_choice!r}")
 
 
-def decide(
+def decide_votes(
     votes: Sequence[Vote],
     policy: VotePolicyName = "majority",
     hint_choice: HintChoiceName = "representative",

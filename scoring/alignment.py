@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hermes_opd.contract.errors import HermesOPDError
 from scoring.response_parsing import PromptTopK
-from scoring.rows import normalize_turn_rows
+from scoring.teacher_rows import normalize_turn_rows
 
 
 class AlignmentError(HermesOPDError, ValueError):

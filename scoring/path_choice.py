@@ -8,7 +8,7 @@ Paths, cheapest first (docs/scaling.md has the measured costs):
 - `completions`: `/v1/completions` with `prompt_logprobs`, any vLLM; the fallback.
 
 `auto` takes `transformers` when a local model directory is configured, else `generate` when the
-server answers a one-token probe on that route, else `completions`. `decide` is the pure rule;
+server answers a one-token probe on that route, else `completions`. `choose_path` is the pure rule;
 `probe_generate` is the one HTTP call it needs.
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import aiohttp
-
+from hermes_opd.vllm_api import http
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
+from hermes_opd.vllm_api.errors import ServerUnreachableError, TransientServerError
 from scoring.request_paths import generate_payload, generate_url
 
 PATHS = ("auto", "transformers", "generate", "completions")
@@ -47,7 +47,7 @@ class GenerateProbe:
         return self.status == 200
 
 
-def decide(configured: str, local_model_dir: str | None, probe: GenerateProbe | None) -> PathChoice:
+def choose_path(configured: str, local_model_dir: str | None, probe: GenerateProbe | None) -> PathChoice:
     """The path for a configuration (`probe` is only needed for `auto` without a local model)."""
     if configured not in PATHS:
         raise ValueError(f"unknown teacher path {configured!r}; expected one of {PATHS}")
@@ -78,18 +78,13 @@ async def probe_generate(
     client: VLLMCompletionsClient, probe_ids: list[int], timeout_s: float = 30.0
 ) -> GenerateProbe:
     """One 1-token request with `prompt_logprobs: 1` on the generate route; never raises."""
-    headers = {"Content-Type": "application/json"}
-    if client.api_key and client.api_key not in ("x", "EMPTY"):
-        headers["Authorization"] = f"Bearer {client.api_key}"
     payload = generate_payload(client.model, probe_ids, 1)
     try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
-            session.post(generate_url(client), json=payload, headers=headers) as response,
-        ):
-            text = await response.text()
-            if response.status == 200 and '"prompt_logprobs"' not in text:
-                return GenerateProbe(None, "answered without prompt_logprobs")
-            return GenerateProbe(response.status, "" if response.status == 200 else text[:120].strip())
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return GenerateProbe(None, f"{type(exc).__name__}: {exc}"[:160])
+        answer = await http.request(
+            "POST", generate_url(client), api_key=client.api_key, payload=payload, timeout_s=timeout_s
+        )
+    except (ServerUnreachableError, TransientServerError) as exc:
+        return GenerateProbe(None, str(exc)[:160])
+    if answer.status == 200 and '"prompt_logprobs"' not in answer.text:
+        return GenerateProbe(None, "answered without prompt_logprobs")
+    return GenerateProbe(answer.status, "" if answer.status == 200 else answer.text[:120].strip())

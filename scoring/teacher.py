@@ -15,13 +15,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.rows import Rows
+from hermes_opd.vllm_api import http
 from hermes_opd.vllm_api.client import VLLMCompletionsClient, root_url
+from hermes_opd.vllm_api.errors import ServerUnreachableError, TransientServerError
 from scoring.alignment import AlignmentError, turn_rows
-from scoring.path_choice import PathChoice, decide, probe_generate
+from scoring.path_choice import PathChoice, choose_path, probe_generate
 from scoring.position_budget import PositionBudget
 from scoring.request_paths import completions_prompt_topk, generate_prompt_topk
 from scoring.transformers_scorer import TransformersTeacher
@@ -87,7 +87,7 @@ class TeacherScorer:
         self.positions = PositionBudget(max_positions_in_flight)
         self.configured_path = path
         self.local_model_dir = local_model_dir
-        decide(path, local_model_dir, None)  # a bad path or a missing directory fails here, not per turn
+        choose_path(path, local_model_dir, None)  # a bad path or a missing directory fails here, not per turn
         self.local: TransformersTeacher | None = None
         if local_model_dir and path in ("auto", "transformers"):
             self.local = TransformersTeacher(
@@ -105,7 +105,7 @@ class TeacherScorer:
                 probe = None
                 if self.configured_path == "auto" and not self.local_model_dir:
                     probe = await probe_generate(self.client, probe_ids or [1, 2, 3, 4])
-                choice = decide(self.configured_path, self.local_model_dir, probe)
+                choice = choose_path(self.configured_path, self.local_model_dir, probe)
                 if choice.path == "transformers" and self.local is not None:
                     await asyncio.to_thread(self.local.load)
                 self.choice = choice
@@ -183,25 +183,21 @@ class TeacherScorer:
             return
         base = root_url(self.client.base_url)
         local, sample = _policy_probe(tokenizer)
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-            try:
-                async with session.post(
-                    f"{base}/tokenize",
-                    json={"model": self.client.model, "prompt": TOKENIZER_PROBE, "add_special_tokens": False},
-                ) as response:
-                    if response.status == 404:
-                        logger.warning("teacher at %s has no /tokenize route; tokenizer not verified", base)
-                        return
-                    body = await response.json(content_type=None)
-                remote = body.get("tokens")
-                async with session.post(
-                    f"{base}/detokenize", json={"model": self.client.model, "tokens": sample}
-                ) as response:
-                    detok = (await response.json(content_type=None)).get("prompt")
-            except aiohttp.ClientError as exc:
-                raise TeacherTokenizerMismatchError(
-                    f"could not check the teacher tokenizer at {base}: {exc}"
-                ) from exc
+        key = self.client.api_key
+        try:
+            answer = await http.request("POST", f"{base}/tokenize", api_key=key, payload={
+                "model": self.client.model, "prompt": TOKENIZER_PROBE, "add_special_tokens": False})  # fmt: skip
+            if answer.status == 404:
+                logger.warning("teacher at %s has no /tokenize route; tokenizer not verified", base)
+                return
+            remote = answer.json().get("tokens")
+            answer = await http.request("POST", f"{base}/detokenize", api_key=key,
+                                        payload={"model": self.client.model, "tokens": sample})  # fmt: skip
+            detok = answer.json().get("prompt")
+        except (ServerUnreachableError, TransientServerError, ValueError, AttributeError) as exc:
+            raise TeacherTokenizerMismatchError(
+                f"could not check the teacher tokenizer at {base}: {exc}"
+            ) from exc
         if remote != local:
             raise TeacherTokenizerMismatchError(
                 f"teacher at {base} (model {self.client.model!r}) tokenizes a probe string into "

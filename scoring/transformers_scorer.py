@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_opd.contract.rows import Rows
-from scoring.rows import rows_from_topk_arrays
+from scoring.teacher_rows import rows_from_topk_arrays
 
 logger = logging.getLogger(__name__)
 

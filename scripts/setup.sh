@@ -9,7 +9,7 @@ VENV="${HERMES_OPD_VENV:-.venv}"
 EXTRAS="${HERMES_OPD_EXTRAS:-cpu,dev,lora,tinker}"
 PY="${PYTHON:-python3}"
 
-# bubblewrap builds each sandbox command's allow-list root in one process (environments/sandbox_bwrap.py);
+# bubblewrap builds each sandbox command's allow-list root in one process (environments/rollout/sandbox/bwrap.py);
 # without it the sandbox falls back to a slower root-side shell script. Root only, like the sandbox.
 if ! command -v bwrap >/dev/null && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   echo "[setup] installing bubblewrap for the sandbox"

@@ -74,6 +74,16 @@ class _ExternalServer:
         return self.served_model_name
 
 
+@pytest.fixture(autouse=True)
+async def close_made():
+    """Close what the test registered in tests/env_factory.py (its envs, its servers), in its loop."""
+    yield
+    from tests.env_factory import CLOSERS, close_made
+
+    if CLOSERS:
+        await close_made()
+
+
 _SESSION_STARTED = 0.0
 
 
@@ -86,10 +96,32 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     """The suite leaves no sandbox behind: none of this process's containers on disk or mounted,
-    and none of a process it started that died (environments/sandbox_disk.py)."""
-    from environments.sandbox_disk import leftover_containers
+    and none of a process it started that died (environments/rollout/sandbox/disk.py). Nor an open
+    HTTP session: one would print `Unclosed client session` after the summary."""
+    from environments.rollout.sandbox.disk import leftover_containers
 
     left = leftover_containers(os.getpid(), _SESSION_STARTED)
     if left:
         print(f"\nLEAKED SANDBOXES ({len(left)}): " + ", ".join(map(str, left[:10])))
         session.exitstatus = 1
+    open_sessions = unclosed_http_sessions()
+    if open_sessions:
+        print(f"\nUNCLOSED HTTP SESSIONS ({len(open_sessions)}): " + ", ".join(open_sessions[:10]))
+        session.exitstatus = 1
+
+
+def unclosed_http_sessions() -> list[str]:
+    """aiohttp sessions still open, reachable or not. `AgenticOPDEnv.setup()` freezes the heap
+    (gc.freeze), which keeps an env that was never closed, and its sessions, until exit."""
+    import gc
+    import sys
+
+    if "aiohttp" not in sys.modules:
+        return []
+    from aiohttp import ClientSession
+
+    gc.unfreeze()
+    # type(), not isinstance(): isinstance reads __class__, which some lazy torch objects warn about
+    return [
+        f"ClientSession at {id(o):#x}" for o in gc.get_objects() if type(o) is ClientSession and not o.closed
+    ]

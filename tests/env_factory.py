@@ -1,8 +1,40 @@
-"""Build an `AgenticOPDEnv` wired to the dev server (shared by integration tests)."""
+"""Build an `AgenticOPDEnv` wired to the dev server (shared by integration tests). Every env made
+here, and every server passed to `close_after_test`, is closed after its test (`close_made`,
+autouse in tests/conftest.py): one left open keeps its HTTP sessions, until exit when `setup()` froze
+the heap, and the session fails on it."""
 
 from __future__ import annotations
 
-from environments.agentic_opd_env import AgenticOPDEnv
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from environments.atropos.agentic_opd_env import AgenticOPDEnv
+from environments.atropos.server import CurrentVLLMServer
+
+CLOSERS: list[Callable[[], Awaitable[object]]] = []
+"""What the current test opened and `close_made` closes after it."""
+
+
+def close_after_test(closer: Callable[[], Awaitable[object]]) -> None:
+    CLOSERS.append(closer)
+
+
+async def close_server(server: CurrentVLLMServer) -> None:
+    """Stop a server class's health task and close its HTTP clients (what the env's close does)."""
+    task = getattr(server, "check_task", None)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+    await server.client.close()
+    await server.openai.close()
+
+
+async def close_made() -> None:
+    while CLOSERS:
+        await CLOSERS.pop()()
+    await asyncio.sleep(0)
 
 
 def make_env(dev_server, tmp_path, **overrides) -> AgenticOPDEnv:
@@ -16,7 +48,9 @@ def make_env(dev_server, tmp_path, **overrides) -> AgenticOPDEnv:
     servers[0].base_url = dev_server.base_url
     servers[0].model_name = dev_server.model_name
     servers[0].tokenizer_name = str(dev_server.model_dir)
-    return AgenticOPDEnv(config, servers)
+    env = AgenticOPDEnv(config, servers)
+    close_after_test(env.close)
+    return env
 
 
 class CapturingSampler:

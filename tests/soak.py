@@ -113,8 +113,8 @@ class Soak:
         self.report_path.parent.mkdir(parents=True, exist_ok=True)
 
     def build_env(self):
-        from environments.agentic_opd_env import AgenticOPDEnv
-        from environments.config_loading import Overrides, load_job_config
+        from environments.atropos.agentic_opd_env import AgenticOPDEnv
+        from environments.atropos.config_loading import Overrides, load_job_config
 
         overrides = Overrides(
             env={"sandbox_root": str(self.sandbox_root), "data_path_to_save_groups": "null",

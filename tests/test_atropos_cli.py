@@ -1,4 +1,4 @@
-"""The Atropos CLI path, `python -m environments.agentic_opd_env serve|process|evaluate`, as a user
+"""The Atropos CLI path, `python -m environments.atropos.agentic_opd_env serve|process|evaluate`, as a user
 runs it: subprocesses against the real dev vLLM (and the real Atropos API for `serve`).
 
 - `evaluate` prints a short table that matches the metrics file, writes no groups file, and writes
@@ -27,7 +27,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from environments.eval_report import parse_eval_report
+from environments.atropos.eval_report import parse_eval_report
 from hermes_opd.devkit.dev_server import free_port
 from hermes_opd.vllm_api.errors import ModelNotServedError, ServerUnreachableError
 
@@ -52,7 +52,7 @@ def cli_env(dev_model_dir) -> dict[str, str]:
 
 def run_cli(args: list[str], cwd: Path, dev_model_dir, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "environments.agentic_opd_env", *args],
+        [sys.executable, "-m", "environments.atropos.agentic_opd_env", *args],
         cwd=cwd, env=cli_env(dev_model_dir), capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 
@@ -216,7 +216,7 @@ def test_serve_under_atropos_cli_closes_its_sessions_at_the_end(dev_server, dev_
 def test_serve_stopped_mid_run_closes_its_sessions(dev_server, dev_model_dir, tmp_path, sig, code, said):
     with atropos_api(tmp_path, batch_size=2) as api_url:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "environments.agentic_opd_env", *serve_args(dev_server, api_url, 1000)],
+            [sys.executable, "-m", "environments.atropos.agentic_opd_env", *serve_args(dev_server, api_url, 1000)],
             cwd=tmp_path, env=cli_env(dev_model_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
@@ -323,7 +323,7 @@ def test_wrong_model_name_is_one_line_with_exit_code_2(dev_server, dev_model_dir
 
 # -- per-role server checks (in process) -----------------------------------------------------------
 def env_for(base_url: str, model: str, model_dir, tmp_path, **overrides):
-    from environments.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos.agentic_opd_env import AgenticOPDEnv
 
     config, servers = AgenticOPDEnv.config_init()
     config.tokenizer_name = str(model_dir)
@@ -396,7 +396,7 @@ async def test_teacher_on_a_server_without_its_model_names_the_teacher(dev_serve
 async def test_two_policy_servers_the_log_line_says_judge_and_teacher_use_the_first(
     dev_server, tmp_path, caplog
 ):
-    from environments.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos.agentic_opd_env import AgenticOPDEnv
 
     config, servers = AgenticOPDEnv.config_init()
     config.tokenizer_name = str(dev_server.model_dir)
@@ -429,8 +429,8 @@ async def test_two_policy_servers_the_log_line_says_judge_and_teacher_use_the_fi
 
 # -- pure parts ------------------------------------------------------------------------------------
 def test_role_resolution_own_endpoints_rules_judge_and_opd_off():
-    from environments.agentic_opd_config import AgenticOPDConfig
-    from environments.role_servers import describe_role_servers, resolve_role_servers
+    from environments.atropos.agentic_opd_config import AgenticOPDConfig
+    from environments.atropos.role_servers import describe_role_servers, resolve_role_servers
 
     policy = SimpleNamespace(base_url="http://p/v1", model_name="m", api_key="EMPTY")
     config = AgenticOPDConfig(tokenizer_name="x", judge_backend="llm", judge_base_url="http://j/v1",
@@ -454,7 +454,7 @@ def test_role_resolution_own_endpoints_rules_judge_and_opd_off():
 
 
 def test_eval_report_round_trips():
-    from environments.eval_report import EvalReport, format_eval_report
+    from environments.atropos.eval_report import EvalReport, format_eval_report
 
     report = EvalReport("agentic-opd", {"eval/pass@1": 0.4, "eval/mean_score": 0.5625, "eval/tasks": 5.0}, 12.34,
                         Path("runs/x/metrics.jsonl"), Path("evals/metrics.json"), "dev-model", "http://h/v1")  # fmt: skip
@@ -468,8 +468,8 @@ def test_eval_report_round_trips():
 
 
 def test_command_line_check_refuses_what_atroposlib_cannot_take(tmp_path):
-    from environments.agentic_opd_env import AgenticOPDEnv
-    from environments.atropos_cli import check_command_line, command_classes
+    from environments.atropos.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos.cli import check_command_line, command_classes
     from hermes_opd.contract.errors import ConfigError
 
     commands, envs = command_classes(AgenticOPDEnv)
@@ -496,8 +496,8 @@ def test_command_line_check_refuses_what_atroposlib_cannot_take(tmp_path):
 
 
 def test_evaluate_env_class_opens_no_groups_file_and_keeps_the_metrics_next_to_it(dev_model_dir, tmp_path):
-    from environments.agentic_opd_env import AgenticOPDEnv
-    from environments.atropos_cli import cli_env_class
+    from environments.atropos.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos.cli import cli_env_class
 
     config, servers = AgenticOPDEnv.config_init()
     config.tokenizer_name = str(dev_model_dir)

@@ -8,9 +8,10 @@ import pytest
 from atroposlib.envs.server_handling.managed_server import ManagedServer
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
-from environments.atropos_server import CurrentVLLMServer
+from environments.atropos.server import CurrentVLLMServer
 from hermes_opd.devkit.dev_server import free_port
 from hermes_opd.vllm_api.errors import MaxLogprobsTooLowError, ModelNotServedError, ServerUnreachableError
+from tests.env_factory import close_after_test, close_server
 from tests.oracle import full_logprobs, token_logprobs
 
 pytestmark = pytest.mark.integration
@@ -25,7 +26,9 @@ def make_server(dev_server, model_name=None, **overrides) -> CurrentVLLMServer:
         timeout=120,
         **overrides,
     )
-    return CurrentVLLMServer(config)
+    server = CurrentVLLMServer(config)
+    close_after_test(lambda: close_server(server))
+    return server
 
 
 def sample_ids(tokenizer, n_tokens: int) -> list[int]:
@@ -126,6 +129,7 @@ async def test_unreachable_server_fails_fast_with_url():
         base_url=f"http://127.0.0.1:{port}/v1", model_name="m", api_key="EMPTY", timeout=5
     )
     server = CurrentVLLMServer(config)
+    close_after_test(lambda: close_server(server))
     server.health_wait_s = 2.0
     with pytest.raises(
         ServerUnreachableError, match=rf"127\.0\.0\.1:{port}.*(not healthy|is the server running)"
@@ -139,6 +143,7 @@ async def test_unreachable_without_health_check_names_url():
         base_url=f"http://127.0.0.1:{port}/v1", model_name="m", api_key="EMPTY", timeout=5, health_check=False
     )
     server = CurrentVLLMServer(config)
+    close_after_test(lambda: close_server(server))
     server.client.retry = type(server.client.retry)(max_attempts=2, base_delay_s=0.01)
     with pytest.raises(
         ServerUnreachableError, match=rf"cannot connect to vLLM at http://127\.0\.0\.1:{port}"

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from environments.agentic_opd_config import AgenticOPDConfig
-from environments.agentic_opd_env import AgenticOPDEnv
+from environments.atropos.agentic_opd_config import AgenticOPDConfig
+from environments.atropos.agentic_opd_env import AgenticOPDEnv
 from environments.tasks.loaders import TaskLoadError
 from hermes_opd.bench.fake_endpoints import FakeVLLM
 from hermes_opd.contract.validation import validate_group
@@ -124,7 +124,7 @@ async def test_binary_and_invalid_utf8_output_becomes_valid_text(dev_model_dir, 
 # -- prompts longer than the budget (the real dev server) ------------------------------------------
 def context_length(env: AgenticOPDEnv, prompt: str) -> int:
     """Tokens of the first policy context (system prompt with the tool schemas, user prompt, template)."""
-    from environments.tools import TOOL_SCHEMAS
+    from environments.rollout.tools import TOOL_SCHEMAS
     from hermes_opd.record.transcript_recorder import TranscriptRecorder
 
     messages = [{"role": "system", "content": env.config.system_prompt}, {"role": "user", "content": prompt}]
@@ -245,7 +245,7 @@ def test_atropos_cli_reports_a_bad_config_without_a_traceback(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("env:\n  group_sise: 4\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "environments.agentic_opd_env", "process", "--config", str(config)],
+        [sys.executable, "-m", "environments.atropos.agentic_opd_env", "process", "--config", str(config)],
         capture_output=True, text=True, timeout=120, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 2

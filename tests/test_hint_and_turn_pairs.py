@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hermes_opd.contract.constants import MASKED
-from hermes_opd.record.hint import HINT_SEPARATOR, build_teacher_input, enhance_messages, hint_text
+from hermes_opd.record.hint import HINT_SEPARATOR, hint_text
 from hermes_opd.record.trajectory import Trajectory, TurnSpan
 from hermes_opd.record.turn_pairs import extract_turn_pairs, truncate_text
 
@@ -14,27 +14,6 @@ def test_hint_format_is_pinned():
     # Part of the data contract: every teacher distribution depends on these exact characters.
     assert HINT_SEPARATOR == "\n\n[user's hint / instruction]\n"
     assert hint_text("  Run the tests first.  ") == "\n\n[user's hint / instruction]\nRun the tests first."
-
-
-def test_enhance_messages_appends_to_last_user_message_and_deep_copies():
-    context = [
-        {"role": "system", "content": "sys"},
-        {"role": "user", "content": "first"},
-        {"role": "assistant", "content": "a"},
-        {"role": "user", "content": "second"},
-        {"role": "tool", "content": "out"},
-    ]
-    enhanced = enhance_messages(context, "Check the edge case.")
-    assert enhanced[3]["content"] == "second\n\n[user's hint / instruction]\nCheck the edge case."
-    assert context[3]["content"] == "second", "the original context must not change"
-    assert [m["content"] for i, m in enumerate(enhanced) if i != 3] == ["sys", "first", "a", "out"]
-
-
-def test_enhance_messages_without_user_uses_last_message():
-    enhanced = enhance_messages([{"role": "system", "content": "sys"}], "hint text here")
-    assert enhanced[0]["content"] == "sys\n\n[user's hint / instruction]\nhint text here"
-    with pytest.raises(ValueError, match="empty context"):
-        enhance_messages([], "x")
 
 
 def make_trajectory() -> Trajectory:
@@ -60,14 +39,9 @@ def make_trajectory() -> Trajectory:
     )  # fmt: skip
 
 
-def test_teacher_input_splices_hint_into_exact_prefix():
+def test_hint_anchor_is_after_the_last_user_message_before_the_turn():
     traj = make_trajectory()
-    span = traj.turns[1]
-    teacher = build_teacher_input(traj, span, [7, 8, 9])
-    assert teacher.hint_insert_at == 5, "after the content of the last user message before the turn"
-    assert teacher.ids == traj.tokens[:5] + [7, 8, 9] + traj.tokens[5:13]
-    assert teacher.prompt_len == len(teacher.ids) - 2
-    assert teacher.ids[teacher.prompt_len :] == traj.tokens[11:13]
+    assert traj.hint_anchor(traj.turns[1]) == 5, "after the content of the last user message before the turn"
 
 
 def test_turn_pairs_cover_tool_call_turns_and_verifier_feedback():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_opd.contract.provenance import best_candidate, rederive_hint, with_hint_selection
+from hermes_opd.contract.provenance import best_candidate, rederive_hint, turn_provenance
 from judge.hint_choice import position_overlaps, select_by_teacher, select_by_text, teacher_scores
 from judge.parsing import Vote
 from judge.votes import decide
@@ -63,10 +63,12 @@ def test_ties_go_to_the_earlier_candidate():
 
 def test_provenance_rederives_the_choice_and_catches_a_forged_winner():
     chosen = select_by_teacher(["x fix", "y fix"], [[[1]], [[2]]], [[2]], 1, "teacher_overlap")
-    entry = with_hint_selection({"status": "scored", "hint": chosen.hint}, chosen.as_dict())
+    entry = turn_provenance((3, 5), 1, "scored", hint=chosen.hint, hint_selection=chosen.as_dict())
     assert rederive_hint(entry) == entry["hint"] == "y fix"
     assert entry["hint_selection"]["scores"] == [[0.0], [1.0]]
-    forged = with_hint_selection(entry, {**chosen.as_dict(), "winner": 0})
+    forged = turn_provenance(
+        (3, 5), 1, "scored", hint=chosen.hint, hint_selection={**chosen.as_dict(), "winner": 0}
+    )
     with pytest.raises(ValueError, match="records winner 0; its scores select 1"):
         rederive_hint(forged)
     assert rederive_hint({"status": "no_hint"}) is None

@@ -7,7 +7,7 @@ import pytest
 
 from hermes_opd.contract.provenance import TurnRecord, teacher_input_ids
 from hermes_opd.devkit.dev_corpus import DEV_TOOLS
-from hermes_opd.record.hint import build_teacher_input, hint_text
+from hermes_opd.record.hint import hint_text
 from hermes_opd.record.hint_splice import (
     NoHintAnchorError,
     boundary_token_ids,
@@ -21,6 +21,13 @@ from hermes_opd.record.transcript_recorder import TranscriptRecorder
 
 HINT = "Run the tests before answering."
 CALL = '<tool_call>\n{"name": "terminal", "arguments": {"command": "ls"}}\n</tool_call>'
+
+
+def v1_splice(traj, span, hint_ids: list[int]) -> tuple[list[int], int]:
+    """Format version 1's splice, for comparison: the hint's own ids inserted at the anchor."""
+    anchor = traj.hint_anchor(span)
+    ids = traj.tokens[:anchor] + list(hint_ids) + traj.tokens[anchor : span.end]
+    return ids, len(ids) - len(span)
 
 
 def record(tokenizer, task: str):
@@ -75,10 +82,11 @@ def test_hint_after_a_full_stop_is_re_encoded_canonically(dev_tokenizer):
     assert splice.ids[window[0] - 1] == dev_tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert splice.ids[window[1]] == dev_tokenizer.eos_token_id
     # The version-1 splice (hint ids inserted as they are) is exactly what the tokenizer never writes.
-    v1 = build_teacher_input(traj, span, dev_tokenizer.encode(hint_text(HINT), add_special_tokens=False))
-    _, v1_canonical, v1_ids, v1_reencoded = check_splice(
-        v1.ids, anchor, len(v1.hint_token_ids), v1.prompt_len, **codec
+    v1_ids_in, v1_prompt_len = v1_splice(
+        traj, span, dev_tokenizer.encode(hint_text(HINT), add_special_tokens=False)
     )
+    hint_len = len(v1_ids_in) - span.end  # ids = tokens[:anchor] + hint + tokens[anchor:end]
+    _, v1_canonical, v1_ids, v1_reencoded = check_splice(v1_ids_in, anchor, hint_len, v1_prompt_len, **codec)
     assert not v1_canonical
     assert ".\n\n" in pieces(dev_tokenizer, v1_reencoded) and ".\n\n" not in pieces(dev_tokenizer, v1_ids)
 
@@ -88,8 +96,9 @@ def test_no_merge_means_the_plain_splice(dev_tokenizer):
     splice = build_canonical_teacher_input(traj, span, HINT, dev_tokenizer)
     anchor = traj.hint_anchor(span)
     assert splice.replaced == (anchor, anchor), "nothing to re-encode when nothing merges"
-    v1 = build_teacher_input(traj, span, dev_tokenizer.encode(hint_text(HINT), add_special_tokens=False))
-    assert splice.ids == v1.ids and splice.replacement_ids == v1.hint_token_ids
+    hint_ids = dev_tokenizer.encode(hint_text(HINT), add_special_tokens=False)
+    v1_ids, _ = v1_splice(traj, span, hint_ids)
+    assert splice.ids == v1_ids and splice.replacement_ids == hint_ids
 
 
 def test_text_after_the_anchor_up_to_the_boundary_is_part_of_the_window(dev_tokenizer):

@@ -25,10 +25,15 @@ FLOORS: dict[str, int] = {
     "judge": 2,
     "scoring": 2,
     "hermes_opd.pipeline": 3,
-    "environments": 4,
-    "hermes_opd.commands": 5,
-    "hermes_opd.bench": 5,
+    "environments": 4,  # the package root: a docstring only
+    "environments.tasks": 4,
+    "environments.rollout": 5,
+    "environments.atropos": 6,
+    "hermes_opd.commands": 7,
+    "hermes_opd.bench": 7,
 }
+ATROPOS_ONLY = ("atroposlib",)
+"""Third-party packages that only `environments.atropos` (and the commands above it) may import."""
 TRAINERS = "trainer_adapters"
 TRAINER_MAY_IMPORT = ("hermes_opd.contract",)
 MAY_IMPORT_TRAINERS = ("hermes_opd.commands", "hermes_opd.bench")
@@ -172,6 +177,35 @@ def test_contract_imports_nothing_of_the_project(graph):
     for module, edges in graph.items():
         if part_of(module) == "hermes_opd.contract":
             assert [t for _, t in edges if part_of(t) != "hermes_opd.contract"] == [], module
+
+
+def third_party_imports(source: str) -> set[str]:
+    """Top-level names of every package `source` imports (lazy imports included)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_only_the_atropos_adapter_imports_atroposlib():
+    """`environments.atropos` is the one floor that knows Atropos; the floors below it do not."""
+    offenders = []
+    for package in ("hermes_opd", "environments", "judge", "scoring"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            module = module_name(path, ROOT)
+            if FLOORS[part_of(module)] >= FLOORS["environments.atropos"]:
+                continue
+            if third_party_imports(path.read_text()) & set(ATROPOS_ONLY):
+                offenders.append(module)
+    assert offenders == []
+
+
+def test_no_file_in_environments_over_600_lines():
+    sizes = {p: len(p.read_text().splitlines()) for p in (ROOT / "environments").rglob("*.py")}
+    assert {str(p.relative_to(ROOT)): n for p, n in sizes.items() if n > 600} == {}
 
 
 def test_planted_upward_import_is_caught(tmp_path):

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from hermes_opd.record.trajectory import TurnSpan
 from hermes_opd.record.turn_pairs import TurnPair
+from hermes_opd.vllm_api.endpoint import Endpoint
 from judge.backends import JudgeError
 from judge.config import JudgeConfig
 from judge.judge_turn import judge_turn
@@ -364,18 +365,16 @@ def test_retry_after_header_forms():
     assert retry_after_seconds({}) is None
 
 
-def test_factory_uses_the_policy_server_when_no_judge_url():
+def test_factory_uses_the_resolved_server_else_the_config_own():
     config = JudgeConfig(backend="llm")
-    backend = make_judge_backend(config, policy_base_url="http://127.0.0.1:8000/v1", policy_model="policy")
+    backend = make_judge_backend(config, Endpoint("http://127.0.0.1:8000/v1", "policy", "sk-p"))
     assert isinstance(backend, LLMJudgeBackend)
     assert backend.base_url == "http://127.0.0.1:8000/v1" and backend.model == "policy"
-    own = make_judge_backend(
-        JudgeConfig(base_url="http://127.0.0.1:9000/v1", model="judge"),
-        policy_base_url="http://p/v1",
-        policy_model="p",
-    )
+    assert backend.chat.headers["Authorization"] == "Bearer sk-p"
+    own = make_judge_backend(JudgeConfig(base_url="http://127.0.0.1:9000/v1", model="judge"))
     assert own.base_url == "http://127.0.0.1:9000/v1" and own.model == "judge"  # type: ignore[attr-defined]
-    with pytest.raises(ValueError):
+    assert "Authorization" not in own.chat.headers  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="the llm judge needs a base_url and a model"):
         make_judge_backend(config)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from environments.tasks.builtin import builtin_tasks
-from environments.tasks.data_tests import (
+from environments.tasks.suite_format import (
     MalformedResult,
     decode_value,
     judge_test,

@@ -38,7 +38,7 @@ from hermes_opd.contract.validation import (
     ZERO_PADDING,
     validate_group,
 )
-from scoring.rows import normalize_row
+from scoring.teacher_rows import normalize_row
 from tests.test_distill_format import packed_sequences, teacher_distribution
 from trainer_adapters.collate import BatchValidationError, collate_groups
 from trainer_adapters.losses import grpo_loss, opd_token_loss, opd_topk_loss, topk_kl

@@ -4,7 +4,7 @@ demand. OPD is off here: judge and teacher faults are tests/test_opd_faults.py.
 
 Expected outcomes (docs/reliability.md):
 - down at start: `setup()` fails at once with `ServerUnreachableError` naming the role and the URL
-  (environments/role_servers.py; with OPD on too, before the teacher's tokenizer check);
+  (environments/atropos/role_servers.py; with OPD on too, before the teacher's tokenizer check);
 - down after setup (OPD off): each rollout waits at most the server's `health_wait_s`, then ends
   with stop_reason `generation_error` and a `ServerUnreachableError` naming the URL; the group is
   valid;
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.agentic_opd_env import AgenticOPDEnv
+from environments.atropos.agentic_opd_env import AgenticOPDEnv
 from hermes_opd.bench.fake_endpoints import FakeVLLM
 from hermes_opd.contract.validation import validate_group
 from hermes_opd.devkit.dev_server import free_port

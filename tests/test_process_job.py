@@ -111,6 +111,27 @@ def test_config_errors_exit_2(tmp_path, capsys, yaml_text, argv, message):
     assert not (tmp_path / "g.jsonl").exists()
 
 
+def test_preflight_failure_exits_2_with_one_line(tmp_path, capsys):
+    """A server the preflight check rejects is a config error (the URL or the model name): exit 2,
+    as Atropos' own CLI does for the same check, and nothing written."""
+    out = tmp_path / "g.jsonl"
+    code = process_job.main(
+        ["--config", str(LOCAL_CPU), "--out", str(out), "--openai.base_url", "http://127.0.0.1:9/v1"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            "hermes-opd process: preflight failed: the policy server at http://127.0.0.1:9/v1 (also the teacher "
+            "server) is unreachable (ClientConnectorError: "
+        )
+    ), err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
 def test_missing_config_file_exits_2(tmp_path, capsys):
     assert process_job.main(["--config", str(tmp_path / "missing.yaml")]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -198,8 +219,8 @@ def _expected_task_ids(dev_server, groups: int) -> list[str]:
     order needs no server)."""
     import asyncio
 
-    from environments.agentic_opd_env import AgenticOPDEnv
-    from environments.config_loading import load_job_config, split_overrides
+    from environments.atropos.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos.config_loading import load_job_config, split_overrides
 
     overrides, _ = split_overrides(
         [

@@ -6,7 +6,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from environments.agentic_opd_config import AgenticOPDConfig
+from environments.atropos.agentic_opd_config import AgenticOPDConfig
 from hermes_opd.pipeline.sampling_check import training_sampling_problem
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from environments.sandbox import Sandbox
-from environments.sandbox_disk import reap_stale
-from environments.sandbox_isolation import default_hidden_paths, detect_isolation
-from environments.sandbox_limits import NOBODY_UID, CommandResult, SandboxError, SandboxLimits
+from environments.rollout.sandbox.disk import reap_stale
+from environments.rollout.sandbox.isolation import default_hidden_paths, detect_isolation
+from environments.rollout.sandbox.limits import NOBODY_UID, CommandResult, SandboxError, SandboxLimits
+from environments.rollout.sandbox.sandbox import Sandbox
 from environments.tasks.builtin import DATA_DIR
 
 IS_ROOT = os.geteuid() == 0
@@ -213,7 +213,7 @@ async def test_cancellation_mid_command_kills_process_and_removes_directory():
 
 
 async def test_cancelled_while_its_directories_are_being_made_leaves_nothing(monkeypatch, tmp_path):
-    import environments.sandbox as sandbox_module
+    import environments.rollout.sandbox.sandbox as sandbox_module
 
     made = sandbox_module._make_dirs
     started = []
@@ -235,7 +235,7 @@ async def test_cancelled_while_its_directories_are_being_made_leaves_nothing(mon
 
 HOLDER = """
 import asyncio, sys
-from environments.sandbox import Sandbox
+from environments.rollout.sandbox.sandbox import Sandbox
 async def main():
     sandbox = await Sandbox.open(root_dir=sys.argv[1])
     command = asyncio.ensure_future(sandbox.run("sleep 96.4412 & sleep 96.4413", timeout_s=300))

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from environments.process_tree import pids_of_uid
-from environments.sandbox import Sandbox
-from environments.sandbox_isolation import detect_isolation
-from environments.sandbox_limits import SandboxLimits
+from environments.rollout.sandbox.isolation import detect_isolation
+from environments.rollout.sandbox.limits import SandboxLimits
+from environments.rollout.sandbox.process_tree import pids_of_uid
+from environments.rollout.sandbox.sandbox import Sandbox
 
 pytestmark = [
     pytest.mark.reliability,

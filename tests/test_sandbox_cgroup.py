@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from environments.process_tree import pids_of_uid
-from environments.sandbox import Sandbox
-from environments.sandbox_cgroup import CgroupTree, _detect, _mounts, _own_paths, detect_cgroups
-from environments.sandbox_limits import SandboxLimits
-from environments.sandbox_seccomp import CLONE_NEWUSER, filter_program
+from environments.rollout.sandbox.cgroup import CgroupTree, _detect, _mounts, _own_paths, detect_cgroups
+from environments.rollout.sandbox.limits import SandboxLimits
+from environments.rollout.sandbox.process_tree import pids_of_uid
+from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.sandbox.seccomp import CLONE_NEWUSER, filter_program
 
 HYBRID_MOUNTINFO = """\
 25 24 0:22 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755

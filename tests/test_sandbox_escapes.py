@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from environments.agentic_opd_env import AgenticOPDEnv
-from environments.sandbox import Sandbox
-from environments.sandbox_isolation import detect_isolation
-from environments.sandbox_limits import NOBODY_GID, NOBODY_UID, SandboxLimits
-from environments.tool_calls import ToolCall
-from environments.tools import execute_tool_call
+from environments.atropos.agentic_opd_env import AgenticOPDEnv
+from environments.rollout.sandbox.isolation import detect_isolation
+from environments.rollout.sandbox.limits import NOBODY_GID, NOBODY_UID, SandboxLimits
+from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.tool_calls import ToolCall
+from environments.rollout.tools import execute_tool_call
 from hermes_opd.bench.fake_endpoints import FakeVLLM
 from hermes_opd.contract.validation import validate_group
 

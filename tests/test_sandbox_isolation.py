@@ -1,7 +1,7 @@
 """What a sandbox shares with the host and with other sandboxes: nothing but its own directory.
 The allow-list root, IPC/UTS namespaces, the tmpfs container (disk quota, cleanup that no tree can
-break) and the reaping of containers whose owner was killed (environments/sandbox_root.py,
-environments/sandbox_disk.py)."""
+break) and the reaping of containers whose owner was killed (environments/rollout/sandbox/root.py,
+environments/rollout/sandbox/disk.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from environments.sandbox import Sandbox
-from environments.sandbox_disk import container_mounts, owner_alive, reap_stale
-from environments.sandbox_isolation import detect_isolation
-from environments.sandbox_limits import SandboxLimits
+from environments.rollout.sandbox.disk import container_mounts, owner_alive, reap_stale
+from environments.rollout.sandbox.isolation import detect_isolation
+from environments.rollout.sandbox.limits import SandboxLimits
+from environments.rollout.sandbox.sandbox import Sandbox
 from environments.tasks.builtin import DATA_DIR, builtin_tasks
 
 pytestmark = [
@@ -159,7 +159,7 @@ async def test_a_5000_level_tree_is_removed_and_close_does_not_raise():
 
 HOLDER = """
 import asyncio, sys
-from environments.sandbox import Sandbox
+from environments.rollout.sandbox.sandbox import Sandbox
 async def main():
     sandbox = await Sandbox.open(root_dir=sys.argv[1])
     await sandbox.run("mkdir -p a/b/c && echo x > a/b/c/f")
@@ -194,7 +194,7 @@ async def test_sandboxes_of_a_killed_process_are_reaped_at_the_next_start(tmp_pa
         # The next process that opens a sandbox there reaps on its own.
         live.send_signal(signal.SIGKILL)
         live.wait(10)
-        code = "import asyncio, sys\nfrom environments.sandbox import Sandbox\n"
+        code = "import asyncio, sys\nfrom environments.rollout.sandbox.sandbox import Sandbox\n"
         code += "async def m():\n    async with Sandbox.create(root_dir=sys.argv[1]):\n        pass\nasyncio.run(m())\n"
         env = {**os.environ, "PYTHONPATH": str(PROJECT)}
         subprocess.run([sys.executable, "-c", code, str(root)], check=True, env=env, timeout=60)
@@ -242,8 +242,8 @@ async def test_host_secrets_and_abstract_sockets_are_out_of_reach():
 
 
 async def test_symlink_swaps_race_the_file_tools_without_a_leak(tmp_path):
-    from environments.tool_calls import ToolCall
-    from environments.tools import execute_tool_call
+    from environments.rollout.tool_calls import ToolCall
+    from environments.rollout.tools import execute_tool_call
 
     secret = tmp_path / "secret.txt"
     secret.write_text("host-secret-31\n")

@@ -24,16 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from environments.process_tree import pids_of_uid
-from environments.sandbox import Sandbox
-from environments.sandbox_cgroup import detect_cgroups
-from environments.sandbox_isolation import detect_isolation
-from environments.sandbox_limits import SandboxLimits
+from environments.rollout.sandbox.cgroup import detect_cgroups
+from environments.rollout.sandbox.isolation import detect_isolation
+from environments.rollout.sandbox.limits import SandboxLimits
+from environments.rollout.sandbox.process_tree import pids_of_uid
+from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.tools import Jail, write_bytes
+from environments.rollout.verifier import verify
 from environments.tasks.builtin import builtin_tasks
+from environments.tasks.suite_child import RESULT_MARK
 from environments.tasks.task import Task
-from environments.tools import Jail, write_bytes
-from environments.verifier import verify
-from environments.verifier_child import RESULT_MARK
 
 pytestmark = [
     pytest.mark.reliability,
@@ -276,8 +276,8 @@ async def test_a_sandbox_total_resident_memory_stays_under_its_limit():
 
 ENV_PROCESS = """
 import asyncio, sys
-from environments.sandbox import Sandbox
-from environments.sandbox_limits import SandboxLimits
+from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.sandbox.limits import SandboxLimits
 
 async def main():
     limits = SandboxLimits(user="per_sandbox", per_sandbox_uid_base=2_000_000, per_sandbox_uid_count=4)

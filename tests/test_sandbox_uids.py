@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from environments.sandbox_uids import UidRegistry
+from environments.rollout.sandbox.uids import UidRegistry
 
 
 def test_a_uid_held_by_one_registry_is_not_given_by_another(tmp_path):
@@ -20,7 +20,7 @@ def test_a_uid_held_by_one_registry_is_not_given_by_another(tmp_path):
 
 def test_a_lock_file_removed_between_open_and_lock_is_not_trusted(tmp_path, monkeypatch):
     registry = UidRegistry(tmp_path)
-    import environments.sandbox_uids as module
+    import environments.rollout.sandbox.uids as module
 
     real_flock = module.fcntl.flock
 

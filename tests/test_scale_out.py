@@ -84,7 +84,7 @@ def _worker_argv(dev_server, api_url: str, seed: int, tmp_path: Path) -> list[st
     model_dir = str(dev_server.model_dir)
     config = ["--config", str(REPO / "configs" / "local-cpu.yaml")] if seed == 1 else []
     return [
-        sys.executable, "-m", "environments.agentic_opd_env", "serve", *config,
+        sys.executable, "-m", "environments.atropos.agentic_opd_env", "serve", *config,
         "--env.rollout_server_url", api_url,
         "--env.tokenizer_name", model_dir,
         "--env.group_size", str(GROUP_SIZE),

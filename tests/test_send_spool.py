@@ -25,8 +25,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from environments.agentic_opd_env import AgenticOPDEnv
-from environments.send_spool import GroupSpool, SpoolingSendMixin
+from environments.atropos.agentic_opd_env import AgenticOPDEnv
+from environments.atropos.send_spool import GroupSpool, SpoolSettings
 from hermes_opd.devkit.dev_server import free_port
 
 pytestmark = pytest.mark.reliability
@@ -141,33 +141,22 @@ def group(marker: int) -> dict:
     }
 
 
-if issubclass(AgenticOPDEnv, SpoolingSendMixin):
-    SpoolingEnv = AgenticOPDEnv
-else:  # until the mixin is in AgenticOPDEnv's bases
-
-    class SpoolingEnv(SpoolingSendMixin, AgenticOPDEnv):
-        """What AgenticOPDEnv is once the mixin is in its bases."""
-
-
-def make_env(dev_model_dir, spool_dir: Path, api_url: str) -> SpoolingEnv:
-    config, servers = SpoolingEnv.config_init()
+def make_env(dev_model_dir, spool_dir: Path, api_url: str) -> AgenticOPDEnv:
+    config, servers = AgenticOPDEnv.config_init()
     config.tokenizer_name = str(dev_model_dir)
     config.group_size = GROUP_SIZE
     config.rollout_server_url = api_url
     config.use_wandb = False
-    if "spool_dir" in type(config).model_fields:
-        config.spool_dir = str(spool_dir)
+    config.spool_dir = str(spool_dir)
     servers[0].tokenizer_name = str(dev_model_dir)
-    env = SpoolingEnv(config, servers)
-    env.spool_dir = str(spool_dir)
-    env.spool_send_attempts = 3
-    env.spool_backoff_s = 0.02
-    env.spool_backoff_max_s = 0.1
-    env.spool_request_timeout_s = 10
+    env = AgenticOPDEnv(config, servers)
+    env.send_spool.settings = SpoolSettings(
+        send_attempts=3, backoff_s=0.02, backoff_max_s=0.1, request_timeout_s=10
+    )
     return env
 
 
-async def send(env: SpoolingEnv, marker: int) -> None:
+async def send(env: AgenticOPDEnv, marker: int) -> None:
     await env.handle_send_to_api(group(marker))
 
 
@@ -186,17 +175,17 @@ async def test_api_down_at_start_groups_are_spooled_then_delivered_once(dev_mode
     async with asyncio.timeout(90):
         for marker in range(3):
             await send(env, marker)
-        assert env.spool_stats.spooled == 3 and env.spool.pending_groups() == 3
-        segments = env.spool.segments()
+        assert env.send_spool.stats.spooled == 3 and env.send_spool.spool.pending_groups() == 3
+        segments = env.send_spool.spool.segments()
         assert len(segments) == 3 and all(len(GroupSpool.read(p)) == 1 for p in segments)
         api = AtroposAPI(port, tmp_path / "api.log").start()
         try:
             await register_trainer(api.url)
             await send(env, 3)  # the first send after the API is up drains the spool first
-            assert env.spool.segments() == []
+            assert env.send_spool.spool.segments() == []
             assert_exactly_once(await drain(api.url), range(4))
             assert (
-                env.spool_stats.resent == 4 and env.spool_stats.spooled == 4
+                env.send_spool.stats.resent == 4 and env.send_spool.stats.spooled == 4
             )  # 3 while down, 1 queued behind them
         finally:
             api.stop()
@@ -211,20 +200,20 @@ async def test_api_restarted_mid_run_loses_nothing_and_is_not_wedged(dev_model_d
             await register_trainer(api.url)
             for marker in range(3):
                 await send(env, marker)
-            assert env.spool_stats.sent_direct == 3 and env.spool.segments() == []
+            assert env.send_spool.stats.sent_direct == 3 and env.send_spool.spool.segments() == []
             delivered = await drain(api.url)  # the trainer pulled these before the restart
             api.stop()
             for marker in range(3, 6):  # API down: spooled
                 await send(env, marker)
-            assert env.spool.pending_groups() == 3
+            assert env.send_spool.spool.pending_groups() == 3
             api.start()
             # Up again but no trainer yet: posting now would wedge atroposlib's /register, so we wait.
             await send(env, 6)
-            assert env.spool.pending_groups() == 4
-            assert "no registered trainer" in (env.spool_stats.last_error or "")
+            assert env.send_spool.spool.pending_groups() == 4
+            assert "no registered trainer" in (env.send_spool.stats.last_error or "")
             await register_trainer(api.url)
             await send(env, 7)
-            assert env.spool.segments() == []
+            assert env.send_spool.spool.segments() == []
             delivered += await drain(api.url)
             assert_exactly_once(delivered, range(8))
     finally:
@@ -302,11 +291,11 @@ async def test_503_answers_are_retried_then_spooled_then_delivered_once(api, dev
         await register_trainer(api.url)
         env = make_env(dev_model_dir, tmp_path / "spool", proxy.url)
         await send(env, 0)  # 3 attempts, all 503: spooled
-        assert proxy.answered_503 == 3 and env.spool.pending_groups() == 1
+        assert proxy.answered_503 == 3 and env.send_spool.spool.pending_groups() == 1
         await send(env, 1)  # queued behind 0; the flush gets two more 503s, then both go through
         await send(env, 2)  # direct
-        assert proxy.answered_503 == 5 and env.spool.segments() == []
-        stats = env.spool_stats
+        assert proxy.answered_503 == 5 and env.send_spool.spool.segments() == []
+        stats = env.send_spool.stats
         assert (stats.spooled, stats.resent, stats.sent_direct, stats.send_failures) == (2, 2, 1, 5)
         assert_exactly_once(await drain(api.url), range(3))
 
@@ -316,7 +305,11 @@ async def test_transient_503_within_retries_is_not_spooled(api, dev_model_dir, t
         await register_trainer(api.url)
         env = make_env(dev_model_dir, tmp_path / "spool", proxy.url)
         await send(env, 0)
-        assert proxy.answered_503 == 2 and env.spool_stats.spooled == 0 and env.spool_stats.sent_direct == 1
+        assert (
+            proxy.answered_503 == 2
+            and env.send_spool.stats.spooled == 0
+            and env.send_spool.stats.sent_direct == 1
+        )
         assert_exactly_once(await drain(api.url), [0])
 
 
@@ -332,7 +325,7 @@ async def test_refused_group_goes_to_rejected_and_does_not_block_the_queue(api, 
         assert len(rejected) == 1 and GroupSpool.read(rejected[0])[0]["tokens"][0][0] == 0
         reason = rejected[0].with_name(rejected[0].name + ".reason.txt").read_text()
         assert "422" in reason
-        assert env.spool_stats.rejected == 1 and env.spool.segments() == []
+        assert env.send_spool.stats.rejected == 1 and env.send_spool.spool.segments() == []
         assert_exactly_once(await drain(api.url), [1])
 
 
@@ -353,7 +346,7 @@ async def test_posting_before_a_trainer_registers_wedges_the_atropos_api(api):
 
 CRASH_WRITER = """
 import sys
-from environments.send_spool import GroupSpool
+from environments.atropos.send_spool import GroupSpool
 spool = GroupSpool(sys.argv[1])
 i = 0
 while True:
@@ -397,8 +390,8 @@ async def test_crash_while_spooling_leaves_only_complete_segments(api, dev_model
     async with asyncio.timeout(60):
         await register_trainer(api.url)
         env = make_env(dev_model_dir, spool_dir, api.url)
-        assert env.spool_stats.recovered_from_previous_run == len(on_disk)
-        assert await env.flush_spool() == len(on_disk)
+        assert env.send_spool.stats.recovered_from_previous_run == len(on_disk)
+        assert await env.send_spool.flush() == len(on_disk)
         assert_exactly_once(await drain(api.url), on_disk)
 
 
@@ -411,8 +404,10 @@ async def test_two_processes_sharing_a_spool_send_each_group_once(api, dev_model
         await register_trainer(api.url)
         first = make_env(dev_model_dir, spool_dir, api.url)
         second = make_env(dev_model_dir, spool_dir, api.url)
-        delivered = await asyncio.gather(first.flush_spool(), second.flush_spool(), first.flush_spool())
-        delivered_total = sum(delivered) + await second.flush_spool()
+        delivered = await asyncio.gather(
+            first.send_spool.flush(), second.send_spool.flush(), first.send_spool.flush()
+        )
+        delivered_total = sum(delivered) + await second.send_spool.flush()
         assert delivered_total == 12
         assert_exactly_once(await drain(api.url), range(12))
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from environments.rollout.verifier import VerifierConfig, verify
 from environments.tasks.loaders import TaskLoadError, load_jsonl_tasks
 from environments.tasks.stdio_builtin import stdio_tasks
-from environments.tasks.stdio_tests import cases_from_columns, outputs_match, parse_stdio_suite
+from environments.tasks.stdio_suite import cases_from_columns, outputs_match, parse_stdio_suite
 from environments.tasks.task import Task
-from environments.verifier import VerifierConfig, verify
 from tests.test_verifier import FRAME_EXPLOIT, PATCH_EXPLOIT
 
 TASKS = {t.task_id: t for t in stdio_tasks()}

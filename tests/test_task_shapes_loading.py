@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from environments.rollout.verifier import verify
 from environments.tasks.loaders import TaskLoadError, load_hf_tasks, load_jsonl_tasks, load_tasks
 from environments.tasks.stdio_builtin import STDIO_DATA_DIR
 from environments.tasks.suites import parse_tests
-from environments.verifier import verify
 
 MBPP_LIKE = [
     {

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from environments.tasks.builtin import builtin_tasks
-from environments.tasks.data_tests import parse_suite
 from environments.tasks.loaders import TaskLoadError, load_hf_tasks, load_jsonl_tasks
 from environments.tasks.split import is_eval_task, split_bucket, split_tasks
+from environments.tasks.suite_format import parse_suite
 from environments.tasks.task import Task
 
 ROWS = [
@@ -329,7 +329,7 @@ def test_code_style_tests_load_as_code_suites_without_a_forgeable_path(tmp_path,
 
 
 def test_values_keep_exact_types_across_the_codec():
-    from environments.tasks.data_tests import MalformedResult, decode_value, encode_value, same, strict_json
+    from environments.tasks.suite_format import MalformedResult, decode_value, encode_value, same, strict_json
 
     samples = [1, True, 1.0, None, "1", (1, [2, (3,)]), {"a": 1}, {1: "x", (2, 3): [4]}, {1, 2}, frozenset({"a"}),
                b"\x00\xff", float("inf"), [float("nan")], {"$weird": 1}]  # fmt: skip
@@ -346,8 +346,8 @@ def test_values_keep_exact_types_across_the_codec():
 
 
 def test_the_child_encodes_exactly_like_the_parent():
-    import environments.verifier_child as child
-    from environments.tasks.data_tests import canonical, encode_value, sha256_of
+    import environments.tasks.suite_child as child
+    from environments.tasks.suite_format import canonical, encode_value, sha256_of
 
     for value in [{3, 1, 2}, {(1, "a"): {2.5}}, [None, True, b"x", frozenset({(1,), (0,)})], float("-inf")]:
         assert child.canonical_json(child.encode(value)) == canonical(value)

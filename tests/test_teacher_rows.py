@@ -1,4 +1,4 @@
-"""scoring/rows.py: the vectorized turn normalization equals `normalize_row` row for row (values and
+"""scoring/teacher_rows.py: the vectorized turn normalization equals `normalize_row` row for row (values and
 errors), and the generate route's body parses to the same rows as the completions route's."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import random
 import numpy as np
 import pytest
 
-from scoring.path_choice import GenerateProbe, decide
+from scoring.path_choice import GenerateProbe, choose_path
 from scoring.response_parsing import parse_prompt_topk_json
-from scoring.rows import normalize_row, normalize_turn_rows, rows_from_topk_arrays
+from scoring.teacher_rows import normalize_row, normalize_turn_rows, rows_from_topk_arrays
 
 
 def outcome(fn):
@@ -109,22 +109,22 @@ def test_generate_body_parses_like_the_completions_body():
 
 
 def test_auto_path_rule():
-    assert decide("auto", "/models/x", None).path == "transformers"
-    assert decide("auto", None, GenerateProbe(200)).path == "generate"
-    fallback = decide("auto", None, GenerateProbe(404, "Not Found"))
+    assert choose_path("auto", "/models/x", None).path == "transformers"
+    assert choose_path("auto", None, GenerateProbe(200)).path == "generate"
+    fallback = choose_path("auto", None, GenerateProbe(404, "Not Found"))
     assert fallback.path == "completions" and "HTTP 404" in fallback.reason
     assert "--enable-scale-out" in fallback.reason
-    assert decide("auto", None, GenerateProbe(None, "refused")).path == "completions"
-    assert decide("generate", None, None).reason == "configured"
+    assert choose_path("auto", None, GenerateProbe(None, "refused")).path == "completions"
+    assert choose_path("generate", None, None).reason == "configured"
     with pytest.raises(ValueError, match="local_model_dir"):
-        decide("transformers", None, None)
+        choose_path("transformers", None, None)
     with pytest.raises(ValueError, match="unknown teacher path"):
-        decide("sglang", None, None)
+        choose_path("sglang", None, None)
 
 
 def test_shortest_float32_equals_round_logprobs_bit_for_bit():
     from hermes_opd.contract.rows import round_logprobs
-    from scoring.rows import shortest_float32
+    from scoring.teacher_rows import shortest_float32
 
     rng = np.random.default_rng(3)
     bits = rng.integers(0x80000000, 0xFF7FFFFF, size=20000, dtype=np.uint64).astype(np.uint32)

@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from environments.tool_calls import ParsedTurn, ToolCall, ToolCallError, parse_tool_calls
+from environments.rollout.tool_calls import ParsedTurn, ToolCall, ToolCallError, parse_tool_calls
 
 KNOWN = {"terminal", "write_file", "read_file", "patch"}
 

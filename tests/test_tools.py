@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from environments.sandbox import Sandbox
-from environments.tool_calls import ToolCall, ToolCallError, parse_tool_calls
-from environments.tools import TOOL_NAMES, TOOL_SCHEMAS, ToolResult, execute_tool_call
+from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.tool_calls import ToolCall, ToolCallError, parse_tool_calls
+from environments.rollout.tools import TOOL_NAMES, TOOL_SCHEMAS, ToolResult, execute_tool_call
 
 PASSWD = Path("/etc/passwd")
 

@@ -25,7 +25,7 @@ import httpx
 import pytest
 import torch
 
-from environments.sandbox_disk import default_root, reap_stale
+from environments.rollout.sandbox.disk import default_root, reap_stale
 from hermes_opd.devkit.dev_server import free_port
 from tests.env_factory import make_env
 from trainer_adapters.train_cli import main as train_main
@@ -111,7 +111,7 @@ async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_se
             assert time.monotonic() < deadline and trainer.is_alive(), "trainer did not register"
             time.sleep(0.1)
         env_proc = start_process(
-            [sys.executable, "-m", "environments.agentic_opd_env", "serve",
+            [sys.executable, "-m", "environments.atropos.agentic_opd_env", "serve",
              "--env.rollout_server_url", api_url, "--env.group_size", "2", "--env.max_turns", "2",
              "--env.use_wandb", "false", "--env.tokenizer_name", str(dev_server.model_dir),
              "--env.total_steps", "20", "--env.judge_backend", "rules",

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from environments.sandbox import Sandbox
+from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.tools import Jail, write_bytes
+from environments.rollout.verifier import CHILD_RESULT_MARK, VerifierConfig, verify
 from environments.tasks.builtin import builtin_tasks
-from environments.tasks.code_tests import parse_code_suite
-from environments.tasks.data_tests import parse_suite
+from environments.tasks.code_suite import parse_code_suite
+from environments.tasks.suite_format import parse_suite
 from environments.tasks.task import Task
-from environments.tools import Jail, write_bytes
-from environments.verifier import CHILD_RESULT_MARK, VerifierConfig, verify
 
 TASKS = {t.task_id: t for t in builtin_tasks()}
 
@@ -438,7 +438,7 @@ async def test_an_internal_failure_scores_zero_with_the_reason(monkeypatch):
     async def broken(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr("environments.verifier._run_data_tests", broken)
+    monkeypatch.setattr("environments.rollout.verifier._run_data_tests", broken)
     task = TASKS["fizzbuzz"]
     result = await verify_files(task, task.reference_solution)
     assert (result.score, result.passed, result.total) == (0.0, 0, 4)

@@ -41,7 +41,7 @@ from trainer_adapters.group_validation import (
     BatchValidationError,
     CollateOptions,
     group_advantages,
-    validate_group,
+    validated_sequences,
 )
 
 __all__ = [
@@ -155,7 +155,7 @@ def collate_groups(
     options = options or CollateOptions()
     if not groups:
         raise ValueError("collate_groups needs at least one group")
-    sequences = [s for g, raw in enumerate(groups) for s in validate_group(raw, g, options)]
+    sequences = [s for g, raw in enumerate(groups) for s in validated_sequences(raw, g, options)]
     B = len(sequences)
     T = max(len(s.tokens) for s in sequences) - 1
     K = max(1, max(int(s.row_lengths[1:].max(initial=0)) for s in sequences))

@@ -30,6 +30,7 @@ import numpy as np
 
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.contract.provenance import parse_provenance, scored_position_mask
 from hermes_opd.contract.student_topk import STUDENT_TOPK_KEY, StudentTopK, parse_student_topk
 from hermes_opd.contract.validation import validate_group as contract_violations
 
@@ -182,16 +183,7 @@ def _dense_k1_teacher_positions(override: Any, n: int, group: int, seq: int) -> 
             group=group,
             sequence=seq,
         )
-    keep = np.zeros(n, dtype=bool)
-    for turn in turns:
-        if not isinstance(turn, Mapping) or turn.get("status") != "scored":
-            continue
-        span = turn.get("span")
-        if not (isinstance(span, list | tuple) and len(span) == 2 and all(isinstance(v, int) for v in span)):
-            continue
-        start, end = int(span[0]), int(span[1])
-        keep[max(start, 0) : min(end, n)] = True
-    return keep
+    return scored_position_mask(n, parse_provenance(opd))
 
 
 def _per_sequence_fields(raw: Mapping[str, Any], group: int) -> dict[str, list]:
@@ -327,7 +319,9 @@ def _raise_first_violation(checked: dict[str, Any], group: int) -> None:
         )
 
 
-def validate_group(raw: Mapping[str, Any], group: int, options: CollateOptions) -> list[ValidatedSequence]:
+def validated_sequences(
+    raw: Mapping[str, Any], group: int, options: CollateOptions
+) -> list[ValidatedSequence]:
     """Every sequence of group `group`, validated; raises BatchValidationError on the first problem."""
     fields_ = _per_sequence_fields(raw, group)
     checked = _as_trained(raw, fields_, group)

@@ -3,7 +3,7 @@
 directories shipped as package data (environments/tasks/data/), read by `load_task_dirs`.
 
 A task directory holds `task.json` (task_id, difficulty, solution_files, ...), `prompt.md`,
-`tests.json` (data-style hidden tests, see environments/tasks/data_tests.py) and the reference
+`tests.json` (data-style hidden tests, see environments/tasks/suite_format.py) and the reference
 solution under its own file name(s) (e.g. `solution.py`). Every source goes through
 `task_from_record`.
 
@@ -36,9 +36,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from environments.tasks.code_tests import CODE_KIND, discover_tests
-from environments.tasks.data_tests import is_data_suite
-from environments.tasks.stdio_tests import STDIO_KIND, cases_from_columns
+from environments.tasks.code_suite import CODE_KIND, discover_tests
+from environments.tasks.stdio_suite import STDIO_KIND, cases_from_columns
+from environments.tasks.suite_format import is_data_suite
 from environments.tasks.task import Task
 from hermes_opd.contract.errors import HermesOPDError
 

@@ -1,10 +1,10 @@
 """The three shapes of hidden tests, and which one a task's `hidden_tests` is:
 
-- data-style (environments/tasks/data_tests.py): an object with "tests"; inputs and expected
+- data-style (environments/tasks/suite_format.py): an object with "tests"; inputs and expected
   values, judged outside the solution's process;
-- code-style (environments/tasks/code_tests.py): `{"kind": "code", ...}`, or plain Python source
+- code-style (environments/tasks/code_suite.py): `{"kind": "code", ...}`, or plain Python source
   (a string), the dataset's own test code run in a trusted process of its own;
-- stdin/stdout (environments/tasks/stdio_tests.py): `{"kind": "stdio", ...}`.
+- stdin/stdout (environments/tasks/stdio_suite.py): `{"kind": "stdio", ...}`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from environments.tasks.code_tests import CODE_KIND, CodeSuite, is_code_suite, parse_code_suite
-from environments.tasks.data_tests import TestSuite, parse_suite
-from environments.tasks.stdio_tests import StdioSuite, is_stdio_suite, parse_stdio_suite
+from environments.tasks.code_suite import CODE_KIND, CodeSuite, is_code_suite, parse_code_suite
+from environments.tasks.stdio_suite import StdioSuite, is_stdio_suite, parse_stdio_suite
+from environments.tasks.suite_format import TestSuite, parse_suite
 
 Suite = TestSuite | CodeSuite | StdioSuite
 

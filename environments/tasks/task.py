@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from environments.tasks.code_tests import is_code_suite
-from environments.tasks.stdio_tests import is_stdio_suite
+from environments.tasks.code_suite import is_code_suite
+from environments.tasks.stdio_suite import is_stdio_suite
 from environments.tasks.suites import parse_tests
 
 
@@ -20,11 +20,11 @@ class Task:
     prompt: str
     hidden_tests: str | Mapping[str, Any]
     """One of three shapes (environments/tasks/suites.py): data-style tests (a mapping with
-    "tests", environments/tasks/data_tests.py; every built-in task); code-style tests (the
+    "tests", environments/tasks/suite_format.py; every built-in task); code-style tests (the
     dataset's own Python test code, a string or `{"kind": "code", ...}`,
-    environments/tasks/code_tests.py), run in a trusted process of their own with the solution
+    environments/tasks/code_suite.py), run in a trusted process of their own with the solution
     as a remote procedure; or stdin/stdout cases (`{"kind": "stdio", ...}`,
-    environments/tasks/stdio_tests.py). See docs/tasks.md."""
+    environments/tasks/stdio_suite.py). See docs/tasks.md."""
     difficulty: str = "unknown"
     reference_solution: dict[str, str] | None = None
     """{filename: content} that passes every hidden test, when known."""

@@ -3,7 +3,7 @@
 Part of `hermes-opd bench pipeline` (remote-like back-end): against the same fake endpoints and the
 same teacher inputs, the process CPU time (`time.process_time`, all threads) of
 - judge: one turn's m votes through the `openai` SDK (what the judge used before) and through the
-  lean aiohttp client (`judge/chat_client.py`, what it uses now); all turns at once, CPU / turns;
+  lean aiohttp client (`hermes_opd/vllm_api/chat_client.py`, what it uses now); all turns at once, CPU / turns;
 - parse: one teacher body into rank-ordered rows, every row vs only the turn's (`from_pos`);
 - rows: the turn's rows into contract rows, `normalize_row` per position (before) vs
   `normalize_turn_rows` (after); both are checked to give identical rows.
@@ -21,7 +21,7 @@ from judge.config import JudgeConfig
 from judge.llm_backend import LLMJudgeBackend
 from scoring.request_paths import completions_payload
 from scoring.response_parsing import parse_prompt_topk_json
-from scoring.rows import normalize_row, normalize_turn_rows
+from scoring.teacher_rows import normalize_row, normalize_turn_rows
 
 
 async def _judge_cpu_ms(judge: LLMJudgeBackend, pairs: list[Any]) -> float:

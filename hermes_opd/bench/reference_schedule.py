@@ -1,4 +1,4 @@
-"""The reference's OPD schedule, written here for comparison only (docs: reference-findings.md §4).
+"""The reference's OPD schedule, written here for comparison only (measured in docs/benchmarks.md).
 
 What the reference does, schedule-wise: OPD starts only after the WHOLE group has finished; then
 it walks the group sequence by sequence and each sequence turn by turn; only the m judge votes of
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_opd.record.hint import build_teacher_input, hint_text
+from hermes_opd.record.hint_splice import build_canonical_teacher_input, tokenizer_codec
 from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.turn_pairs import extract_turn_pairs
 from judge.backends import JudgeBackend
@@ -59,6 +59,7 @@ async def reference_process_group(
     started = time.perf_counter()
     out = ReferenceOutput()
     k = teacher.k
+    codec = tokenizer_codec(tokenizer)
     for seq, trajectory in enumerate(trajectories):
         n = len(trajectory.tokens)
         dense_ids = [[0] * k for _ in range(n)]
@@ -72,8 +73,9 @@ async def reference_process_group(
             if not verdict.accepted or not verdict.hint:
                 out.turns.append(ReferenceTurn(seq, pair.turn_index, judge_s, None, None, False))
                 continue
-            hint_ids = tokenizer.encode(hint_text(verdict.hint), add_special_tokens=False)
-            teacher_input = build_teacher_input(trajectory, pair.span, hint_ids)
+            teacher_input = build_canonical_teacher_input(
+                trajectory, pair.span, verdict.hint, tokenizer, codec
+            )
             teacher_started = time.perf_counter()
             student_ids = trajectory.tokens[pair.span.start : pair.span.end]
             scored = await teacher.score_turn(teacher_input.ids, teacher_input.prompt_len, student_ids)

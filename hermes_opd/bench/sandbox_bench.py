@@ -13,8 +13,8 @@ import statistics
 import time
 from typing import Any
 
-from environments.sandbox import Sandbox
-from environments.sandbox_limits import SandboxLimits
+from environments.rollout.sandbox.limits import SandboxLimits
+from environments.rollout.sandbox.sandbox import Sandbox
 
 BUILDERS = ("shell", "bwrap")
 _WARM_UP = 2

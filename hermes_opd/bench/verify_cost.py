@@ -2,8 +2,9 @@
 
     python -m hermes_opd.bench.verify_cost --baseline ba45892 --repeat 3
 
-The baseline is `environments/verifier.py` (and the child it runs) as it was at the given commit,
-loaded from `git show` as a module of its own next to today's (both use today's sandbox). For every built-in
+The baseline is the verifier (and the child it runs) as it was at the given commit (then
+`environments/verifier.py`), loaded from `git show` as a module of its own next to today's (both use
+today's sandbox: its imports are mapped to the modules' current names). For every built-in
 task, its reference solution and a wrong one (an empty file) are verified by both, alternating
 which goes first, `--repeat` times. Prints per-verifier totals and, last, one JSON object whose
 last key is the ratio (today / baseline; below 1 is faster).
@@ -15,6 +16,7 @@ import argparse
 import asyncio
 import importlib.util
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -23,10 +25,20 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from environments import verifier as current
+from environments.rollout import verifier as current
 from environments.tasks.builtin import builtin_tasks
 
-REPO = Path(current.__file__).resolve().parents[1]
+REPO = Path(current.__file__).resolve().parents[2]
+BASELINE_PATHS = ("environments/verifier.py", "environments/verifier_child.py")
+"""Where the verifier and its child lived before the floors (since then: environments/rollout/)."""
+MOVED_MODULES = {
+    "environments.sandbox": "environments.rollout.sandbox.sandbox",
+    "environments.sandbox_limits": "environments.rollout.sandbox.limits",
+    "environments.tasks.data_tests": "environments.tasks.suite_format",
+    "environments.tools": "environments.rollout.tools",
+    "environments.verifier_child": "environments.tasks.suite_child",
+}
+"""The baseline's imports under today's module names."""
 
 
 def _git_show(ref: str, path: str) -> str:
@@ -36,8 +48,11 @@ def _git_show(ref: str, path: str) -> str:
 
 def load_baseline(ref: str, directory: Path) -> ModuleType:
     """The verifier at `ref`, with the child it read next to its file (also at `ref`)."""
-    (directory / "verifier.py").write_text(_git_show(ref, "environments/verifier.py"))
-    (directory / "verifier_child.py").write_text(_git_show(ref, "environments/verifier_child.py"))
+    source = _git_show(ref, BASELINE_PATHS[0])
+    for old, new in MOVED_MODULES.items():
+        source = re.sub(rf"^from {re.escape(old)} import", f"from {new} import", source, flags=re.M)
+    (directory / "verifier.py").write_text(source)
+    (directory / "verifier_child.py").write_text(_git_show(ref, BASELINE_PATHS[1]))
     spec = importlib.util.spec_from_file_location(
         "environments._verifier_baseline", directory / "verifier.py"
     )

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from environments.agentic_opd_env import AgenticOPDEnv
+from environments.atropos.agentic_opd_env import AgenticOPDEnv
 from hermes_opd.commands.progress import format_duration
 
 DEFAULT_OUT = "runs/demo"
@@ -150,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
 def _collect_and_report(
     args: argparse.Namespace, model_dir: Path, base_url: str, out_dir: Path, started: float
 ) -> int:
-    from environments.config_loading import build_job_config
+    from environments.atropos.config_loading import build_job_config
     from hermes_opd.commands.process_job import run_job
     from hermes_opd.commands.validate_file import validate_jsonl
 

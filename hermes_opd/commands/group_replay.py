@@ -3,7 +3,7 @@
 The engine behind `hermes-opd send` (and `hermes-opd process --send`). Each line is validated with
 the contract's validator, checked against the trainer's registration (`max_token_len`, and a group
 size that divides `batch_size`), stamped with its stable id (`hermes_opd.contract.group_id`) and
-POSTed with the env's own sender (`environments.send_spool.post_payload` and `post_with_retries`:
+POSTed with the env's own sender (`environments.atropos.send_spool.post_payload` and `post_with_retries`:
 the same retry policy, the same "no trainer registered yet" guard, the same 4xx/5xx split). A group
 the API refuses (4xx) goes to the rejected directory with the reason, like the env's spool does.
 
@@ -42,7 +42,7 @@ from typing import Any
 
 import aiohttp
 
-from environments.send_spool import (
+from environments.atropos.send_spool import (
     APIRejectedError,
     APIUnavailableError,
     GroupSpool,

@@ -8,7 +8,7 @@ difference is small; generated tokens without teacher data stay uncoloured. Hove
 token shows both logprobs and the teacher's top alternatives (decoded with `--tokenizer`, else ids).
 
 The tokens are rendered server-side: each position with teacher data (see
-`distill_format.scored_positions`) is one `<span class="tok scored ...">`, so the page shows its
+`hermes_opd.contract.provenance.scored_positions`) is one `<span class="tok scored ...">`, so the page shows its
 colours without JavaScript. Tooltip data is embedded once as JSON (one entry per coloured token,
 at most 5 alternatives each) and read by a small inline script. No file is loaded at view time: the
 CSS, script and SVG plots are all inline.

@@ -13,9 +13,9 @@ Line format: `{"group_index": i, "task_id": "...", <ScoredDataGroup fields>}`. G
 task the env's deterministic order puts at cursor position `i`; `group_index` and `task_id` come
 first so that a resume reads them without parsing the (large) rest of each line.
 
-Exit codes: 0 every group up to the target is present; 1 the run failed (preflight, setup, groups
-that failed every attempt); 2 a usage or config error (bad YAML, unknown key, missing file, an
-output file this job did not write); 130 stopped by SIGINT, 143 by SIGTERM.
+Exit codes: 0 every group up to the target is present; 1 the run failed (setup, groups that failed
+every attempt); 2 a usage or config error (bad YAML, unknown key, missing file, an output file this
+job did not write, a server the preflight check rejects); 130 stopped by SIGINT, 143 by SIGTERM.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from environments.config_loading import JobConfig, load_job_config, split_overrides
-from environments.dense_k1_notice import DenseK1Notice
+from environments.atropos.config_loading import JobConfig, load_job_config, split_overrides
+from environments.atropos.dense_k1_notice import DenseK1Notice
+from environments.atropos.role_servers import RoleServers, check_role_servers
 from hermes_opd.commands.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
 from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
 from hermes_opd.commands.send_cursor import CursorError, cursor_path
@@ -274,84 +275,28 @@ async def _until_stopped(coro: Any, stop: StopController, event: asyncio.Event |
 
 
 # -- preflight ------------------------------------------------------------------------------------
-async def _models(url: str, api_key: str | None) -> tuple[list[str], dict[str, int]] | None:
-    """Served model ids and their max_model_len at `url`; None when /models is not available."""
-    import aiohttp
-
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key and api_key not in ("EMPTY", "x") else {}
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session,
-            session.get(f"{url.rstrip('/')}/models", headers=headers) as response,
-        ):
-            if response.status != 200:
-                return None
-            body = await response.json(content_type=None)
-    except (aiohttp.ClientConnectorError, ConnectionError) as exc:
-        raise PreflightError(
-            f"nothing answers at {url} ({exc}); is the server running and is the URL right?"
-        ) from exc
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise PreflightError(f"{url}/models failed: {type(exc).__name__}: {exc}") from exc
-    data = body.get("data", []) if isinstance(body, dict) else []
-    ids = [str(m.get("id")) for m in data if isinstance(m, dict)]
-    lengths = {
-        str(m.get("id")): int(m["max_model_len"])
-        for m in data
-        if isinstance(m, dict) and m.get("max_model_len")
-    }
-    return ids, lengths
-
-
-async def preflight(job: JobConfig, tokenizer: Any) -> list[str]:
-    """Check every endpoint the job will use before any rollout: reachable, serving the model,
-    long enough a context, and (teacher) allowed enough logprobs. Returns warnings; raises
+async def preflight(job: JobConfig, roles: RoleServers, tokenizer: Any) -> list[str]:
+    """Check every endpoint the job will use before any rollout, with the env's own check
+    (environments/atropos/role_servers.py) on the env's resolved `roles`: reachable, serving the
+    model, a long enough context; then (teacher) allowed enough logprobs. Returns warnings; raises
     PreflightError with what to change."""
-    from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient
+    from hermes_opd.vllm_api.client import VLLMCompletionsClient
     from hermes_opd.vllm_api.errors import VLLMError
+    from hermes_opd.vllm_api.retry import RetryPolicy
     from scoring.request_paths import completions_prompt_topk
 
     env = job.env
-    policy = job.servers[0]
-    endpoints: list[tuple[str, str, str | None, str, int]] = []
-    for i, server in enumerate(job.servers):
-        name = "policy server" if len(job.servers) == 1 else f"policy server {i}"
-        endpoints.append((name, server.base_url, server.api_key, server.model_name, env.max_token_length))
-    opd = env.opd_config()
-    if env.opd_enabled:
-        teacher_url = opd.teacher.base_url or policy.base_url
-        teacher_model = opd.teacher.model or policy.model_name
-        teacher_key = opd.teacher.api_key or policy.api_key
-        endpoints.append(("teacher", teacher_url, teacher_key, teacher_model, env.max_token_length + 64))
-        if opd.judge.backend == "llm":
-            judge_url = opd.judge.base_url or policy.base_url
-            judge_model = opd.judge.model or policy.model_name
-            endpoints.append(("judge", judge_url, opd.judge.resolved_api_key(), judge_model, 0))
-    warnings: list[str] = []
-    seen: dict[str, tuple[list[str], dict[str, int]] | None] = {}
-    for role, url, key, model, needed_len in endpoints:
-        if url not in seen:
-            seen[url] = await _models(url, key)
-        listing = seen[url]
-        if listing is None:
-            warnings.append(f"{role} at {url}: no /models listing; model name and context length not checked")
-            continue
-        ids, lengths = listing
-        if ids and model not in ids:
-            raise PreflightError(
-                f"the {role} at {url} does not serve model {model!r}; it serves {ids}. Set the model name "
-                f"to one of those (or start vLLM with --served-model-name {model})"
-            )
-        if needed_len and lengths.get(model) and lengths[model] < needed_len:
-            raise PreflightError(
-                f"the {role} at {url} serves {model!r} with max_model_len={lengths[model]}, but "
-                f"env.max_token_length={env.max_token_length} needs about {needed_len}; restart vLLM with "
-                f"--max-model-len {needed_len + 256} or lower env.max_token_length"
-            )
-    if env.opd_enabled:
+    needed = {"policy": env.max_token_length, "teacher": env.max_token_length + 64}
+    try:
+        warnings = await check_role_servers(roles, min_model_len=needed)
+    except VLLMError as exc:
+        raise PreflightError(str(exc)) from exc
+    teacher = roles.teacher.endpoint
+    if env.opd_enabled and teacher is not None:
         client = VLLMCompletionsClient(
-            teacher_url, teacher_model, api_key=teacher_key, timeout_s=60.0, retry=RetryPolicy(max_attempts=2)
-        )
+            teacher.base_url, teacher.model, api_key=teacher.api_key, timeout_s=60.0,
+            retry=RetryPolicy(max_attempts=2),
+        )  # fmt: skip
         probe = tokenizer.encode("def f(x):\n    return x\n", add_special_tokens=False) or [0, 1]
         try:
             await completions_prompt_topk(client, list(probe), env.distill_topk)
@@ -468,7 +413,7 @@ async def run_job(
         if existing.truncated_bytes:
             logger.warning("cut off a torn last line (%d bytes) of %s", existing.truncated_bytes, out)
         result.truncated_bytes = existing.truncated_bytes
-        from environments.agentic_opd_env import AgenticOPDEnv
+        from environments.atropos.agentic_opd_env import AgenticOPDEnv
 
         env_config = job.env.model_copy(deep=True)
         env_config.data_path_to_save_groups = None  # we write the file; BaseEnv would open a new name
@@ -476,7 +421,7 @@ async def run_job(
         env = AgenticOPDEnv(env_config, list(job.servers), slurm=job.slurm, testing=job.testing)
         env.check_servers_at_setup = False  # the preflight below checks the same and more (or is skipped)
         if do_preflight:
-            result.warnings = await _until_stopped(preflight(job, env.tokenizer), stop)
+            result.warnings = await _until_stopped(preflight(job, env.role_servers, env.tokenizer), stop)
             for warning in result.warnings:
                 logger.warning("preflight: %s", warning)
         await _until_stopped(env.setup(), stop)
@@ -574,7 +519,7 @@ async def _collect_loop(
     max_consecutive_failures: int,
 ) -> None:
     group_size = env.config.group_size
-    dense_k1 = DenseK1Notice(progress.message)  # once per run (environments/dense_k1_notice.py)
+    dense_k1 = DenseK1Notice(progress.message)  # once per run (environments/atropos/dense_k1_notice.py)
     attempts: dict[int, int] = {}
     running: dict[asyncio.Task, int] = {}
     consecutive_failures = 0
@@ -760,7 +705,7 @@ def _main(argv: list[str]) -> int:
               "(config keys go as --env.KEY VALUE or --openai.KEY VALUE)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     configure_logging(args.log_level)
-    from environments.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos.agentic_opd_env import AgenticOPDEnv
 
     try:
         job = load_job_config(args.config, overrides, env_cls=AgenticOPDEnv)
@@ -800,9 +745,9 @@ def _main(argv: list[str]) -> int:
     except (OutputError, ConfigError) as exc:
         print(f"hermes-opd process: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except PreflightError as exc:
+    except PreflightError as exc:  # a server's URL, model name or limits: a config error
         print(f"hermes-opd process: preflight failed: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - setup failures get one clear line, details at -v
         logger.debug("job failed", exc_info=True)
         print(f"hermes-opd process: failed: {type(exc).__name__}: {exc}", file=sys.stderr)

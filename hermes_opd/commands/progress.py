@@ -28,7 +28,7 @@ class GroupSummary:
     """Turns where the judge produced a hint."""
     scored_turns: int = 0
     tokens_scored: int = 0
-    """Positions carrying teacher data (`distill_format.scored_positions`)."""
+    """Positions carrying teacher data (`hermes_opd.contract.provenance.scored_positions`)."""
     tokens_generated: int = 0
     tokens_total: int = 0
 

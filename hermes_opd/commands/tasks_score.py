@@ -28,11 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from environments.rollout.verifier import VerificationResult, VerifierConfig
+from environments.rollout.verifier_batch import verify_solutions
 from environments.tasks.builtin import builtin_tasks
 from environments.tasks.loaders import TaskLoadError, load_tasks
 from environments.tasks.task import Task
-from environments.verifier import VerificationResult, VerifierConfig
-from environments.verifier_batch import verify_solutions
 from hermes_opd.contract.errors import HermesOPDError
 
 

@@ -45,7 +45,7 @@ class ValidationReport:
     sequences: int = 0
     positions: int = 0
     positions_scored: int = 0
-    """Positions carrying teacher data (see `distill_format.scored_positions`)."""
+    """Positions carrying teacher data (see `hermes_opd.contract.provenance.scored_positions`)."""
     turns_scored: int = 0
     """Turns whose provenance status is `scored`."""
     violations_by_kind: dict[str, int] = field(default_factory=dict)

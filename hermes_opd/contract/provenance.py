@@ -19,6 +19,52 @@ from hermes_opd.contract.constants import (
     TURN_STATUSES,
 )
 
+HINT_SELECTION_KEY = "hint_selection"
+"""Key of a turn entry that records how its hint was chosen among candidates (docs/distill-format.md)."""
+
+
+def turn_provenance(
+    span: tuple[int, int],
+    message_index: int | None,
+    status: str,
+    *,
+    next_state_role: str | None = None,
+    votes: dict[str, Any] | None = None,
+    hint: str | None = None,
+    hint_insert_at: int | None = None,
+    replaced_range: tuple[int, int] | None = None,
+    replacement_ids: list[int] | None = None,
+    teacher_prompt_len: int | None = None,
+    teacher_path: str | None = None,
+    error: str | None = None,
+    hint_selection: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The one writer of a turn's entry in `opd.turns` (docs/distill-format.md), scored or not:
+    `votes` and `hint` when the judge gave them; the splice and teacher fields on a scored turn
+    only; `error` cut to 500 characters; the hint selection (policy, candidates, scores, winner)
+    when a teacher policy chose among candidates."""
+    entry: dict[str, Any] = {
+        "span": [span[0], span[1]],
+        "message_index": message_index,
+        "next_state_role": next_state_role,
+        "status": status,
+    }
+    if votes is not None:
+        entry["votes"] = votes
+    if hint is not None:
+        entry["hint"] = hint
+    if status == "scored":
+        entry["hint_insert_at"] = hint_insert_at
+        entry["replaced_range"] = list(replaced_range) if replaced_range else None
+        entry["replacement_ids"] = replacement_ids
+        entry["teacher_prompt_len"] = teacher_prompt_len
+        entry["teacher_path"] = teacher_path
+    if error:
+        entry["error"] = error[:500]
+    if hint_selection is not None:
+        entry[HINT_SELECTION_KEY] = dict(hint_selection)
+    return entry
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -282,21 +328,12 @@ def sequence_provenance(group: dict[str, Any], seq: int) -> Provenance:
     return parse_provenance(None)
 
 
-HINT_SELECTION_KEY = "hint_selection"
-"""Key of a turn entry that records how its hint was chosen among candidates (docs/distill-format.md)."""
-
-
 def best_candidate(scores: list[list[float]]) -> int:
     """Index of the earliest candidate with the (lexicographically) largest score list: the rule
     every `hint_choice` policy decides by (judge/hint_choice.py)."""
     if not scores:
         raise ValueError("no candidates to choose from")
     return min(range(len(scores)), key=lambda i: (tuple(-float(x) for x in scores[i]), i))
-
-
-def with_hint_selection(entry: dict[str, Any], selection: dict[str, Any]) -> dict[str, Any]:
-    """`entry` (a turn's provenance) with its hint selection: policy, candidates, scores, winner."""
-    return {**entry, HINT_SELECTION_KEY: dict(selection)}
 
 
 def rederive_hint(entry: dict[str, Any]) -> str | None:

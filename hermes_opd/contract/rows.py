@@ -11,6 +11,7 @@ import numpy as np
 from hermes_opd.contract.constants import (
     FORMAT_VERSION,
     MASKED,
+    MODE_DENSE_K1,
     MODES,
 )
 
@@ -38,7 +39,7 @@ def round_logprobs(values: Sequence[float]) -> list[float]:
     to the identical float32, and Python's `repr`/`json.dumps` of the parsed float64 prints exactly
     that string. vLLM computes logprobs in float32, so nothing is lost; a K=50 row shrinks by about
     a third in JSON. Cost: about 1 microsecond per value (numpy's Dragon4 formatting), about
-    50-100 microseconds per K=50 row. Values beyond float32's range become +-inf; `scoring.rows`
+    50-100 microseconds per K=50 row. Values beyond float32's range become +-inf; `scoring.teacher_rows`
     rejects them.
     """
     if len(values) == 0:
@@ -108,3 +109,22 @@ def make_opd_block(
         "turn_spans": [[int(s), int(e)] for s, e in turn_spans],
         "turns": [dict(turn) for turn in turns],
     }
+
+
+def sequence_distill(
+    mode: str,
+    k: int,
+    tokens: Sequence[int],
+    masks: Sequence[int],
+    inference_logprobs: Sequence[float],
+    rows: Rows,
+    turn_spans: Sequence[tuple[int, int] | list[int]],
+    turns: Sequence[dict[str, Any]],
+) -> tuple[list[list[int]], list[list[float]], dict[str, Any]]:
+    """A sequence's distill fields as they go on the wire: its rows (converted by `to_dense_k1` in
+    `dense_k1` mode) and its `opd` provenance block. The one place both are made, for a sequence
+    the pipeline scored and for one it never saw."""
+    ids_rows, lp_rows = rows
+    if mode == MODE_DENSE_K1:
+        ids_rows, lp_rows = to_dense_k1(tokens, masks, inference_logprobs, ids_rows, lp_rows)
+    return list(ids_rows), list(lp_rows), make_opd_block(mode, k, turn_spans, turns)

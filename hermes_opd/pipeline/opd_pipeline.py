@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_opd.contract.constants import TURN_STATUSES
-from hermes_opd.contract.provenance import with_hint_selection
-from hermes_opd.contract.rows import empty_rows, make_opd_block, to_dense_k1
+from hermes_opd.contract.provenance import turn_provenance
+from hermes_opd.contract.rows import empty_rows, sequence_distill
 from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.record.hint_splice import NoHintAnchorError, build_canonical_teacher_input, tokenizer_codec
 from hermes_opd.record.trajectory import Trajectory
@@ -26,8 +26,8 @@ from hermes_opd.record.turn_pairs import TurnPair, extract_turn_pairs
 from judge.backends import JudgeBackend
 from judge.hint_choice import TEACHER_POLICIES, TEXT_POLICIES, select_by_teacher, select_by_text
 from judge.judge_turn import judge_turn
-from scoring.rows import place_turn_rows
 from scoring.teacher import TeacherScorer
+from scoring.teacher_rows import place_turn_rows
 
 logger = logging.getLogger(__name__)
 
@@ -57,27 +57,13 @@ class TurnResult:
 
     def provenance(self) -> dict[str, Any]:
         span = self.pair.span
-        entry: dict[str, Any] = {
-            "span": [span.start, span.end],
-            "message_index": span.message_index,
-            "next_state_role": self.pair.next_state_role,
-            "status": self.status,
-        }
-        if self.votes is not None:
-            entry["votes"] = self.votes
-        if self.hint is not None:
-            entry["hint"] = self.hint
-        if self.status == "scored":
-            entry["hint_insert_at"] = self.hint_insert_at
-            entry["replaced_range"] = list(self.replaced_range) if self.replaced_range else None
-            entry["replacement_ids"] = self.replacement_ids
-            entry["teacher_prompt_len"] = self.teacher_prompt_len
-            entry["teacher_path"] = self.teacher_path
-        if self.error:
-            entry["error"] = self.error[:500]
-        if self.hint_selection is not None:
-            entry = with_hint_selection(entry, self.hint_selection)
-        return entry
+        return turn_provenance(
+            (span.start, span.end), span.message_index, self.status,
+            next_state_role=self.pair.next_state_role, votes=self.votes, hint=self.hint,
+            hint_insert_at=self.hint_insert_at, replaced_range=self.replaced_range,
+            replacement_ids=self.replacement_ids, teacher_prompt_len=self.teacher_prompt_len,
+            teacher_path=self.teacher_path, error=self.error, hint_selection=self.hint_selection,
+        )  # fmt: skip
 
 
 @dataclass
@@ -139,16 +125,11 @@ class OPDPipeline:
                 distill.advantages.append(row_lps[at] - trajectory.inference_logprobs[pos])
                 distill.student_in_topk += int(at < self.config.distill_topk)
                 distill.scored_positions += 1
-        if self.config.distill_mode == "dense_k1":
-            distill.ids_rows, distill.lp_rows = to_dense_k1(
-                trajectory.tokens, trajectory.masks, trajectory.inference_logprobs, ids_rows, lp_rows
-            )
-        distill.opd = make_opd_block(
-            self.config.distill_mode,
-            self.config.distill_topk,
-            [(t.start, t.end) for t in trajectory.turns],
+        distill.ids_rows, distill.lp_rows, distill.opd = sequence_distill(
+            self.config.distill_mode, self.config.distill_topk, trajectory.tokens, trajectory.masks,
+            trajectory.inference_logprobs, (ids_rows, lp_rows), [(t.start, t.end) for t in trajectory.turns],
             [r.provenance() for r in results],
-        )
+        )  # fmt: skip
         if trajectory.template_history is not None:
             distill.opd["template_history"] = dict(trajectory.template_history)
         distill.duration_s = time.perf_counter() - started

@@ -12,14 +12,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
+from hermes_opd.vllm_api.endpoint import auth_headers
 from hermes_opd.vllm_api.errors import (
     BadRequestError,
     MaxLogprobsTooLowError,
@@ -29,6 +28,7 @@ from hermes_opd.vllm_api.errors import (
     UnexpectedResponseError,
     VLLMError,
 )
+from hermes_opd.vllm_api.retry import RetryPolicy, retrying
 from hermes_opd.vllm_api.wire_format import (
     GeneratedSequence,
     parse_generated,
@@ -41,18 +41,6 @@ _PARSE_IN_THREAD_BYTES = 256 * 1024
 _MAX_LOGPROBS_PATTERN = re.compile(
     r"max(imum)?[ _-]?(allowed|logprobs)|max_logprobs|greater than max", re.IGNORECASE
 )
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retries for transient failures only (connection errors, timeouts, 5xx)."""
-
-    max_attempts: int = 3
-    base_delay_s: float = 0.5
-    max_delay_s: float = 8.0
-
-    def delay(self, attempt: int) -> float:
-        return min(self.max_delay_s, self.base_delay_s * (2 ** (attempt - 1))) * (0.5 + random.random() / 2)
 
 
 def root_url(base_url: str) -> str:
@@ -82,10 +70,7 @@ class VLLMCompletionsClient:
 
     # -- session -------------------------------------------------------------------------------
     def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key and self.api_key not in ("x", "EMPTY"):
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+        return {"Content-Type": "application/json", **auth_headers(self.api_key)}
 
     async def _get_session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -192,18 +177,13 @@ class VLLMCompletionsClient:
     ) -> Any:
         """POST with retries on transient errors; permanent errors are raised at once. The 200 body is
         decoded by `decode` (bytes -> result; default `json.loads`); its errors are never retried."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await self._post_once(path, payload, decode, root)
-            except VLLMError as exc:
-                if not exc.transient or attempt >= self.retry.max_attempts:
-                    raise
-                delay = self.retry.delay(attempt)
-                logger.warning("vLLM request failed (%s); retry %d/%d in %.1fs", exc, attempt,
-                               self.retry.max_attempts - 1, delay)  # fmt: skip
-                await asyncio.sleep(delay)
+        return await retrying(
+            lambda: self._post_once(path, payload, decode, root),
+            self.retry,
+            lambda exc: isinstance(exc, VLLMError) and exc.transient,
+            logger=logger,
+            what="vLLM request",
+        )
 
     async def served_models(self) -> list[str]:
         session = await self._get_session()

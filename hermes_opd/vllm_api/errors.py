@@ -32,6 +32,10 @@ class ModelNotServedError(VLLMError):
     """The server does not serve the requested model name."""
 
 
+class ContextTooShortError(VLLMError):
+    """The server serves the model with a `max_model_len` below what the run needs."""
+
+
 class BadRequestError(VLLMError):
     """The server rejected the request (4xx) for another reason."""
 

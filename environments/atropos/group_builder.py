@@ -1,0 +1,96 @@
+"""Assemble finished rollouts into one Atropos `ScoredDataGroup` (pure logic)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hermes_opd.contract.constants import MASKED
+from hermes_opd.contract.provenance import turn_provenance
+from hermes_opd.contract.rows import empty_rows, sequence_distill
+from hermes_opd.pipeline.opd_config import OPDConfig
+from hermes_opd.pipeline.opd_pipeline import SequenceDistill
+from hermes_opd.record.trajectory import Trajectory
+
+
+@dataclass
+class FinishedRollout:
+    """One rollout after verification and OPD."""
+
+    trajectory: Trajectory
+    score: float
+    distill: SequenceDistill | None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def trim_after_last_turn(trajectory: Trajectory, max_length: int) -> Trajectory:
+    """Drop trailing masked glue (the last tool results, the next generation prompt) when the record is
+    longer than `max_length`. The next state stays in `messages`; generated tokens are never cut."""
+    if len(trajectory.tokens) <= max_length:
+        return trajectory
+    last_end = trajectory.turns[-1].end if trajectory.turns else 0
+    keep = max(last_end, max_length)
+    if any(m != MASKED for m in trajectory.masks[keep:]):
+        raise ValueError("cannot trim generated tokens")
+    trajectory.tokens = trajectory.tokens[:keep]
+    trajectory.masks = trajectory.masks[:keep]
+    trajectory.inference_logprobs = trajectory.inference_logprobs[:keep]
+    trajectory.content_ends = {i: e for i, e in trajectory.content_ends.items() if e <= keep}
+    return trajectory
+
+
+def has_distill_signal(group: dict[str, Any]) -> bool:
+    """True when any sequence carries at least one scored turn."""
+    for override in group.get("overrides") or []:
+        for turn in (override or {}).get("opd", {}).get("turns", []):
+            if turn.get("status") == "scored":
+                return True
+    return False
+
+
+def build_group(
+    rollouts: list[FinishedRollout],
+    *,
+    include_messages: bool,
+    opd: OPDConfig,
+    generation_params: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A `ScoredDataGroup` dict with tokens, masks, scores, inference_logprobs, distill rows, messages
+    and per-sequence overrides (turn spans, OPD provenance, rollout info)."""
+    group: dict[str, Any] = {
+        "tokens": [],
+        "masks": [],
+        "scores": [],
+        "inference_logprobs": [],
+        "advantages": None,
+        "ref_logprobs": None,
+        "messages": [] if include_messages else None,
+        "generation_params": generation_params or {},
+        "group_overrides": {},
+        "overrides": [],
+        "images": None,
+        "distill_token_ids": [],
+        "distill_logprobs": [],
+    }
+    for rollout in rollouts:
+        traj = rollout.trajectory
+        group["tokens"].append(list(traj.tokens))
+        group["masks"].append(list(traj.masks))
+        group["scores"].append(float(rollout.score))
+        group["inference_logprobs"].append(list(traj.inference_logprobs))
+        if include_messages:
+            group["messages"].append(traj.messages)
+        spans = [[t.start, t.end] for t in traj.turns]
+        if rollout.distill is not None:
+            ids_rows, lp_rows = rollout.distill.ids_rows, rollout.distill.lp_rows
+            opd_block = rollout.distill.opd
+        else:
+            skipped = [turn_provenance((t.start, t.end), t.message_index, "skipped") for t in traj.turns]
+            ids_rows, lp_rows, opd_block = sequence_distill(
+                opd.distill_mode, opd.distill_topk, traj.tokens, traj.masks, traj.inference_logprobs,
+                empty_rows(len(traj.tokens)), spans, skipped,
+            )  # fmt: skip
+        group["distill_token_ids"].append(ids_rows)
+        group["distill_logprobs"].append(lp_rows)
+        group["overrides"].append({"turn_spans": spans, "opd": opd_block, **rollout.info})
+    return group
