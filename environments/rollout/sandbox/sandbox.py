@@ -28,12 +28,12 @@ import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from environments.rollout.sandbox.bwrap import launcher_argv, write_etc
 from environments.rollout.sandbox.cgroup import SandboxCgroup, sandbox_cgroup_for, watch_cpu
+from environments.rollout.sandbox.command_output import CommandProtocol, RunningCommand
 from environments.rollout.sandbox.disk import (
     CONTAINER_PREFIX,
     disk_free_fallback_warning,
@@ -63,7 +63,6 @@ from environments.rollout.sandbox.limits import (
 from environments.rollout.sandbox.process_tree import (
     pids_of_uid,
     signal_quietly,
-    terminate_process_tree,
 )
 from environments.rollout.sandbox.seccomp import userns_filter
 from environments.rollout.sandbox.uids import registry as uid_registry
@@ -78,84 +77,6 @@ _DRAIN_GRACE_S = 0.25
 
 # ---------------------------------------------------------------------------------------------
 # Processes: see environments/rollout/sandbox/process_tree.py.
-
-
-# ---------------------------------------------------------------------------------------------
-# Output: bounded, read incrementally.
-
-
-class _BoundedOutput:
-    """Keeps the first and last `limit // 2` bytes of a stream and counts the rest."""
-
-    def __init__(self, limit: int) -> None:
-        self.head_limit = limit // 2
-        self.tail_limit = limit - self.head_limit
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.head_limit - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            excess = len(self.tail) - self.tail_limit
-            if excess > 0:
-                del self.tail[:excess]
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > len(self.head) + len(self.tail)
-
-    def render(self) -> str:
-        head = self.head.decode("utf-8", errors="replace")
-        tail = self.tail.decode("utf-8", errors="replace")
-        if not self.truncated:
-            return head + tail
-        omitted = self.total - len(self.head) - len(self.tail)
-        return f"{head}\n[... output truncated: {omitted} of {self.total} bytes omitted ...]\n{tail}"
-
-
-class _CommandProtocol(asyncio.SubprocessProtocol):
-    """Collects a command's output as it arrives (no backpressure, bounded memory) and signals
-    exit, end of output, and output floods through futures."""
-
-    def __init__(self, max_output_bytes: int, kill_output_bytes: int) -> None:
-        loop = asyncio.get_running_loop()
-        self.output = _BoundedOutput(max_output_bytes)
-        self.kill_output_bytes = kill_output_bytes
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.output_closed: asyncio.Future[None] = loop.create_future()
-        self.flooded: asyncio.Future[None] = loop.create_future()
-
-    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
-        self.output.feed(data if isinstance(data, bytes) else data.encode())
-        if self.output.total > self.kill_output_bytes and not self.flooded.done():
-            self.flooded.set_result(None)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == 1 and not self.output_closed.done():
-            self.output_closed.set_result(None)
-
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-
-@dataclass(eq=False)
-class _Running:
-    transport: asyncio.SubprocessTransport
-    protocol: _CommandProtocol
-
-    @property
-    def pid(self) -> int:
-        return self.transport.get_pid()
-
-    async def terminate(self) -> None:
-        await terminate_process_tree(self.pid, self.protocol.exited)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +118,7 @@ class Sandbox:
         self._isolation = isolation
         self._uid = uid
         self._gid = gid
-        self._running: set[_Running] = set()
+        self._running: set[RunningCommand] = set()
         hidden = limits.hide_paths if limits.hide_paths is not None else default_hidden_paths()
         self._hidden_paths = tuple(str(Path(p).resolve()) for p in hidden if os.path.isabs(p))
         if self._hidden_paths and not isolation.private_tmp:
@@ -456,7 +377,9 @@ class Sandbox:
             return set()
         return {asyncio.ensure_future(watch_cpu(group, start + cpu_time_s))}
 
-    async def _start(self, command: str, *, with_stdin: bool, cpu_time_s: int | None = None) -> _Running:
+    async def _start(
+        self, command: str, *, with_stdin: bool, cpu_time_s: int | None = None
+    ) -> RunningCommand:
         limits = self._limits
         if cpu_time_s is not None:
             limits = limits.model_copy(update={"cpu_time_s": max(1, int(cpu_time_s))})
@@ -499,7 +422,7 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         creating = asyncio.ensure_future(
             loop.subprocess_exec(
-                lambda: _CommandProtocol(limits.max_output_bytes, limits.kill_output_bytes),
+                lambda: CommandProtocol(limits.max_output_bytes, limits.kill_output_bytes),
                 *argv,
                 stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -517,7 +440,7 @@ class Sandbox:
             # and asyncio's own cleanup would kill only the first process, not the tree.
             with contextlib.suppress(Exception):
                 transport, protocol = await creating
-                orphan = _Running(transport, protocol)
+                orphan = RunningCommand(transport, protocol)
                 await orphan.terminate()
                 transport.close()
             raise
@@ -529,7 +452,7 @@ class Sandbox:
                     with contextlib.suppress(BaseException):
                         await creating  # the child must have its copy before ours is closed
                 os.close(seccomp_read)
-        return _Running(transport, protocol)
+        return RunningCommand(transport, protocol)
 
 
 async def _discard_cgroup(grouping: asyncio.Future) -> None:
