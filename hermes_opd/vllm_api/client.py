@@ -29,6 +29,7 @@ from hermes_opd.vllm_api.errors import (
     UnexpectedResponseError,
     VLLMError,
 )
+from hermes_opd.vllm_api.sampling_params import explicit_sampling_params
 from hermes_opd.vllm_api.wire_format import (
     GeneratedSequence,
     parse_generated,
@@ -226,7 +227,10 @@ class VLLMCompletionsClient:
         stop: list[str] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> list[GeneratedSequence]:
-        """Sample `n` continuations of `prompt_ids`; return exact ids and sampled-token logprobs."""
+        """Sample `n` continuations of `prompt_ids`; return exact ids and sampled-token logprobs.
+
+        Every sampling parameter the server could take from the model's `generation_config.json` is
+        sent explicitly (hermes_opd/vllm_api/sampling_params.py); `extra` may still override them."""
         if not prompt_ids:
             raise ValueError("prompt_ids is empty")
         payload: dict[str, Any] = {
@@ -234,8 +238,7 @@ class VLLMCompletionsClient:
             "prompt": list(prompt_ids),
             "n": n,
             "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
+            **explicit_sampling_params(temperature, top_p),
             "logprobs": 0,
             "return_token_ids": True,
             "skip_special_tokens": False,
