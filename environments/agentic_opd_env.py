@@ -431,6 +431,7 @@ class AgenticOPDEnv(CliLifecycleMixin, SpoolingSendMixin, BaseEnv):
         stops = Counter(r.info["stop_reason"] for r in rollouts)
         metrics: dict[str, Any] = {
             "group/score_mean": statistics.fmean(r.score for r in rollouts),
+            "group/scores_equal": float(len({r.score for r in rollouts}) == 1),
             "group/turns_mean": statistics.fmean(len(r.trajectory.turns) for r in rollouts),
             "group/tool_calls": sum(r.info["tool_calls"] for r in rollouts),
             "group/malformed_calls": sum(r.info["malformed_calls"] for r in rollouts),

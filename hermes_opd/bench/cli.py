@@ -1,4 +1,4 @@
-"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling> [--json] [--quick] [--repeat N]`.
+"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|learning> [--json] [--quick] [--repeat N]`.
 
 Every benchmark prints a short human summary and, with `--json`, one JSON object on its LAST line.
 The object's last key is the headline ratio (larger is better). `--repeat N` runs the benchmark N
@@ -20,7 +20,7 @@ from typing import Any
 from hermes_opd.bench.common import median_result, rounded, with_headline
 from hermes_opd.devkit.paths import default_dev_model_dir
 
-BENCHES = ("pipeline", "payload", "loss", "teacher", "teacher-scaling")
+BENCHES = ("pipeline", "payload", "loss", "teacher", "teacher-scaling", "learning")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--V", type=int, default=None, help="vocabulary (default 32000; quick 4000)")
     p.add_argument("--K", type=int, default=None, help="teacher top-K (default 50; quick 8)")
     p.add_argument("--iters", type=int, default=None, help="timed iterations per variant (default 3)")
+
+    p = sub.add_parser(
+        "learning", help="GRPO only / OPD only / both through the real online loop (docs/learning.md)"
+    )
+    from hermes_opd.bench.learning_bench import add_arguments
+
+    add_arguments(p)
 
     p = sub.add_parser("teacher", help="teacher scoring latency and bytes, split into server/transfer/parse")
     _common(p)
@@ -227,6 +234,11 @@ def main(argv: list[str]) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.bench == "learning":  # its own outputs: JSON file, PNG, table, headline line
+        from hermes_opd.bench.learning_bench import run
+
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return run(args)
     for name in ("hermes_opd", "httpx", "httpx2", "openai", "judge", "scoring"):
         logging.getLogger(name).setLevel(logging.WARNING)
     if args.repeat < 1:
