@@ -29,6 +29,7 @@ from hermes_opd.bench.learning_report import (
     headline,
     mean_band,
     per_step_records,
+    probe_summary,
     summary_table,
 )
 from hermes_opd.contract.errors import ConfigError
@@ -45,7 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "arms": "grpo,opd,hybrid", "workers": 1, "lora_r": 8, "lr": 1e-3, "run_timeout_s": 900.0,
 }  # fmt: skip
 QUICK: dict[str, Any] = {
-    "steps": 2, "groups_per_step": 1, "group_size": 4, "eval_every": 1, "seeds": 1, "arms": "opd",
+    "steps": 2, "groups_per_step": 1, "group_size": 4, "eval_every": 2, "seeds": 1, "arms": "opd",
     "run_timeout_s": 600.0,
 }  # fmt: skip
 ENV_DEFAULTS: dict[str, Any] = {"max_turns": 3, "max_tokens_per_turn": 96, "max_token_length": 2048}
@@ -96,6 +97,11 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], LoopSett
     for key in ("steps", "groups_per_step", "group_size", "eval_every", "seeds", "workers"):
         if int(values[key]) < 1:
             raise ConfigError(f"{key} must be >= 1, got {values[key]}")
+    if int(values["eval_every"]) < 2:
+        raise ConfigError(
+            "eval_every must be >= 2: atroposlib's serve loop evaluates when the step crosses a multiple of "
+            "steps_per_eval, which never happens at 1 (the bench still evaluates the start and the end)"
+        )
     if int(values["group_size"]) < 2:
         raise ConfigError("group_size must be >= 2 (GRPO compares rollouts within a group)")
     model_dir = str(values.get("student_model") or default_dev_model_dir())
@@ -157,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.stop()
     bands = {arm: mean_band([eval_curve(r) for r in runs if r.arm == arm]) for arm in values["arms"]}
-    result_headline = headline(bands)
+    result_headline = {**probe_summary(runs), **headline(bands)}
     figure = plot_learning_curves(bands, settings.out_dir / "learning.png",
                                   f"{Path(settings.model_dir).name}: {settings.steps} steps x "
                                   f"{settings.generations_per_step} generations", int(values["seeds"]))  # fmt: skip

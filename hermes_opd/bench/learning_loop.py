@@ -320,7 +320,11 @@ def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, A
     final_adapter = (
         adapter_name(prefix, end_eval[POLICY_VERSION_KEY]) if end_eval[POLICY_VERSION_KEY] else None
     )
-    probe = probe_run(settings.vllm_root_url, settings.served_model, final_adapter, sent)
+    try:
+        probe = probe_run(settings.vllm_root_url, settings.served_model, final_adapter, sent)
+    except Exception as exc:  # noqa: BLE001 - a failed probe is reported, the run's records are kept
+        logger.exception("the teacher-gap probe failed")
+        probe = {"error": f"{type(exc).__name__}: {exc}"}
     unload_adapters(settings.vllm_root_url, prefix)
     groups = [r for r in read_jsonl(env_metrics) if r.get("kind") == "group"]
     serve_evals = [

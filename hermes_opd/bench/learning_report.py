@@ -155,6 +155,24 @@ def headline(bands: dict[str, list[tuple[int, float, float, float]]]) -> dict[st
     }
 
 
+def probe_summary(runs: Sequence[RunRecords]) -> dict[str, Any]:
+    """Per arm: the teacher gap on the first groups (learning_probe.py) at the start and the end,
+    mean over seeds, and in how many seeds it fell; only arms whose probes measured something."""
+    out: dict[str, Any] = {}
+    for arm in ARMS:
+        probes = [r.probe for r in runs if r.arm == arm and r.probe.get("teacher_gap_all_end") is not None]
+        if not probes:
+            continue
+        starts = [p["teacher_gap_all_start"] for p in probes]
+        ends = [p["teacher_gap_all_end"] for p in probes]
+        out[f"{arm}_teacher_gap_start"] = statistics.fmean(starts)
+        out[f"{arm}_teacher_gap_end"] = statistics.fmean(ends)
+        out[f"{arm}_teacher_gap_fell"] = (
+            f"{sum(e < s for s, e in zip(starts, ends, strict=True))}/{len(probes)}"
+        )
+    return out
+
+
 def summary_table(runs: Sequence[RunRecords]) -> str:
     """One line per run: start and end held-out success, steps, equal-score share, hint rate, lag,
     and the mean stage timings with OPD's share."""
