@@ -114,3 +114,32 @@ def test_env_tracker_follows_the_newest_adapter_and_never_goes_back():
         PolicyWeights("policy-step3", 3),
     ]
     assert asyncio.run(PolicyAdapterTracker(client, None).current()) == PolicyWeights("dev-model", 0)
+
+
+def test_the_server_wrapper_sends_the_adapter_name_atroposlib_would_overwrite():
+    """atroposlib sets kwargs["model"] to the configured name on every call, so the env passes the
+    adapter as `policy_model`; the request then names the adapter, with every sampling parameter."""
+    from atroposlib.envs.server_handling.server_baseline import APIServerConfig
+
+    from environments.atropos_server import CurrentVLLMServer
+    from hermes_opd.vllm_api.sampling_params import ENFORCED_SAMPLING_PARAMS
+
+    server = CurrentVLLMServer(APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="dev-model",
+                                               api_key="EMPTY", timeout=5, health_check=False))  # fmt: skip
+    payloads = []
+
+    async def post(path, payload):
+        payloads.append((path, payload))
+        return {
+            "choices": [{"token_ids": [7], "logprobs": {"token_logprobs": [-0.5]}, "finish_reason": "stop"}]
+        }
+
+    server.client.post = post
+    for adapter in ("policy-step4", None):
+        kwargs = {"policy_model": adapter} if adapter else {}
+        asyncio.run(server._tokens_and_logprobs_completion_wrapper(model="dev-model", input_ids=[1, 2], n=1,
+                                                                   max_tokens=3, **kwargs))  # fmt: skip
+    (path, with_adapter), (_, plain) = payloads
+    assert path == "/completions"
+    assert (with_adapter["model"], plain["model"]) == ("policy-step4", "dev-model")
+    assert set(ENFORCED_SAMPLING_PARAMS) <= set(with_adapter) and "policy_model" not in with_adapter
