@@ -134,8 +134,9 @@ def generations_to_reach(band: Sequence[tuple[int, float, float, float]], target
 
 
 def headline(bands: dict[str, list[tuple[int, float, float, float]]]) -> dict[str, Any]:
-    """The last line's object; `hybrid_generations_over_grpo` last (null when never reached, or
-    when GRPO-only used no generations)."""
+    """The last line's object; `hybrid_generations_over_grpo` last: null when the hybrid never
+    reached GRPO-only's final success, and when GRPO-only did not improve on its start (then there
+    is nothing to reach: the start policy already has it)."""
 
     def final(arm: str) -> float | None:
         return bands[arm][-1][1] if bands.get(arm) else None
@@ -144,7 +145,7 @@ def headline(bands: dict[str, list[tuple[int, float, float, float]]]) -> dict[st
     opd_gain = opd[-1][1] - opd[0][1] if len(opd) >= 2 else None
     ratio = None
     grpo, hybrid = bands.get("grpo") or [], bands.get("hybrid") or []
-    if grpo and hybrid and grpo[-1][0] > 0:
+    if grpo and hybrid and grpo[-1][0] > 0 and grpo[-1][1] > grpo[0][1]:
         reached = generations_to_reach(hybrid, grpo[-1][1])
         ratio = reached / grpo[-1][0] if reached is not None else None
     return {
