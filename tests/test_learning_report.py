@@ -131,3 +131,36 @@ def test_settings_precedence_and_clear_errors(tmp_path, dev_model_dir):
         resolve_settings(_args(student_model=str(tmp_path)))
     with pytest.raises(ConfigError, match="group_size must be >= 2"):
         resolve_settings(_args(group_size=1, student_model=str(dev_model_dir)))
+
+
+def test_report_only_rebuilds_the_outputs_from_finished_run_directories(tmp_path, dev_model_dir, capsys):
+    import json
+
+    from hermes_opd.bench.learning_bench import run
+
+    for arm, end in (("grpo", 0.2), ("hybrid", 0.4)):
+        run_dir = tmp_path / f"{arm}-seed0"
+        run_dir.mkdir()
+        (run_dir / "run.json").write_text(json.dumps({
+            "arm": arm, "seed": 0, "generations_per_step": 8, "probe": {},
+            "start_eval": {"policy_version": 0, "eval/pass@1": 0.0},
+            "end_eval": {"policy_version": 2, "eval/pass@1": end},
+        }))  # fmt: skip
+        (run_dir / "trainer.jsonl").write_text(
+            "".join(
+                json.dumps({"step": s, "policy/lag_mean": 0.0, "step_time_s": 1.0}) + "\n" for s in (1, 2)
+            )
+        )
+        (run_dir / "env.jsonl").write_text(
+            json.dumps({"kind": "eval", "eval/pass@1": end / 2, "eval/policy_version": 1.0}) + "\n"
+        )
+    (tmp_path / "opd-seed0").mkdir()  # an unfinished run (no run.json) is left out
+    assert run(_args(report_only=True, out=str(tmp_path), student_model=str(dev_model_dir))) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last == {"grpo_only_final": 0.2, "hybrid_final": 0.4, "opd_only_gain": None,
+                    "hybrid_generations_over_grpo": 0.5}  # fmt: skip
+    document = json.loads((tmp_path / "learning.json").read_text())
+    assert [(r["arm"], r["curve"]) for r in document["runs"]] == [
+        ("grpo", [[0, 0.0], [8, 0.1], [16, 0.2]]), ("hybrid", [[0, 0.0], [8, 0.2], [16, 0.4]])
+    ]  # fmt: skip
+    assert (tmp_path / "learning.png").is_file()

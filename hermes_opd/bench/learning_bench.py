@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from hermes_opd.bench.learning_loop import LoopSettings, evaluate_policy, run_arm, start_lora_vllm
+from hermes_opd.bench.learning_loop import LoopSettings, evaluate_policy, load_run, run_arm, start_lora_vllm
 from hermes_opd.bench.learning_plot import plot_learning_curves
 from hermes_opd.bench.learning_report import (
     ARMS,
@@ -70,6 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="one OPD-only seed, 2 steps (the test suite's run)"
     )
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: rebuild the JSON, figure and table from the finished runs in --out")  # fmt: skip
 
 
 def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], LoopSettings]:
@@ -138,12 +140,18 @@ def run(args: argparse.Namespace) -> int:
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     server = None
-    if not settings.vllm_root_url:
+    if not settings.vllm_root_url and not args.report_only:
         print(f"starting a CPU vLLM with LoRA hot-loading for {settings.model_dir} ...", file=sys.stderr)
         server = start_lora_vllm(settings.model_dir, settings.lora_r, settings.out_dir / "vllm.log",
                                  settings.served_model)  # fmt: skip
         settings.vllm_root_url = server.root_url
     runs: list[RunRecords] = []
+    if args.report_only:
+        runs = [load_run(d) for d in sorted(settings.out_dir.glob("*-seed*")) if (d / "run.json").is_file()]
+        runs.sort(key=lambda r: (r.seed, list(ARMS).index(r.arm)))
+        values["arms"] = [arm for arm in values["arms"] if any(r.arm == arm for r in runs)]
+        values["seeds"] = len({r.seed for r in runs})
+        return write_outputs(settings, values, runs, started)
     try:
         start_eval = evaluate_policy(
             settings, seed=0, prefix=None, metrics_path=settings.out_dir / "start_eval.jsonl"
@@ -162,6 +170,13 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.stop()
+    return write_outputs(settings, values, runs, started)
+
+
+def write_outputs(
+    settings: LoopSettings, values: dict[str, Any], runs: list[RunRecords], started: float
+) -> int:
+    """learning.json, learning.png, the summary table and the headline line."""
     bands = {arm: mean_band([eval_curve(r) for r in runs if r.arm == arm]) for arm in values["arms"]}
     result_headline = {**probe_summary(runs), **headline(bands)}
     figure = plot_learning_curves(bands, settings.out_dir / "learning.png",

@@ -264,6 +264,25 @@ def evaluate_policy(
 
 
 # -- one run ----------------------------------------------------------------------------------------
+def load_run(run_dir: Path) -> RunRecords:
+    """A finished run's records from its directory (`run.json`, `trainer.jsonl`, `env.jsonl`), so
+    `--report-only` can rebuild the outputs of runs that finished before an interruption."""
+    summary = json.loads((run_dir / "run.json").read_text())
+    env_records = read_jsonl(run_dir / "env.jsonl")
+    serve_evals = [
+        {**r, POLICY_VERSION_KEY: int(r["eval/policy_version"]), "by": "env"}
+        for r in env_records
+        if r.get("kind") == "eval" and "eval/policy_version" in r
+    ]
+    records = RunRecords(arm=summary["arm"], seed=int(summary["seed"]),
+                         generations_per_step=int(summary["generations_per_step"]))  # fmt: skip
+    records.trainer_steps = read_jsonl(run_dir / "trainer.jsonl")
+    records.env_groups = [r for r in env_records if r.get("kind") == "group"]
+    records.evals = [summary["start_eval"], *serve_evals, summary["end_eval"]]
+    records.probe = summary.get("probe") or {}
+    return records
+
+
 def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, Any]) -> RunRecords:
     """Train one arm for `settings.steps` steps through the real loop; collect its records."""
     run_dir = settings.out_dir / f"{arm}-seed{seed}"
@@ -326,17 +345,10 @@ def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, A
         logger.exception("the teacher-gap probe failed")
         probe = {"error": f"{type(exc).__name__}: {exc}"}
     unload_adapters(settings.vllm_root_url, prefix)
-    groups = [r for r in read_jsonl(env_metrics) if r.get("kind") == "group"]
-    serve_evals = [
-        {**r, POLICY_VERSION_KEY: int(r["eval/policy_version"]), "by": "env"}
-        for r in read_jsonl(env_metrics)
-        if r.get("kind") == "eval" and "eval/policy_version" in r
-    ]
-    records = RunRecords(arm=arm, seed=seed, generations_per_step=settings.generations_per_step)
-    records.trainer_steps = read_jsonl(run_dir / "trainer.jsonl")
-    records.env_groups = groups
-    records.evals = [start_eval, *serve_evals, end_eval]
-    records.probe = probe
+    summary = {"arm": arm, "seed": seed, "generations_per_step": settings.generations_per_step,
+               "start_eval": start_eval, "end_eval": end_eval, "probe": probe}  # fmt: skip
+    (run_dir / "run.json").write_text(json.dumps(summary, indent=1) + "\n")
+    records = load_run(run_dir)
     logger.info(
         "%s seed %d: %d steps in %.0fs", arm, seed, len(records.trainer_steps), time.monotonic() - started
     )
