@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from hermes_opd.bench.learning_probe import probe_run
@@ -157,14 +158,31 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def unload_adapters(vllm_root_url: str, prefix: str) -> None:
-    """Unload every adapter of `prefix` still on the server (a finished run's last ones)."""
-    with contextlib.suppress(urllib.error.URLError, OSError, ValueError):
+def unload_adapters(vllm_root_url: str, prefix: str) -> list[str]:
+    """Unload every adapter of `prefix` still on the server (a finished run's last ones); returns
+    their names. vLLM answers an unload with plain text, so only the status is read."""
+    try:
         served = [m["id"] for m in _http_json("GET", f"{vllm_root_url}/v1/models")["data"]]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
+        logger.warning("could not list the adapters on %s: %s", vllm_root_url, exc)
+        return []
+    unloaded = []
+    with httpx.Client(timeout=60) as http:
         for name in served:
-            if adapter_step(prefix, name) is not None:
-                with contextlib.suppress(urllib.error.URLError, OSError):
-                    _http_json("POST", f"{vllm_root_url}/v1/unload_lora_adapter", {"lora_name": name})
+            if adapter_step(prefix, name) is None:
+                continue
+            try:
+                response = http.post(f"{vllm_root_url}/v1/unload_lora_adapter", json={"lora_name": name})
+            except httpx.HTTPError as exc:
+                logger.warning("could not unload adapter %s: %s", name, exc)
+                continue
+            if response.status_code == 200:
+                unloaded.append(name)
+            else:
+                logger.warning(
+                    "unloading %s answered %d: %s", name, response.status_code, response.text[:200]
+                )
+    return unloaded
 
 
 # -- configs ----------------------------------------------------------------------------------------
