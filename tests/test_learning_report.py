@@ -119,7 +119,7 @@ def test_settings_precedence_and_clear_errors(tmp_path, dev_model_dir):
     config.write_text("steps: 4\narms: opd,hybrid\nenv: {max_turns: 2}\ntrainer: {optim: {lr: 0.01}}\n")
     values, settings = resolve_settings(_args(config=str(config), steps=5, student_model=str(dev_model_dir)))
     assert (settings.steps, values["arms"], settings.env["max_turns"]) == (5, ["opd", "hybrid"], 2)
-    assert settings.trainer == {"optim": {"lr": 0.01}} and settings.generations_per_step == 8
+    assert settings.trainer == {"optim": {"lr": 0.01}} and settings.generations_per_step == 4
     quick_values, quick = resolve_settings(_args(quick=True, student_model=str(dev_model_dir)))
     assert (quick.steps, quick_values["arms"], quick_values["seeds"]) == (2, ["opd"], 1)
     with pytest.raises(ConfigError, match="arms must be a comma-separated subset of grpo,opd,hybrid"):

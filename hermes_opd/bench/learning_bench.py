@@ -42,7 +42,7 @@ CONFIG_KEYS = ("vllm_url", "served_model", "student_model", "steps", "groups_per
 """Keys of a `--config` YAML; command-line flags override them."""
 
 DEFAULTS: dict[str, Any] = {
-    "steps": 6, "groups_per_step": 2, "group_size": 4, "eval_every": 2, "seeds": 3,
+    "steps": 6, "groups_per_step": 1, "group_size": 4, "eval_every": 2, "seeds": 3,
     "arms": "grpo,opd,hybrid", "workers": 1, "lora_r": 8, "lr": 1e-3, "run_timeout_s": 900.0,
 }  # fmt: skip
 QUICK: dict[str, Any] = {
@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arms", help=f"comma-separated subset of {','.join(ARMS)} (default all)")
     parser.add_argument("--seeds", type=int, help=f"seeds 0..N-1 (default {DEFAULTS['seeds']})")
     parser.add_argument("--steps", type=int, help=f"optimizer steps per run (default {DEFAULTS['steps']})")
-    parser.add_argument("--groups-per-step", type=int, help="groups per batch (default 2)")
+    parser.add_argument("--groups-per-step", type=int, help="groups per batch (default 1)")
     parser.add_argument("--group-size", type=int, help="rollouts per group (default 4)")
     parser.add_argument("--eval-every", type=int, help="held-out evaluation every k steps (default 2)")
     parser.add_argument("--workers", type=int, help="env serve workers (default 1)")
