@@ -35,7 +35,8 @@ def test_quick_learning_bench_moves_the_served_policy_towards_the_teacher(dev_mo
         "hybrid_final",
         "hybrid_generations_over_grpo",
     ]
-    assert last["opd_teacher_gap_end"] < last["opd_teacher_gap_start"], last
+    # 10 of 10 quick runs (seeds 0-9) fell by 0.0022-0.0347 nats (docs/learning.md); margin 0.001
+    assert last["opd_teacher_gap_end"] <= last["opd_teacher_gap_start"] - 0.001, last
     assert last["opd_teacher_gap_fell"] == "1/1"
 
     record = json.loads((out / "learning.json").read_text())
