@@ -45,3 +45,21 @@ def test_unbiased_defaults_and_eval_temperature_are_accepted():
     assert training_sampling_problem(1.0, 1.0) is None
     config = AgenticOPDConfig(eval_temperature=0.0)
     assert (config.temperature, config.top_p, config.allow_biased_sampling) == (1.0, 1.0, False)
+
+
+def test_every_enforced_parameter_is_checked_and_named():
+    from hermes_opd.vllm_api.sampling_params import ENFORCED_SAMPLING_PARAMS, NEUTRAL_SAMPLING_PARAMS
+
+    assert training_sampling_problem(1.0, 1.0, NEUTRAL_SAMPLING_PARAMS) is None
+    assert training_sampling_problem(1.0, 1.0, {**NEUTRAL_SAMPLING_PARAMS, "top_k": 0}) is None
+    problem = training_sampling_problem(1.0, 1.0, {**NEUTRAL_SAMPLING_PARAMS, "top_k": 1, "min_p": 0.1})
+    assert "top_k=1, min_p=0.1" in problem
+    assert "Enforced parameters: temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, " \
+        "frequency_penalty." in problem  # fmt: skip
+    missing = {k: v for k, v in NEUTRAL_SAMPLING_PARAMS.items() if k != "repetition_penalty"}
+    assert "(repetition_penalty left to the server's generation config)" in training_sampling_problem(
+        1.0, 1.0, missing
+    )
+    with pytest.raises(ValueError, match="not sampling parameters this check knows: \\['seed'\\]"):
+        training_sampling_problem(1.0, 1.0, {"seed": 1})
+    assert len(ENFORCED_SAMPLING_PARAMS) == 7

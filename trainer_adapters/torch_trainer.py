@@ -22,6 +22,7 @@ from trainer_adapters.collate import CollatedBatch, CollateOptions, collate_grou
 from trainer_adapters.metrics_log import MetricsLog
 from trainer_adapters.model_loading import default_pad_token_id, load_policy, resolve_precision, vocab_rows
 from trainer_adapters.objective import compute_objective, opd_entry_ids
+from trainer_adapters.policy_lag import policy_lag_metrics
 from trainer_adapters.repeated_groups import RepeatedGroupFilter
 from trainer_adapters.student_logprobs import (
     StudentLogprobs,
@@ -254,13 +255,22 @@ class TorchTrainer:
         try:
             client.register(self.registration())
             while self.step < self.config.num_steps:
+                waited = time.perf_counter()
                 groups = self.repeats.new_groups(client.wait_for_batch(timeout_s=atropos.poll_timeout_s))
+                batch_wait_s = time.perf_counter() - waited
                 if not groups:  # every group of the batch was a repeat: no step
                     continue
+                lag = policy_lag_metrics(groups, self.step)
                 metrics = self.train_step(groups)
+                metrics.update(lag)
                 metrics["batch/repeated_groups_dropped"] = float(self.repeats.dropped)
-                self.metrics_log.write(self.step, metrics)
-                self._after_step()
+                metrics["time/batch_wait_s"] = batch_wait_s
+                synced = time.perf_counter()
+                try:
+                    self._after_step()
+                finally:  # the step's metrics are kept even when the sync fails
+                    metrics["time/checkpoint_and_sync_s"] = time.perf_counter() - synced
+                    self.metrics_log.write(self.step, metrics)
             latest = latest_checkpoint(self.checkpoint_root)
             if latest is None or not latest.name.endswith(f"{self.step:08d}"):
                 self.save_checkpoint()

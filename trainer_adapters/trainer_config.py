@@ -202,10 +202,20 @@ class WeightSyncConfig(_Strict):
     )
     vllm_url: str = Field("http://127.0.0.1:9001", description="vllm_lora mode: the vLLM server's base URL.")
     lora_name: str = Field(
-        "policy", description="vllm_lora mode: adapter name the env requests as its model."
+        "policy",
+        description="vllm_lora mode: the adapter name (inplace) or prefix (per_step: <lora_name>-step<N>).",
+    )
+    lora_naming: Literal["per_step", "inplace"] = Field(
+        "per_step",
+        description="vllm_lora mode: per_step loads a new adapter per sync and unloads older ones (the env "
+        "samples the newest, policy_lora_prefix); inplace replaces one name with load_inplace, which vLLM "
+        "0.32 re-reads from disk on every engine step that serves it.",
+    )
+    keep_adapters: int = Field(
+        2, ge=1, description="vllm_lora per_step: newest adapters kept loaded (rollouts in flight finish)."
     )
     load_inplace: bool = Field(
-        True, description="vllm_lora mode: replace the adapter under the same name (vLLM >= 0.10)."
+        True, description="vllm_lora inplace: replace the adapter under the same name (vLLM >= 0.10)."
     )
     timeout_s: float = Field(300.0, gt=0, description="Timeout of the command or the HTTP call.")
     fail_on_error: bool = Field(

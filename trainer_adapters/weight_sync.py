@@ -4,10 +4,11 @@ Two hooks, both fed the checkpoint directory that was just written:
 - `command`: run an argv (no shell) with `{checkpoint}` (the checkpoint's model/ directory) and
   `{step}` substituted, e.g. a script that restarts vLLM on the new weights, or one that copies
   them elsewhere. Works for full and LoRA training.
-- `vllm_lora`: POST {"lora_name", "lora_path", "load_inplace"} to vLLM's /v1/load_lora_adapter.
-  Needs LoRA training, a vLLM started with --enable-lora (and --max-lora-rank >= r), and
-  VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 in its environment. The env then samples with
-  model=<lora_name>.
+- `vllm_lora`: POST the adapter to vLLM's /v1/load_lora_adapter. Needs LoRA training, a vLLM
+  started with --enable-lora (and --max-lora-rank >= r), and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 in
+  its environment. `lora_naming: per_step` (default) loads `<lora_name>-step<N>` and unloads older
+  ones; the env (`policy_lora_prefix`) samples with the newest. `lora_naming: inplace` replaces
+  `<lora_name>` with `load_inplace`, which vLLM 0.32 re-reads from disk on every engine step.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import httpx
 
 from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.contract.policy_version import adapter_name
 from trainer_adapters.trainer_config import WeightSyncConfig
 
 logger = logging.getLogger(__name__)
@@ -49,6 +51,13 @@ def command_sync(argv: list[str], timeout_s: float) -> WeightSync:
     return sync
 
 
+def _post(http: httpx.Client, url: str, body: dict) -> httpx.Response:
+    try:
+        return http.post(url, json=body)
+    except httpx.HTTPError as exc:
+        raise WeightSyncError(f"vLLM unreachable at {url}: {exc}") from exc
+
+
 def vllm_lora_sync(
     base_url: str,
     lora_name: str,
@@ -57,17 +66,21 @@ def vllm_lora_sync(
     timeout_s: float,
     transport: httpx.BaseTransport | None = None,
 ) -> WeightSync:
+    """Load each checkpoint under the one name `lora_name` (`load_inplace` replaces it).
+
+    vLLM 0.32 stores the request with `load_inplace: true` and passes it to the engine with every
+    request that names the adapter; `LRUCacheWorkerLoRAManager.add_adapter` (vllm/lora/
+    worker_manager.py) then loads the adapter from disk again on every engine step that serves it.
+    `vllm_lora_step_sync` avoids that cost."""
+
     def sync(checkpoint: Path, step: int) -> None:
         body = {
             "lora_name": lora_name,
             "lora_path": str((checkpoint / "model").resolve()),
             "load_inplace": load_inplace,
         }
-        try:
-            with httpx.Client(timeout=timeout_s, transport=transport) as http:
-                response = http.post(f"{base_url.rstrip('/')}/v1/load_lora_adapter", json=body)
-        except httpx.HTTPError as exc:
-            raise WeightSyncError(f"vLLM load_lora_adapter unreachable at {base_url}: {exc}") from exc
+        with httpx.Client(timeout=timeout_s, transport=transport) as http:
+            response = _post(http, f"{base_url.rstrip('/')}/v1/load_lora_adapter", body)
         if response.status_code != 200:
             raise WeightSyncError(
                 f"vLLM load_lora_adapter answered {response.status_code}: {response.text[:1000]}"
@@ -77,11 +90,57 @@ def vllm_lora_sync(
     return sync
 
 
+def vllm_lora_step_sync(
+    base_url: str,
+    prefix: str,
+    *,
+    keep_adapters: int,
+    timeout_s: float,
+    transport: httpx.BaseTransport | None = None,
+) -> WeightSync:
+    """Load each checkpoint as a NEW adapter `<prefix>-step<N>` (hermes_opd/contract/policy_version.py),
+    then unload this trainer's adapters older than the newest `keep_adapters`.
+
+    A fresh name is loaded once, never re-read per request (unlike `load_inplace`); keeping the
+    previous adapter(s) lets rollouts that started on them finish. An unload that fails is logged,
+    not fatal: the new weights are already in place."""
+    loaded: list[str] = []
+
+    def sync(checkpoint: Path, step: int) -> None:
+        name = adapter_name(prefix, step)
+        root = base_url.rstrip("/")
+        body = {"lora_name": name, "lora_path": str((checkpoint / "model").resolve())}
+        with httpx.Client(timeout=timeout_s, transport=transport) as http:
+            response = _post(http, f"{root}/v1/load_lora_adapter", body)
+            if response.status_code != 200:
+                raise WeightSyncError(
+                    f"vLLM load_lora_adapter {name!r} answered {response.status_code}: {response.text[:1000]}"
+                )
+            loaded.append(name)
+            while len(loaded) > keep_adapters:
+                old = loaded.pop(0)
+                try:
+                    gone = _post(http, f"{root}/v1/unload_lora_adapter", {"lora_name": old})
+                except WeightSyncError as exc:
+                    logger.warning("could not unload adapter %r: %s", old, exc)
+                    continue
+                if gone.status_code != 200:
+                    logger.warning("vLLM unload_lora_adapter %r answered %d: %s", old, gone.status_code,
+                                   gone.text[:300])  # fmt: skip
+        logger.info("vLLM loaded adapter %r (step %d)", name, step)
+
+    return sync
+
+
 def make_weight_sync(config: WeightSyncConfig) -> WeightSync | None:
     if config.mode == "none":
         return None
     if config.mode == "command":
         return command_sync(config.command, config.timeout_s)
+    if config.lora_naming == "per_step":
+        return vllm_lora_step_sync(
+            config.vllm_url, config.lora_name, keep_adapters=config.keep_adapters, timeout_s=config.timeout_s
+        )
     return vllm_lora_sync(
         config.vllm_url, config.lora_name, load_inplace=config.load_inplace, timeout_s=config.timeout_s
     )

@@ -65,6 +65,13 @@ class _EnvKnobs(BaseEnvConfig):
         "(temperature-1) logprobs, so such rollouts bias the GRPO ratio and the OPD gradient "
         "(hermes_opd/pipeline/sampling_check.py, docs/trainers.md).",
     )
+    policy_lora_prefix: str | None = Field(
+        default=None,
+        description="Sample each group with the newest LoRA adapter `<prefix>-step<N>` the policy server "
+        "lists (the torch trainer's weight_sync lora_naming per_step) and record N as the group's "
+        "policy_version; the teacher scores with it too when it shares the policy's server. "
+        "null: always the configured model.",
+    )
     sandbox_root: str | None = Field(
         default=None, description="Parent directory of rollout sandboxes (default: temp)."
     )

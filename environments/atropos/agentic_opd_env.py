@@ -33,6 +33,7 @@ from environments.atropos.group_builder import (
     has_distill_signal,
     trim_after_last_turn,
 )
+from environments.atropos.policy_adapter import PolicyAdapterTracker, PolicyWeights
 from environments.atropos.process_tuning import freeze_startup_heap
 from environments.atropos.role_servers import (
     RoleServers,
@@ -53,6 +54,7 @@ from environments.tasks.loaders import load_tasks
 from environments.tasks.split import split_tasks
 from environments.tasks.task import Task
 from hermes_opd.contract.errors import ConfigError
+from hermes_opd.contract.policy_version import POLICY_VERSION_KEY
 from hermes_opd.devkit.paths import default_dev_model_dir
 from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.pipeline.opd_metrics import group_metrics
@@ -97,6 +99,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
         self.role_servers: RoleServers = resolve_role_servers(config, policy_configs, self.opd_config)
         """Which endpoint serves policy, judge and teacher: resolved once, read by setup's check, the
         pipeline and `hermes-opd process`'s preflight."""
+        self.policy_tracker: PolicyAdapterTracker | None = None
 
     # -- Atropos hooks ---------------------------------------------------------------------------
     @classmethod
@@ -146,6 +149,9 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             )  # before the teacher's tokenizer check: errors name the role
         if self.config.opd_enabled:
             self.pipeline = await self._build_pipeline()
+        policy_client = getattr(self.server.servers[0], "client", None) if self.server.servers else None
+        if policy_client is not None:
+            self.policy_tracker = PolicyAdapterTracker(policy_client, self.config.policy_lora_prefix)
         logger.info("agentic-opd: %d train / %d eval tasks; OPD %s", len(self.train_tasks), len(self.eval_tasks),
                     "on" if self.pipeline else "off")  # fmt: skip
         frozen = freeze_startup_heap()  # left out of every later full collection
@@ -205,8 +211,9 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
 
     async def collect_trajectories(self, item: Task) -> tuple[dict[str, Any] | None, list]:
         started = time.monotonic()
+        weights = await self._policy_weights()
         outcomes = await asyncio.gather(
-            *(self._rollout_and_distill(item, i) for i in range(self.config.group_size)),
+            *(self._rollout_and_distill(item, i, weights) for i in range(self.config.group_size)),
             return_exceptions=True,
         )
         rollouts = kept_rollouts(outcomes, f"a rollout of {item.task_id}")
@@ -219,11 +226,17 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             opd=self.opd_config,
             generation_params={"temperature": self.config.temperature, "top_p": self.config.top_p},
         )
+        if weights is not None:
+            group["group_overrides"][POLICY_VERSION_KEY] = weights.version
         if len(rollouts) < self.config.group_size:
             # atroposlib drops a group whose size differs from group_size unless the group says so
             group["group_overrides"]["group_size"] = len(rollouts)
         self._record_metrics(
-            item, list(rollouts), time.monotonic() - started, failed=len(outcomes) - len(rollouts)
+            item,
+            list(rollouts),
+            time.monotonic() - started,
+            failed=len(outcomes) - len(rollouts),
+            policy_version=weights.version if weights is not None else None,
         )
         self.groups_built += 1
         return group, []
@@ -251,8 +264,12 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
     async def evaluate(self, *args, **kwargs) -> dict[str, float]:
         """pass@1 (every hidden test passes) and mean score over the eval split, one rollout each."""
         started = time.time()
+        weights = await self._policy_weights(teacher=False)
         outcomes = await asyncio.gather(
-            *(self._rollout(task, seed=i, eval_mode=True) for i, task in enumerate(self.eval_tasks)),
+            *(
+                self._rollout(task, seed=i, eval_mode=True, weights=weights)
+                for i, task in enumerate(self.eval_tasks)
+            ),
             return_exceptions=True,
         )
         results = kept_rollouts(outcomes, "an eval rollout")
@@ -266,9 +283,10 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             "eval/mean_score": statistics.fmean(scores) if scores else 0.0,
             "eval/tasks": float(len(outcomes)),
             "eval/rollouts_failed": float(failed),
+            "eval/policy_version": float(weights.version if weights is not None else 0),
         }
         logger.info("evaluate: %s", metrics)
-        self._append_metrics({"kind": "eval", **metrics})
+        self._append_metrics({"kind": "eval", "time": time.time(), **metrics})
         if self.config.data_dir_to_save_evals:
             await self.evaluate_log(metrics=metrics, start_time=started, end_time=time.time())
         return metrics
@@ -286,8 +304,26 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
         await super().wandb_log(wandb_metrics)
 
     # -- rollouts --------------------------------------------------------------------------------
-    async def _rollout_and_distill(self, task: Task, index: int) -> FinishedRollout:
-        rollout = await self._rollout(task, seed=index)
+    async def _policy_weights(self, teacher: bool = True) -> PolicyWeights | None:
+        """The newest weights on the policy server; the teacher scores with them too when it shares
+        the policy's server and model (the teacher is the policy plus the hint)."""
+        if self.policy_tracker is None or not self.config.policy_lora_prefix:
+            return None
+        weights = await self.policy_tracker.current()
+        opd = self.config.opd_config()
+        if (
+            teacher
+            and self.pipeline is not None
+            and opd.teacher.model is None
+            and opd.teacher.base_url is None
+        ):
+            self.pipeline.teacher.client.model = weights.model
+        return weights
+
+    async def _rollout_and_distill(
+        self, task: Task, index: int, weights: PolicyWeights | None = None
+    ) -> FinishedRollout:
+        rollout = await self._rollout(task, seed=index, weights=weights)
         if self.pipeline is not None and rollout.trajectory.turns:
             try:
                 rollout.distill = await self.pipeline.process(rollout.trajectory)
@@ -298,7 +334,9 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
                 rollout.info["opd_error"] = f"{type(exc).__name__}: {exc}"
         return rollout
 
-    async def _rollout(self, task: Task, seed: int, eval_mode: bool = False) -> FinishedRollout:
+    async def _rollout(
+        self, task: Task, seed: int, eval_mode: bool = False, weights: PolicyWeights | None = None
+    ) -> FinishedRollout:
         limits = SandboxLimits(
             command_timeout_s=self.config.command_timeout_s,
             memory_mb=self.config.sandbox_memory_mb,
@@ -319,7 +357,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
         async with Sandbox.create(limits, root_dir=self.config.sandbox_root) as sandbox:
             outcome = await run_rollout(
                 tokenizer=self.tokenizer,
-                sampler=self._sampler(temperature, eval_mode),
+                sampler=self._sampler(temperature, eval_mode, weights.model if weights else None),
                 sandbox=sandbox,
                 messages=messages,
                 tools=TOOL_SCHEMAS,
@@ -356,13 +394,14 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             info["error"] = outcome.error
         return FinishedRollout(trajectory=trajectory, score=verdict.score, distill=None, info=info)
 
-    def _sampler(self, temperature: float, eval_mode: bool):
+    def _sampler(self, temperature: float, eval_mode: bool, policy_model: str | None = None):
         split = "eval" if eval_mode else "train"
+        adapter = {"policy_model": policy_model} if policy_model else {}
 
         async def sample(context: list[int], max_tokens: int) -> GeneratedSequence:
             _, outputs, logprobs, finish = await self.server.tokens_and_logprobs_completion(
                 input_ids=list(context), n=1, max_tokens=max_tokens, temperature=temperature,
-                top_p=self.config.top_p, split=split,
+                top_p=self.config.top_p, split=split, **adapter,
             )  # fmt: skip
             return GeneratedSequence(outputs[0], logprobs[0], str(finish[0]), "")
 
@@ -425,15 +464,23 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             handle.flush()
 
     def _record_metrics(
-        self, task: Task, rollouts: list[FinishedRollout], duration_s: float, failed: int = 0
+        self,
+        task: Task,
+        rollouts: list[FinishedRollout],
+        duration_s: float,
+        failed: int = 0,
+        policy_version: int | None = None,
     ) -> None:
         stops = Counter(r.info["stop_reason"] for r in rollouts)
         metrics: dict[str, Any] = {
             "group/score_mean": statistics.fmean(r.score for r in rollouts),
+            "group/scores_equal": float(len({r.score for r in rollouts}) == 1),
             "group/turns_mean": statistics.fmean(len(r.trajectory.turns) for r in rollouts),
             "group/tool_calls": sum(r.info["tool_calls"] for r in rollouts),
             "group/malformed_calls": sum(r.info["malformed_calls"] for r in rollouts),
             "group/duration_s": duration_s,
+            "group/rollout_mean_s": statistics.fmean(r.info["rollout_s"] for r in rollouts),
+            "group/tail_after_rollouts_s": max(0.0, duration_s - max(r.info["rollout_s"] for r in rollouts)),
             "group/opd_duration_mean_s": statistics.fmean(r.distill.duration_s for r in rollouts if r.distill)
             if any(r.distill for r in rollouts)
             else 0.0,
@@ -444,7 +491,10 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
         if distills:
             metrics.update(group_metrics(distills))
         self._pending_metrics.append(metrics)
-        self._append_metrics({"kind": "group", "task_id": task.task_id, "time": time.time(), **metrics})
+        record = {"kind": "group", "task_id": task.task_id, "time": time.time(), **metrics}
+        if policy_version is not None:
+            record[POLICY_VERSION_KEY] = policy_version
+        self._append_metrics(record)
 
 
 if __name__ == "__main__":

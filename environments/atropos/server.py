@@ -123,7 +123,12 @@ class CurrentVLLMServer(APIServer):
         return self.tokenizer.encode(prompt, add_special_tokens=False)
 
     async def _tokens_and_logprobs_completion_wrapper(self, **kwargs) -> tuple[list, list, list, list]:
-        kwargs.pop("model", None)
+        kwargs.pop("model", None)  # atroposlib always sets the configured name here
+        adapter = kwargs.pop(
+            "policy_model", None
+        )  # the newest LoRA adapter (environments/atropos/policy_adapter.py)
+        if adapter:
+            kwargs["model"] = adapter
         prompt_ids = self._prompt_ids(kwargs)
         max_tokens = kwargs.pop("max_tokens", None) or kwargs.pop("max_new_tokens", None)
         max_tokens = max_tokens or kwargs.pop("max_completion_tokens", None) or 256

@@ -1,4 +1,4 @@
-"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|sandbox|hint-selection|student-topk|send>
+"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|sandbox|hint-selection|student-topk|send|learning>
 [--json] [--quick] [--repeat N]`.
 
 Every benchmark prints a short human summary and, with `--json`, one JSON object on its LAST line.
@@ -31,6 +31,7 @@ BENCHES = (
     "hint-selection",
     "student-topk",
     "send",
+    "learning",
 )
 
 
@@ -84,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sandbox", help="sandbox command overhead: shell-built root vs bubblewrap (root only)")
     _common(p)
     p.add_argument("--commands", type=int, default=None, help="commands per builder (default 100; quick 10)")
+
+    p = sub.add_parser(
+        "learning", help="GRPO only / OPD only / both through the real online loop (docs/learning.md)"
+    )
+    from hermes_opd.bench.learning_bench import add_arguments
+
+    add_arguments(p)
 
     p = sub.add_parser("teacher", help="teacher scoring latency and bytes, split into server/transfer/parse")
     _common(p)
@@ -319,6 +327,11 @@ def main(argv: list[str]) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.bench == "learning":  # its own outputs: JSON file, PNG, table, headline line
+        from hermes_opd.bench.learning_bench import run
+
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return run(args)
     for name in ("hermes_opd", "httpx", "httpx2", "openai", "judge", "scoring"):
         logging.getLogger(name).setLevel(logging.WARNING)
     if args.repeat < 1:

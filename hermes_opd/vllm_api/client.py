@@ -29,6 +29,7 @@ from hermes_opd.vllm_api.errors import (
     VLLMError,
 )
 from hermes_opd.vllm_api.retry import RetryPolicy, retrying
+from hermes_opd.vllm_api.sampling_params import explicit_sampling_params
 from hermes_opd.vllm_api.wire_format import (
     GeneratedSequence,
     parse_generated,
@@ -209,7 +210,10 @@ class VLLMCompletionsClient:
     ) -> list[GeneratedSequence]:
         """Sample `n` continuations of `prompt_ids`; return exact ids and sampled-token logprobs, and
         with `top_logprobs=K` > 0 the sampler's top-K rows at each generated position (only the
-        sampled positions are involved, so it is cheap; docs/distill-format.md, "Student top-K")."""
+        sampled positions are involved, so it is cheap; docs/distill-format.md, "Student top-K").
+
+        Every sampling parameter the server could take from the model's `generation_config.json` is
+        sent explicitly (hermes_opd/vllm_api/sampling_params.py); `extra` may still override them."""
         if not prompt_ids:
             raise ValueError("prompt_ids is empty")
         payload: dict[str, Any] = {
@@ -217,8 +221,7 @@ class VLLMCompletionsClient:
             "prompt": list(prompt_ids),
             "n": n,
             "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
+            **explicit_sampling_params(temperature, top_p),
             "logprobs": int(top_logprobs),
             "return_token_ids": True,
             "skip_special_tokens": False,

@@ -1,0 +1,373 @@
+"""One run of the closed online loop, for `hermes-opd bench learning` (docs/learning.md, "The loop").
+
+Real processes only: atroposlib's `run-api`, one or more `AgenticOPDEnv` `serve` workers, and
+`hermes-opd train` (the torch trainer, LoRA), against one vLLM that serves the policy, the teacher
+and every adapter the trainer loads (`--enable-lora`, VLLM_ALLOW_RUNTIME_LORA_UPDATING=1). After
+every optimizer step the trainer loads `<prefix>-step<N>` into that vLLM; the env samples and
+scores with the newest one. Held-out success comes from the env's own `evaluate`: the serve workers
+run it every `eval_every` trainer steps, and the bench runs it in-process at the start and the end.
+Every process is started in its own session and stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from hermes_opd.bench.learning_probe import probe_run
+from hermes_opd.bench.learning_report import ARMS, RunRecords
+from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, adapter_name, adapter_step
+from hermes_opd.devkit.dev_server import DevServer, free_port
+
+logger = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class LearningRunError(HermesOPDError, RuntimeError):
+    """A process of the loop failed or the run did not finish in time."""
+
+
+@dataclass
+class LoopSettings:
+    model_dir: str
+    """The student (policy) model directory; the trainer trains a LoRA on it."""
+    served_model: str
+    vllm_root_url: str
+    """vLLM's root URL (no /v1): adapters are loaded at {root}/v1/load_lora_adapter."""
+    out_dir: Path
+    steps: int
+    groups_per_step: int
+    group_size: int
+    eval_every: int
+    workers: int = 1
+    lora_r: int = 8
+    lr: float = 1e-3
+    run_timeout_s: float = 1800.0
+    env: dict[str, Any] = field(default_factory=dict)
+    """Extra `env:` keys of every worker (task set, turns, judge, ...), from the bench config."""
+    trainer: dict[str, Any] = field(default_factory=dict)
+    """Extra trainer keys, deep-merged into the generated trainer config."""
+
+    @property
+    def generations_per_step(self) -> int:
+        return self.groups_per_step * self.group_size
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        out[key] = (
+            deep_merge(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else value
+        )
+    return out
+
+
+def start_lora_vllm(
+    model_dir: str, lora_r: int, log_path: Path, served_model: str = "dev-model"
+) -> DevServer:
+    """A CPU vLLM that can hot-load LoRA adapters of rank <= `lora_r` (vllm-on-cpu notes, last section)."""
+    os.environ["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"  # DevServer passes our environment on
+    server = DevServer(
+        model_dir,
+        served_model_name=served_model,
+        log_path=str(log_path),
+        extra_args=[
+            "--enable-lora",
+            "--max-lora-rank",
+            str(lora_r),
+            "--max-loras",
+            "4",
+            "--max-cpu-loras",
+            "8",
+        ],
+    )
+    return server.start()
+
+
+# -- processes --------------------------------------------------------------------------------------
+def _start(argv: list[str], log: Path) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+           "WANDB_MODE": "disabled"}  # fmt: skip
+    with log.open("wb") as handle:
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 20) -> None:
+    """Stop a process this bench started, and its process group (sandbox children), by its PID."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def _http_json(method: str, url: str, body: dict | None = None, timeout: float = 30) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read() or b"null")
+
+
+def _wait_api(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise LearningRunError(f"run-api exited with {proc.returncode}: {log.read_text()[-1500:]}")
+        with contextlib.suppress(urllib.error.URLError, ConnectionError, OSError):
+            _http_json("GET", f"{url}/status", timeout=2)
+            return
+        time.sleep(0.3)
+    raise LearningRunError(f"run-api not up after {timeout_s}s: {log.read_text()[-1500:]}")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return records
+
+
+def unload_adapters(vllm_root_url: str, prefix: str) -> list[str]:
+    """Unload every adapter of `prefix` still on the server (a finished run's last ones); returns
+    their names. vLLM answers an unload with plain text, so only the status is read."""
+    try:
+        served = [m["id"] for m in _http_json("GET", f"{vllm_root_url}/v1/models")["data"]]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
+        logger.warning("could not list the adapters on %s: %s", vllm_root_url, exc)
+        return []
+    unloaded = []
+    with httpx.Client(timeout=60) as http:
+        for name in served:
+            if adapter_step(prefix, name) is None:
+                continue
+            try:
+                response = http.post(f"{vllm_root_url}/v1/unload_lora_adapter", json={"lora_name": name})
+            except httpx.HTTPError as exc:
+                logger.warning("could not unload adapter %s: %s", name, exc)
+                continue
+            if response.status_code == 200:
+                unloaded.append(name)
+            else:
+                logger.warning(
+                    "unloading %s answered %d: %s", name, response.status_code, response.text[:200]
+                )
+    return unloaded
+
+
+# -- configs ----------------------------------------------------------------------------------------
+def env_document(
+    settings: LoopSettings, *, seed: int, prefix: str | None, metrics_path: Path
+) -> dict[str, Any]:
+    env = {
+        "group_size": settings.group_size,
+        "seed": seed,
+        "policy_lora_prefix": prefix,
+        "steps_per_eval": settings.eval_every,
+        "total_steps": 100000,
+        "tokenizer_name": settings.model_dir,
+        "use_wandb": False,
+        "wandb_name": "agentic-opd",
+        "metrics_path": str(metrics_path),
+        "max_num_workers": settings.groups_per_step,
+        "judge_backend": "rules",
+        **settings.env,
+    }
+    openai = {
+        "base_url": f"{settings.vllm_root_url}/v1", "model_name": settings.served_model, "api_key": "EMPTY",
+        "server_type": "vllm", "tokenizer_name": settings.model_dir, "timeout": 300,
+    }  # fmt: skip
+    return {"env": env, "openai": openai}
+
+
+def trainer_document(
+    settings: LoopSettings, *, arm: str, seed: int, prefix: str, run_dir: Path, api_url: str
+) -> dict:
+    w_grpo, w_opd = ARMS[arm]
+    base = {
+        "trainer": "torch",
+        "num_steps": settings.steps,
+        "seed": seed,
+        "atropos": {
+            "url": api_url,
+            "batch_size": settings.generations_per_step,
+            "max_token_len": 4096,
+            "poll_initial_s": 0.2,
+            "poll_max_s": 1.0,
+            "poll_timeout_s": settings.run_timeout_s,
+        },  # fmt: skip
+        "model": {
+            "path": settings.model_dir,
+            "lora": {
+                "enabled": True,
+                "r": settings.lora_r,
+                "alpha": 2.0 * settings.lora_r,
+                "target_modules": "all-linear",
+            },
+        },  # fmt: skip
+        "optim": {"lr": settings.lr, "micro_batch_size": 8},
+        "loss": {"w_grpo": w_grpo, "w_opd": w_opd},
+        "checkpoint": {
+            "dir": str(run_dir / "checkpoints"),
+            "every_steps": 0,
+            "keep_last": 3,
+            "resume": False,
+        },
+        "logging": {"metrics_path": str(run_dir / "trainer.jsonl"), "stdout": False},
+        "weight_sync": {
+            "mode": "vllm_lora",
+            "vllm_url": settings.vllm_root_url,
+            "lora_name": prefix,
+            "lora_naming": "per_step",
+            "keep_adapters": 3,
+            "timeout_s": 120,
+        },  # fmt: skip
+    }
+    return deep_merge(base, settings.trainer)
+
+
+# -- evaluation through the env's own evaluate ------------------------------------------------------
+async def _evaluate(document: dict[str, Any]) -> dict[str, float]:
+    from environments.atropos.agentic_opd_env import AgenticOPDEnv
+    from environments.atropos.config_loading import build_job_config
+
+    job = build_job_config(document, env_cls=AgenticOPDEnv)
+    env = AgenticOPDEnv(job.env, job.servers, slurm=False, testing=False)
+    try:
+        await env.setup()
+        return await env.evaluate()
+    finally:
+        await env.close()
+
+
+def evaluate_policy(
+    settings: LoopSettings, *, seed: int, prefix: str | None, metrics_path: Path
+) -> dict[str, Any]:
+    """`AgenticOPDEnv.evaluate` on the held-out split with the newest adapter of `prefix` (the base
+    model when None); OPD is off here (evaluation needs no teacher)."""
+    document = env_document(settings, seed=seed, prefix=prefix, metrics_path=metrics_path)
+    document["env"]["opd_enabled"] = False
+    metrics = asyncio.run(_evaluate(document))
+    return {**metrics, POLICY_VERSION_KEY: int(metrics["eval/policy_version"]), "by": "bench"}
+
+
+# -- one run ----------------------------------------------------------------------------------------
+def load_run(run_dir: Path) -> RunRecords:
+    """A finished run's records from its directory (`run.json`, `trainer.jsonl`, `env.jsonl`), so
+    `--report-only` can rebuild the outputs of runs that finished before an interruption."""
+    summary = json.loads((run_dir / "run.json").read_text())
+    env_records = read_jsonl(run_dir / "env.jsonl")
+    serve_evals = [
+        {**r, POLICY_VERSION_KEY: int(r["eval/policy_version"]), "by": "env"}
+        for r in env_records
+        if r.get("kind") == "eval" and "eval/policy_version" in r
+    ]
+    records = RunRecords(arm=summary["arm"], seed=int(summary["seed"]),
+                         generations_per_step=int(summary["generations_per_step"]))  # fmt: skip
+    records.trainer_steps = read_jsonl(run_dir / "trainer.jsonl")
+    records.env_groups = [r for r in env_records if r.get("kind") == "group"]
+    records.evals = [summary["start_eval"], *serve_evals, summary["end_eval"]]
+    records.probe = summary.get("probe") or {}
+    return records
+
+
+def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, Any]) -> RunRecords:
+    """Train one arm for `settings.steps` steps through the real loop; collect its records."""
+    run_dir = settings.out_dir / f"{arm}-seed{seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    prefix = f"{arm}-s{seed}-{uuid.uuid4().hex[:6]}"
+    port = free_port()
+    api_url = f"http://127.0.0.1:{port}"
+    env_metrics = run_dir / "env.jsonl"
+    procs: list[subprocess.Popen] = []
+    started = time.monotonic()
+    try:
+        api_log = run_dir / "api.log"
+        api = _start([str(Path(sys.executable).with_name("run-api")), "--host", "127.0.0.1", "--port", str(port)],
+                     api_log)  # fmt: skip
+        procs.append(api)
+        _wait_api(api_url, api, api_log)
+        trainer_yaml = run_dir / "trainer.yaml"
+        trainer_yaml.write_text(yaml.safe_dump(
+            trainer_document(settings, arm=arm, seed=seed, prefix=prefix, run_dir=run_dir, api_url=api_url)
+        ))  # fmt: skip
+        trainer = _start([sys.executable, "-m", "trainer_adapters.train_cli", "--config", str(trainer_yaml)],
+                         run_dir / "trainer.log")  # fmt: skip
+        procs.append(trainer)
+        for worker in range(settings.workers):
+            document = env_document(
+                settings, seed=seed * 100 + worker, prefix=prefix, metrics_path=env_metrics
+            )
+            document["env"]["rollout_server_url"] = api_url
+            document["env"]["data_path_to_save_groups"] = str(run_dir / f"groups{worker}.jsonl")
+            env_yaml = run_dir / f"env{worker}.yaml"
+            env_yaml.write_text(yaml.safe_dump(document))
+            procs.append(_start([sys.executable, "-m", "environments.atropos.agentic_opd_env", "serve", "--config",
+                                 str(env_yaml)], run_dir / f"env{worker}.log"))  # fmt: skip
+        deadline = started + settings.run_timeout_s
+        while trainer.poll() is None:
+            for proc, name in zip(procs[2:], range(settings.workers), strict=True):
+                if proc.poll() is not None:
+                    raise LearningRunError(
+                        f"env worker {name} exited with {proc.returncode}: "
+                        f"{(run_dir / f'env{name}.log').read_text()[-2000:]}"
+                    )
+            if time.monotonic() > deadline:
+                raise LearningRunError(f"{arm} seed {seed}: not finished after {settings.run_timeout_s:.0f}s")
+            time.sleep(1.0)
+        if trainer.returncode != 0:
+            raise LearningRunError(
+                f"trainer exited with {trainer.returncode}: {(run_dir / 'trainer.log').read_text()[-2000:]}"
+            )
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+    end_eval = evaluate_policy(settings, seed=seed, prefix=prefix, metrics_path=run_dir / "final_eval.jsonl")
+    sent = [g for worker in range(settings.workers) for g in read_jsonl(run_dir / f"groups{worker}.jsonl")]
+    final_adapter = (
+        adapter_name(prefix, end_eval[POLICY_VERSION_KEY]) if end_eval[POLICY_VERSION_KEY] else None
+    )
+    try:
+        probe = probe_run(settings.vllm_root_url, settings.served_model, final_adapter, sent)
+    except Exception as exc:  # noqa: BLE001 - a failed probe is reported, the run's records are kept
+        logger.exception("the teacher-gap probe failed")
+        probe = {"error": f"{type(exc).__name__}: {exc}"}
+    unload_adapters(settings.vllm_root_url, prefix)
+    summary = {"arm": arm, "seed": seed, "generations_per_step": settings.generations_per_step,
+               "start_eval": start_eval, "end_eval": end_eval, "probe": probe}  # fmt: skip
+    (run_dir / "run.json").write_text(json.dumps(summary, indent=1) + "\n")
+    records = load_run(run_dir)
+    logger.info(
+        "%s seed %d: %d steps in %.0fs", arm, seed, len(records.trainer_steps), time.monotonic() - started
+    )
+    return records
