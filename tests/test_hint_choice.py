@@ -8,7 +8,7 @@ import pytest
 from hermes_opd.contract.provenance import best_candidate, rederive_hint, turn_provenance
 from judge.hint_choice import position_overlaps, select_by_teacher, select_by_text, teacher_scores
 from judge.parsing import Vote
-from judge.votes import decide
+from judge.votes import decide_votes
 
 HINTS = ["Run the tests first.", "Check the file path before opening it.", "Check the path."]
 
@@ -22,7 +22,7 @@ def test_text_policies_by_hand():
         [(1 / 10 + 1 / 6) / 2, (1 / 10 + 3 / 7) / 2, (1 / 6 + 3 / 7) / 2]
     )
     assert rep.winner == 2
-    assert rep.hint == decide([Vote(1, h, "") for h in HINTS], "any", "representative").hint
+    assert rep.hint == decide_votes([Vote(1, h, "") for h in HINTS], "any", "representative").hint
 
 
 def test_position_overlaps_count_only_the_teacher_top_k():
@@ -76,7 +76,7 @@ def test_provenance_rederives_the_choice_and_catches_a_forged_winner():
 
 def test_decide_keeps_every_accepted_hint_as_a_candidate():
     votes = [Vote(1, "alpha fix", ""), Vote(-1, None, ""), Vote(1, "beta fix", ""), Vote(1, "alpha fix", "")]
-    outcome = decide(votes, "majority", "teacher_overlap")
+    outcome = decide_votes(votes, "majority", "teacher_overlap")
     assert outcome.candidates == ("alpha fix", "beta fix", "alpha fix")
     assert outcome.hint == "alpha fix"  # provisional (representative) until the teacher scores them
-    assert decide(votes[:2], "majority", "shortest").candidates == ()  # not accepted: no candidates
+    assert decide_votes(votes[:2], "majority", "shortest").candidates == ()  # not accepted: no candidates
