@@ -24,9 +24,11 @@ class _EnvKnobs(BaseEnvConfig):
         description="Name in wandb and the env's name at the Atropos API (`/register-env` needs one).",
     )
     # -- tasks -----------------------------------------------------------------------------------
-    task_source: Literal["builtin", "jsonl", "hf"] = Field(
+    task_source: Literal["builtin", "conventions", "jsonl", "hf"] = Field(
         default="builtin",
-        description="Where tasks come from: the built-in coding tasks, a JSONL file, or a datasets dataset.",
+        description="Where tasks come from: the built-in coding tasks, the convention task family of the "
+        "learning benchmark (its own train / held-out split; eval_fraction is not used), a JSONL file, or a "
+        "datasets dataset.",
     )
     task_path: str | None = Field(
         default=None, description="JSONL path, or datasets name / local path for `hf`."
