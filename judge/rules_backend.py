@@ -54,7 +54,9 @@ _COMMAND_NOT_FOUND = [
 _MISSING_PATH = re.compile(r"^(.*No such file or directory.*)$", re.MULTILINE)
 _MISSING_SOLUTION_FILES = re.compile(r"^Missing solution file\(s\)[^:\n]*:\s*(.+)$", re.MULTILINE)
 """How environments/verifier.py lists the solution files it looked for and did not find."""
-_LOAD_ERROR = re.compile(r"could not load the solution: ([A-Za-z_][\w.]*(?:Error|Exception))(?::\s*(.*))?$", re.MULTILINE)
+_LOAD_ERROR = re.compile(
+    r"could not load the solution: ([A-Za-z_][\w.]*(?:Error|Exception))(?::\s*(.*))?$", re.MULTILINE
+)
 _CANNOT_IMPORT = re.compile(r"cannot import name '([\w.]+)' from '([\w.]+)'")
 _TOOL_ERROR = re.compile(r"^Error: (.+)$", re.MULTILINE)
 """How `environments/tools.py` words a call it refused or a tool that failed."""
