@@ -122,10 +122,7 @@ def pretrain_example(rng: random.Random, system_prompt: str, words: tuple[str, .
         {"role": "user", "content": prompt},
         {"role": "assistant", "content": "", "tool_calls": [call]},
         {"role": "tool", "name": "write_file", "content": f"Wrote {len(code.encode())} bytes to {path}."},
-        {
-            "role": "assistant",
-            "content": rng.choice(["Done.", f"`{function}` is in {path}.", "The file is written."]),
-        },
+        {"role": "assistant", "content": "Done."},
     ]
     return PretrainExample(messages=messages, open_kind=kind, hinted=hinted)
 
