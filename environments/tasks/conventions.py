@@ -106,9 +106,7 @@ class ConventionTask:
         return {
             "module": self.module,
             "imports": [self.function],
-            "tests": [
-                {"name": f"test_{i}", "checks": [check]} for i, check in enumerate(checks)
-            ],
+            "tests": [{"name": f"test_{i}", "checks": [check]} for i, check in enumerate(checks)],
         }
 
     def reference_solution(self) -> str:
