@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import statistics
 import sys
 import time
@@ -95,6 +96,8 @@ class Attempt:
     passed: bool
     parsed_call: bool
     written: str | None
+    defined: str | None = None
+    """The first function the written file defines."""
     hint: str | None = None
 
 
@@ -104,8 +107,8 @@ class HintReport:
     samples: int
     attempts: list[Attempt] = field(default_factory=list)
 
-    def rate(self, hinted: bool) -> float | None:
-        chosen = [a.passed for a in self.attempts if a.hinted == hinted]
+    def rate(self, hinted: bool, kind: str = "") -> float | None:
+        chosen = [a.passed for a in self.attempts if a.hinted == hinted and f"-{kind}" in a.task_id]
         return statistics.fmean(chosen) if chosen else None
 
     def summary(self) -> dict[str, Any]:
@@ -119,17 +122,21 @@ class HintReport:
             "no_hint_success": self.rate(False),
             "hinted_attempts": len(hinted),
             "hint_success": self.rate(True),
+            "no_hint_success_by_kind": {k: self.rate(False, k) for k in ("name", "module")},
+            "hint_success_by_kind": {k: self.rate(True, k) for k in ("name", "module")},
             "parsable_tool_call_rate": statistics.fmean(a.parsed_call for a in first) if first else None,
             "failed_first_attempts_without_hint": sum(1 for a in first if not a.passed) - len(hinted),
         }
 
 
-async def attempt(task: Task, sampler: TransformersSampler, system_prompt: str, hint: str | None):
+async def attempt(
+    task: Task, sampler: TransformersSampler, system_prompt: str, hint: str | None, max_tokens: int = 128
+):
     """One turn of the env's agent loop on `task`; (Attempt, the env's trajectory of it)."""
     messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": task.prompt}]
     if hint is not None:
         messages = enhance_messages(messages, hint)
-    limits = RolloutLimits(max_turns=1)
+    limits = RolloutLimits(max_turns=1, max_tokens_per_turn=max_tokens)
     async with Sandbox.create() as sandbox:
         outcome = await run_rollout(
             tokenizer=sampler.tokenizer, sampler=sampler, sandbox=sandbox, messages=messages,
@@ -140,6 +147,9 @@ async def attempt(task: Task, sampler: TransformersSampler, system_prompt: str, 
     if verdict.feedback and trajectory.turns:  # as the env records it (verifier_feedback: true)
         trajectory.messages.append({"role": "user", "content": verdict.feedback, "name": "verifier"})
     calls = trajectory.messages[2].get("tool_calls", []) if len(trajectory.messages) > 2 else []
+    arguments = [c["function"]["arguments"] for c in calls if c["function"]["name"] == "write_file"]
+    arguments = [json.loads(a) if isinstance(a, str) else a for a in arguments]
+    defined = re.search(r"def (\w+)", str(arguments[0].get("content", ""))) if arguments else None
     written = next(
         (json.loads(c["function"]["arguments"]).get("path") if isinstance(c["function"]["arguments"], str)
          else c["function"]["arguments"].get("path") for c in calls if c["function"]["name"] == "write_file"),
@@ -151,6 +161,7 @@ async def attempt(task: Task, sampler: TransformersSampler, system_prompt: str, 
         passed=verdict.total > 0 and verdict.passed == verdict.total,
         parsed_call=bool(calls),
         written=written,
+        defined=defined.group(1) if defined else None,
         hint=hint,
     )
     return result, trajectory
@@ -163,6 +174,7 @@ async def measure_hint_following(
     samples: int = 4,
     temperature: float = 1.0,
     seed: int = 0,
+    max_tokens: int = 128,
     system_prompt: str | None = None,
     progress: bool = True,
 ) -> HintReport:
@@ -173,7 +185,7 @@ async def measure_hint_following(
     started = time.monotonic()
     for index, task in enumerate(tasks):
         for _ in range(samples):
-            first, trajectory = await attempt(task, sampler, system_prompt, None)
+            first, trajectory = await attempt(task, sampler, system_prompt, None, max_tokens)
             report.attempts.append(first)
             if first.passed or not trajectory.turns:
                 continue
@@ -181,7 +193,7 @@ async def measure_hint_following(
             votes = await judge.collect_votes(pair)
             hint = votes[0].hint if votes and votes[0].score == 1 else None
             if hint:
-                second, _ = await attempt(task, sampler, system_prompt, hint)
+                second, _ = await attempt(task, sampler, system_prompt, hint, max_tokens)
                 report.attempts.append(second)
         if progress:
             print(
@@ -202,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--samples", type=int, default=4, help="first attempts per task")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-tokens", type=int, default=128,
+                        help="new tokens per attempt (a right answer is about 50)")  # fmt: skip
     parser.add_argument("--split", choices=["heldout", "train"], default="heldout")
     parser.add_argument("--json", default=None, help="also write the attempts and the summary here")
     return parser
@@ -213,7 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     tasks = heldout if args.split == "heldout" else train
     report = asyncio.run(
         measure_hint_following(
-            args.model, tasks, samples=args.samples, temperature=args.temperature, seed=args.seed
+            args.model,
+            tasks,
+            samples=args.samples,
+            temperature=args.temperature,
+            seed=args.seed,
+            max_tokens=args.max_tokens,
         )
     )
     summary = report.summary()
