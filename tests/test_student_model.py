@@ -62,6 +62,10 @@ def test_pretraining_never_contains_a_convention_value(words):
     assert not forbidden & set(words)
     rng = random.Random(0)
     examples = [student_corpus.pretrain_example(rng, SYSTEM_PROMPT, words) for _ in range(3000)]
+    drills = [student_corpus.copy_drill(rng, words) for _ in range(1000)]
+    examples += [
+        student_corpus.PretrainExample(messages=[{}, *d], open_kind=None, hinted=None) for d in drills
+    ]
     seen = student_corpus.pretrain_values(examples)
     assert len(seen) > 1000  # the extraction finds the names: the check below is not vacuous
     assert not seen & forbidden

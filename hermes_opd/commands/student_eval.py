@@ -55,6 +55,7 @@ class TransformersSampler:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        torch.set_num_threads(1)  # a tiny model: one thread is fastest, above all on a shared machine
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         self.temperature = temperature

@@ -146,3 +146,20 @@ def pretrain_values(examples: list[PretrainExample]) -> set[str]:
         expanded.add(stem)
         expanded.update(stem.split("_"))
     return expanded
+
+
+def copy_drill(rng: random.Random, words: tuple[str, ...]) -> list[dict[str, Any]]:
+    """A short exchange that is nearly all copying: the user names the file, the function and the
+    body in one line, and the answer writes exactly those (no system block, no choice)."""
+    verb, noun, module = rng.sample(words, 3)
+    function = f"{verb}_{noun}"
+    expression = f"x {rng.choice(OPERATORS)} {rng.randint(2, 9)}"
+    prompt = rng.choice([
+        f"Write `{expression}` as `{function}` in `{module}.py`.",
+        f"Use `{module}.py` and name it `{function}`; return `{expression}`.",
+        f"Name the function `{function}`, put it in `{module}.py`, return `{expression}`.",
+    ])  # fmt: skip
+    code = f"def {function}(x):\n    return {expression}\n"
+    call = {"type": "function", "function": {"name": "write_file",
+                                             "arguments": json.dumps({"path": f"{module}.py", "content": code})}}  # fmt: skip
+    return [{"role": "user", "content": prompt}, {"role": "assistant", "content": "", "tool_calls": [call]}]
