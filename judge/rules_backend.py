@@ -1,6 +1,9 @@
 """Deterministic, offline judge: hints from the plain failure signals in the next state.
 
 It looks for, in order of how much they tell the assistant:
+0. what the verifier says it could not find: a solution file the checker looks for and that does not
+   exist (`Missing solution file(s) ...: helpers.py`), or a name the tests could not import from the
+   solution (`could not load the solution: ImportError: cannot import name 'f' from 'm'`),
 1. failing tests (pytest `FAILED a.py::test_x`, unittest `FAIL: test_x (...)`, `failed tests: ...`),
 2. a failed assertion (pytest `E   assert ...`, or `AssertionError: ...`),
 3. a Python traceback (exception type and message, and the last frame's file, line and code),
@@ -51,6 +54,12 @@ _COMMAND_NOT_FOUND = [
     re.compile(r"command not found: ([\w.+-]+)\s*$", re.MULTILINE),  # zsh
 ]
 _MISSING_PATH = re.compile(r"^(.*No such file or directory.*)$", re.MULTILINE)
+_MISSING_SOLUTION_FILES = re.compile(r"^Missing solution file\(s\)[^:\n]*:\s*(.+)$", re.MULTILINE)
+"""How environments/rollout/verifier.py lists the solution files it looked for and did not find."""
+_LOAD_ERROR = re.compile(
+    r"could not load the solution: ([A-Za-z_][\w.]*(?:Error|Exception))(?::\s*(.*))?$", re.MULTILINE
+)
+_CANNOT_IMPORT = re.compile(r"cannot import name '([\w.]+)' from '([\w.]+)'")
 _TOOL_ERROR = re.compile(r"^Error: (.+)$", re.MULTILINE)
 """How `environments/rollout/tools.py` words a call it refused or a tool that failed."""
 _TOOL_ERROR_ADVICE = (
@@ -82,11 +91,44 @@ def _unittest_name(method: str, where: str) -> str:
     return where if where.endswith("." + method) else f"{where}.{method}"
 
 
+def find_missing_solution_files(text: str) -> Finding | None:
+    match = _MISSING_SOLUTION_FILES.search(text)
+    if not match:
+        return None
+    names = _quote(match.group(1).strip())
+    return Finding(
+        kind="missing_solution_file",
+        statement=f"The checker looks for `{names}`, and that file does not exist.",
+        advice=f"Write the solution to `{names}`.",
+    )
+
+
+def find_load_error(text: str) -> Finding | None:
+    match = _LOAD_ERROR.search(text)
+    if not match:
+        return None
+    message = match.group(2) or ""
+    cannot_import = _CANNOT_IMPORT.search(message)
+    if cannot_import:
+        name, module = _quote(cannot_import.group(1)), _quote(cannot_import.group(2))
+        return Finding(
+            kind="load_error",
+            statement=f"The tests could not import the name `{name}` from the module `{module}`.",
+            advice=f"Define `{name}` in `{module}.py`, with exactly that name.",
+        )
+    raised = f"{match.group(1)}: {message}" if message else match.group(1)
+    return Finding(
+        kind="load_error",
+        statement=f"The tests could not load the solution: `{_quote(raised)}`.",
+        advice="Fix what keeps the solution from loading before anything else.",
+    )
+
+
 def find_failing_tests(text: str) -> Finding | None:
     names = [m.group(1) for m in _PYTEST_FAILED.finditer(text)]
     names += [_unittest_name(m.group(1), m.group(2)) for m in _UNITTEST_FAILED.finditer(text)]
     for listed in _LISTED_FAILED.finditer(text):
-        names += [n for n in re.split(r"[,;\s]+", listed.group(1)) if "test" in n.lower()]
+        names += [n.strip(":") for n in re.split(r"[,;\s]+", listed.group(1)) if "test" in n.lower()]
     names = list(dict.fromkeys(names))
     if not names:
         return None
@@ -217,6 +259,8 @@ class RulePatterns:
 def find_failures(text: str, patterns: RulePatterns) -> list[Finding]:
     """All findings in `text`, most informative first (see the module docstring)."""
     detectors: list[Callable[[str], Finding | None]] = [
+        find_missing_solution_files,
+        find_load_error,
         find_failing_tests,
         find_failed_assertion,
         find_python_exception,

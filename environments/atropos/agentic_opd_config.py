@@ -24,10 +24,11 @@ class _EnvKnobs(BaseEnvConfig):
         description="Name in wandb and the env's name at the Atropos API (`/register-env` needs one).",
     )
     # -- tasks -----------------------------------------------------------------------------------
-    task_source: Literal["builtin", "jsonl", "hf", "dirs"] = Field(
+    task_source: Literal["builtin", "conventions", "jsonl", "hf", "dirs"] = Field(
         default="builtin",
-        description="Where tasks come from: the built-in coding tasks, a JSONL file (.jsonl or .jsonl.gz), a "
-        "datasets dataset, or a directory of task directories (docs/tasks.md).",
+        description="Where tasks come from: the built-in coding tasks, the convention task family of the "
+        "learning benchmark (its own train / held-out split; eval_fraction is not used), a JSONL file "
+        "(.jsonl or .jsonl.gz), a datasets dataset, or a directory of task directories (docs/tasks.md).",
     )
     task_path: str | None = Field(
         default=None, description="JSONL path, datasets name / local path for `hf`, or the root for `dirs`."

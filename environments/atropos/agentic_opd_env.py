@@ -50,6 +50,7 @@ from environments.rollout.sandbox.sandbox import Sandbox
 from environments.rollout.tools import TOOL_SCHEMAS
 from environments.rollout.verifier import VerifierConfig, verify
 from environments.tasks.builtin import builtin_tasks
+from environments.tasks.conventions import convention_splits
 from environments.tasks.loaders import load_tasks
 from environments.tasks.split import split_tasks
 from environments.tasks.task import Task
@@ -130,8 +131,10 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
         return env_config, servers
 
     async def setup(self) -> None:
-        tasks = self._load_tasks()
-        self.train_tasks, self.eval_tasks = split_tasks(tasks, self.config.eval_fraction)
+        if self.config.task_source == "conventions":  # ships its own train / held-out split
+            self.train_tasks, self.eval_tasks = convention_splits()
+        else:
+            self.train_tasks, self.eval_tasks = split_tasks(self._load_tasks(), self.config.eval_fraction)
         if not self.train_tasks:
             raise ConfigError(
                 f"no training tasks left after holding out eval_fraction={self.config.eval_fraction}"

@@ -19,6 +19,12 @@ def _dev_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_student(args: argparse.Namespace) -> int:
+    from hermes_opd.commands.student_build import build_student_for_env
+
+    return build_student_for_env(args.dir, seed=args.seed, if_missing=args.if_missing)
+
+
 def _dev_server(args: argparse.Namespace) -> int:
     from hermes_opd.devkit.dev_server import DevServer, serve_forever
 
@@ -52,6 +58,10 @@ DELEGATED = {
         "hermes_opd.commands.validate_file",
         "check a groups JSONL file against docs/distill-format.md",
     ),
+    "student-eval": (
+        "hermes_opd.commands.student_eval",
+        "measure a student's hint-following on the held-out convention tasks",
+    ),
     "train": ("trainer_adapters.train_cli", "run the reference torch trainer against an Atropos API"),
     "tasks": (
         "hermes_opd.commands.tasks_score",
@@ -78,6 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--if-missing", action="store_true", help="do nothing when DIR already holds a build")
     build.set_defaults(handler=_dev_model)
+    student = dev_model_sub.add_parser(
+        "build-student",
+        help="pretrain the learnable dev student (tool-call format, following a named value) into DIR",
+    )
+    student.add_argument("dir", nargs="?", default=None, help="default: <cache>/dev-student")
+    student.add_argument("--seed", type=int, default=0)
+    student.add_argument(
+        "--if-missing", action="store_true", help="do nothing when DIR already holds a build"
+    )
+    student.set_defaults(handler=_build_student)
 
     server = sub.add_parser("dev-server", help="serve a local model with vLLM on 127.0.0.1 until Ctrl-C")
     server.add_argument("--model", required=True, help="model directory (e.g. one built by dev-model build)")

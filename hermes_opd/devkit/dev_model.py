@@ -115,6 +115,11 @@ def build_tokenizer(spec: DevModelSpec, extra_texts: list[str]):
     return tokenizer
 
 
+def dev_tokenizer(spec: DevModelSpec):
+    """The dev model's tokenizer for `spec`, trained exactly as `build_dev_model` trains it."""
+    return build_tokenizer(spec, _render_corpus_plain(random.Random(spec.seed)))
+
+
 def _render_corpus(tokenizer, rng: random.Random, count: int) -> list[str]:
     from hermes_opd.devkit.dev_corpus import DEV_TOOLS, synthetic_conversation
 

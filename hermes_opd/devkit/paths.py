@@ -15,3 +15,9 @@ def default_dev_model_dir() -> Path:
     """`$HERMES_OPD_DEV_MODEL`, else `<cache>/dev-model`."""
     env = os.environ.get("HERMES_OPD_DEV_MODEL")
     return Path(env) if env else cache_dir() / "dev-model"
+
+
+def default_student_dir() -> Path:
+    """`$HERMES_OPD_STUDENT`, else `<cache>/dev-student`."""
+    env = os.environ.get("HERMES_OPD_STUDENT")
+    return Path(env) if env else cache_dir() / "dev-student"

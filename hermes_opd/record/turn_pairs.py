@@ -52,8 +52,9 @@ def truncate_text(text: str, max_chars: int) -> str:
 def extract_turn_pairs(trajectory: Trajectory, max_next_state_chars: int = 4000) -> list[TurnPair]:
     """Every assistant turn (tool-call turns included) paired with its next state.
 
-    The next state is all consecutive `tool` messages right after the turn, or the next `user`
-    message (the verifier's feedback included). A turn followed by nothing gets role None.
+    The next state is all consecutive `tool` messages right after the turn (and the `user` message
+    right after them, when the rollout stopped there and the verifier's feedback follows), or the
+    next `user` message (the verifier's feedback included). A turn followed by nothing gets role None.
     """
     pairs: list[TurnPair] = []
     messages = trajectory.messages
@@ -73,6 +74,13 @@ def extract_turn_pairs(trajectory: Trajectory, max_next_state_chars: int = 4000)
                         f"[{name}]\n" + truncate_text(message_text(messages[j]), max_next_state_chars)
                     )
                     j += 1
+                if j < len(messages) and messages[j].get("role") == "user":
+                    # A rollout that stopped on a tool call: the verifier's word follows the results
+                    # directly and is part of this turn's next state.
+                    name = messages[j].get("name") or "user"
+                    parts.append(
+                        f"[{name}]\n" + truncate_text(message_text(messages[j]), max_next_state_chars)
+                    )
                 text = "\n\n".join(parts)
             elif first_role == "user":
                 role = "user"

@@ -1,0 +1,246 @@
+"""Measure a student's hint-following on the held-out convention tasks, through the env's own parts.
+
+For every held-out task and sample:
+1. a first attempt without a hint: the env's messages (its system prompt, the task prompt, its tool
+   schemas) rendered by the env's `TranscriptRecorder`, one turn of the env's agent loop
+   (`run_rollout`, real tools in a real sandbox), graded by the real verifier;
+2. when it fails: the next state the env would record (the tool results and the verifier's feedback),
+   the rules judge's hint for that turn (`RulesJudgeBackend`, which sees only that next state), and a
+   second attempt with that hint appended to the task message exactly where OPD puts it for the
+   teacher (`enhance_messages`).
+
+Sampling is transformers generation from the student's weights with the env's prompt rendering (no
+vLLM server is needed); temperature 1 and no truncation, as the env's training rollouts, or 0 (greedy,
+as the env's `evaluate`). It reports first-attempt success without a hint and success with the hint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from environments.atropos.agentic_opd_config import AgenticOPDConfig
+from environments.rollout.agent_loop import RolloutLimits, run_rollout
+from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.tools import TOOL_SCHEMAS
+from environments.rollout.verifier import verify
+from environments.tasks.conventions import convention_splits
+from environments.tasks.task import Task
+from hermes_opd.record.hint import enhance_messages
+from hermes_opd.record.turn_pairs import extract_turn_pairs
+from hermes_opd.vllm_api.wire_format import GeneratedSequence
+from judge.config import JudgeConfig
+from judge.rules_backend import RulesJudgeBackend
+
+logger = logging.getLogger(__name__)
+
+
+def default_system_prompt() -> str:
+    return AgenticOPDConfig.model_fields["system_prompt"].default
+
+
+class TransformersSampler:
+    """The agent loop's `Sampler` over a local transformers model (one sequence per call)."""
+
+    def __init__(self, model_dir: str | Path, temperature: float, seed: int) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(1)  # a tiny model: one thread is fastest, above all on a shared machine
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.temperature = temperature
+        self.generator = torch.Generator().manual_seed(seed)
+        self.eos_id = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    async def __call__(self, context: list[int], max_tokens: int) -> GeneratedSequence:
+        return self.sample(context, max_tokens)
+
+    def sample(self, context: list[int], max_tokens: int) -> GeneratedSequence:
+        import torch
+
+        ids, logprobs = [], []
+        past = None
+        step_input = torch.tensor([context])
+        with torch.no_grad():
+            for _ in range(max_tokens):
+                out = self.model(input_ids=step_input, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logp = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+                if self.temperature == 0:
+                    token = int(torch.argmax(logp))
+                else:
+                    probs = torch.softmax(logp / self.temperature, dim=-1)
+                    token = int(torch.multinomial(probs, 1, generator=self.generator))
+                ids.append(token)
+                logprobs.append(float(logp[token]))
+                if token == self.eos_id:
+                    break
+                step_input = torch.tensor([[token]])
+        finish = "stop" if ids and ids[-1] == self.eos_id else "length"
+        return GeneratedSequence(ids, logprobs, finish, self.tokenizer.decode(ids))
+
+
+@dataclass
+class Attempt:
+    task_id: str
+    hinted: bool
+    passed: bool
+    parsed_call: bool
+    written: str | None
+    defined: str | None = None
+    """The first function the written file defines."""
+    hint: str | None = None
+
+
+@dataclass
+class HintReport:
+    temperature: float
+    samples: int
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def rate(self, hinted: bool, kind: str = "") -> float | None:
+        chosen = [a.passed for a in self.attempts if a.hinted == hinted and f"-{kind}" in a.task_id]
+        return statistics.fmean(chosen) if chosen else None
+
+    def summary(self) -> dict[str, Any]:
+        first = [a for a in self.attempts if not a.hinted]
+        hinted = [a for a in self.attempts if a.hinted]
+        return {
+            "temperature": self.temperature,
+            "samples_per_task": self.samples,
+            "tasks": len({a.task_id for a in first}),
+            "first_attempts": len(first),
+            "no_hint_success": self.rate(False),
+            "hinted_attempts": len(hinted),
+            "hint_success": self.rate(True),
+            "no_hint_success_by_kind": {k: self.rate(False, k) for k in ("name", "module")},
+            "hint_success_by_kind": {k: self.rate(True, k) for k in ("name", "module")},
+            "parsable_tool_call_rate": statistics.fmean(a.parsed_call for a in first) if first else None,
+            "failed_first_attempts_without_hint": sum(1 for a in first if not a.passed) - len(hinted),
+        }
+
+
+async def attempt(
+    task: Task, sampler: TransformersSampler, system_prompt: str, hint: str | None, max_tokens: int = 128
+):
+    """One turn of the env's agent loop on `task`; (Attempt, the env's trajectory of it)."""
+    messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": task.prompt}]
+    if hint is not None:
+        messages = enhance_messages(messages, hint)
+    limits = RolloutLimits(max_turns=1, max_tokens_per_turn=max_tokens)
+    async with Sandbox.create() as sandbox:
+        outcome = await run_rollout(
+            tokenizer=sampler.tokenizer, sampler=sampler, sandbox=sandbox, messages=messages,
+            tools=TOOL_SCHEMAS, limits=limits,
+        )  # fmt: skip
+        verdict = await verify(task, sandbox)
+    trajectory = outcome.recorder.trajectory(score=verdict.score, finish_reason=outcome.stop_reason)
+    if verdict.feedback and trajectory.turns:  # as the env records it (verifier_feedback: true)
+        trajectory.messages.append({"role": "user", "content": verdict.feedback, "name": "verifier"})
+    calls = trajectory.messages[2].get("tool_calls", []) if len(trajectory.messages) > 2 else []
+    arguments = [c["function"]["arguments"] for c in calls if c["function"]["name"] == "write_file"]
+    arguments = [json.loads(a) if isinstance(a, str) else a for a in arguments]
+    defined = re.search(r"def (\w+)", str(arguments[0].get("content", ""))) if arguments else None
+    written = next(
+        (json.loads(c["function"]["arguments"]).get("path") if isinstance(c["function"]["arguments"], str)
+         else c["function"]["arguments"].get("path") for c in calls if c["function"]["name"] == "write_file"),
+        None,
+    )  # fmt: skip
+    result = Attempt(
+        task_id=task.task_id,
+        hinted=hint is not None,
+        passed=verdict.total > 0 and verdict.passed == verdict.total,
+        parsed_call=bool(calls),
+        written=written,
+        defined=defined.group(1) if defined else None,
+        hint=hint,
+    )
+    return result, trajectory
+
+
+async def measure_hint_following(
+    model_dir: str | Path,
+    tasks: list[Task],
+    *,
+    samples: int = 4,
+    temperature: float = 1.0,
+    seed: int = 0,
+    max_tokens: int = 128,
+    system_prompt: str | None = None,
+    progress: bool = True,
+) -> HintReport:
+    system_prompt = system_prompt or default_system_prompt()
+    sampler = TransformersSampler(model_dir, temperature, seed)
+    judge = RulesJudgeBackend(JudgeConfig(backend="rules", m=1))
+    report = HintReport(temperature=temperature, samples=samples)
+    started = time.monotonic()
+    for index, task in enumerate(tasks):
+        for _ in range(samples):
+            first, trajectory = await attempt(task, sampler, system_prompt, None, max_tokens)
+            report.attempts.append(first)
+            if first.passed or not trajectory.turns:
+                continue
+            pair = extract_turn_pairs(trajectory)[0]
+            votes = await judge.collect_votes(pair)
+            hint = votes[0].hint if votes and votes[0].score == 1 else None
+            if hint:
+                second, _ = await attempt(task, sampler, system_prompt, hint, max_tokens)
+                report.attempts.append(second)
+        if progress:
+            print(
+                f"[{index + 1}/{len(tasks)}] {task.task_id}: {time.monotonic() - started:.0f}s, "
+                f"no-hint {report.rate(False)}, hint {report.rate(True)}",
+                file=sys.stderr,
+                flush=True,
+            )
+    return report
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hermes-opd student-eval",
+        description="Hint-following of a student on the held-out convention tasks (see docs/learning.md).",
+    )
+    parser.add_argument("model", help="model directory (e.g. one written by `dev-model build-student`)")
+    parser.add_argument("--samples", type=int, default=4, help="first attempts per task")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-tokens", type=int, default=128,
+                        help="new tokens per attempt (a right answer is about 50)")  # fmt: skip
+    parser.add_argument("--split", choices=["heldout", "train"], default="heldout")
+    parser.add_argument("--json", default=None, help="also write the attempts and the summary here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    train, heldout = convention_splits()
+    tasks = heldout if args.split == "heldout" else train
+    report = asyncio.run(
+        measure_hint_following(
+            args.model,
+            tasks,
+            samples=args.samples,
+            temperature=args.temperature,
+            seed=args.seed,
+            max_tokens=args.max_tokens,
+        )
+    )
+    summary = report.summary()
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"summary": summary, "attempts": [a.__dict__ for a in report.attempts]}, indent=1)
+            + "\n"
+        )
+    print(json.dumps(summary))
+    return 0
