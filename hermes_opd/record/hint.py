@@ -10,6 +10,9 @@ they are) are still read: `hermes_opd.contract.provenance` and `hermes_opd.recor
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 HINT_SEPARATOR = "\n\n[user's hint / instruction]\n"
 """Text placed between the message content and the hint. Part of the data contract: changing it
 changes every teacher distribution, so it is pinned by a test."""
@@ -17,3 +20,17 @@ changes every teacher distribution, so it is pinned by a test."""
 
 def hint_text(hint: str) -> str:
     return HINT_SEPARATOR + hint.strip()
+
+
+def enhance_messages(context: list[dict[str, Any]], hint: str) -> list[dict[str, Any]]:
+    """A deep copy of `context` with the hint appended to the last user message (else the last
+    message): the message-level view of the same insertion, for prompts written with the hint
+    (`hermes-opd student-eval`'s hinted attempt)."""
+    if not context:
+        raise ValueError("cannot add a hint to an empty context")
+    enhanced = copy.deepcopy(context)
+    users = [i for i, m in enumerate(enhanced) if m.get("role") == "user"]
+    target = enhanced[users[-1] if users else -1]
+    content = target.get("content")
+    target["content"] = (content if isinstance(content, str) else "") + hint_text(hint)
+    return enhanced
