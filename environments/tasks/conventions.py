@@ -106,7 +106,12 @@ class ConventionTask:
         return {
             "module": self.module,
             "imports": [self.function],
-            "tests": [{"name": f"test_{i}", "checks": [check]} for i, check in enumerate(checks)],
+            # The first test is public: its failure (the import of the expected name, or the missing
+            # file) is the reveal the agent reads; the others stay hidden (docs/tasks.md).
+            "tests": [
+                {"name": f"test_{i}", "checks": [check], **({"public": True} if i == 0 else {})}
+                for i, check in enumerate(checks)
+            ],
         }
 
     def reference_solution(self) -> str:
