@@ -243,10 +243,10 @@ async def test_a_rollout_that_raises_is_left_out_and_counted(
     async with asyncio.timeout(120), scripted_env(dev_model_dir, dev_tokenizer, tmp_path, "echo hi") as env:
         real = env._rollout_and_distill
 
-        async def flaky(task, index):
+        async def flaky(task, index, *rest):
             if index == 0:
                 raise RuntimeError("the policy server went away")
-            return await real(task, index)
+            return await real(task, index, *rest)
 
         monkeypatch.setattr(env, "_rollout_and_distill", flaky)
         group, _ = await env.collect_trajectories(await env.get_next_item())
