@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_opd.bench.learning_loop import start_logged, stop_process_group
 from hermes_opd.contract.constants import FORMAT_VERSION
 from hermes_opd.devkit.dev_server import free_port
 
@@ -40,27 +40,6 @@ def _http(method: str, url: str, body: dict | None = None, timeout: float = 30) 
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
-
-
-def _start(argv: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-           "WANDB_MODE": "disabled"}  # fmt: skip
-    with log.open("wb") as handle:
-        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-
-
-def _stop(proc: subprocess.Popen, grace_s: float = 15) -> None:
-    """Stop a process we started, and its process group (sandbox children), by PID."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace_s)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
 
 
 def _wait_api(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 60) -> None:
@@ -117,7 +96,7 @@ def test_two_workers_feed_one_trainer_every_group_once(dev_server, tmp_path):
     received: list[dict] = []
     arrivals: dict[int, list[float]] = {}
     try:
-        api = _start([str(RUN_API), "--host", "127.0.0.1", "--port", str(port)], api_log)
+        api = start_logged([str(RUN_API), "--host", "127.0.0.1", "--port", str(port)], api_log)
         procs.append(api)
         _wait_api(api_url, api, api_log)
         # The trainer registers first (atroposlib: envs wait until a trainer has asked for a batch).
@@ -132,7 +111,7 @@ def test_two_workers_feed_one_trainer_every_group_once(dev_server, tmp_path):
         started = time.monotonic()
         for seed in (0, 1):
             log = tmp_path / f"worker{seed}.log"
-            procs.append(_start(_worker_argv(dev_server, api_url, seed, tmp_path), log))
+            procs.append(start_logged(_worker_argv(dev_server, api_url, seed, tmp_path), log))
         deadline = started + COLLECT_TIMEOUT_S
         while time.monotonic() < deadline:
             for worker in procs[1:]:
@@ -155,7 +134,7 @@ def test_two_workers_feed_one_trainer_every_group_once(dev_server, tmp_path):
         window_s = time.monotonic() - started
 
         for worker in procs[1:]:
-            _stop(worker)
+            stop_process_group(worker, grace_s=15)
         # Drain what the workers posted before they stopped.
         while batch := _http("GET", f"{api_url}/batch")["batch"]:
             received.extend(batch)
@@ -163,7 +142,7 @@ def test_two_workers_feed_one_trainer_every_group_once(dev_server, tmp_path):
         posted = len(re.findall(r'"POST /scored_data HTTP/1\.1" 200', api_log.read_text()))
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop_process_group(proc, grace_s=15)
 
     fingerprints = [_fingerprint(g) for g in received]
     assert len(fingerprints) == len(set(fingerprints)), "a group came out of /batch twice"

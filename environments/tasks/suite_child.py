@@ -52,6 +52,30 @@ def encode(value, depth=0):
     raise TypeError(kind.__name__)
 
 
+def decode(data):
+    """Tagged JSON -> value: the inverse of `encode`, for the code-suite children
+    (environments/rollout/verifier_rpc.py), which only receive what the trusted parent encoded."""
+    if type(data) is list:
+        return [decode(v) for v in data]
+    if type(data) is not dict:
+        return data
+    if len(data) == 1:
+        tag, body = next(iter(data.items()))
+        if tag == "$float":
+            return float(body)
+        if tag == "$bytes":
+            return bytes.fromhex(body)
+        if tag == "$tuple":
+            return tuple(decode(v) for v in body)
+        if tag == "$set":
+            return {decode(v) for v in body}
+        if tag == "$frozenset":
+            return frozenset(decode(v) for v in body)
+        if tag == "$dict":
+            return {decode(k): decode(v) for k, v in body}
+    return {k: decode(v) for k, v in data.items()}
+
+
 def canonical_json(data):
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 

@@ -106,7 +106,8 @@ def start_lora_vllm(
 
 
 # -- processes --------------------------------------------------------------------------------------
-def _start(argv: list[str], log: Path) -> subprocess.Popen:
+def start_logged(argv: list[str], log: Path) -> subprocess.Popen:
+    """Start `argv` in the repository, offline, in its own session, its output to `log`."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "WANDB_MODE": "disabled"}  # fmt: skip
     with log.open("wb") as handle:
@@ -114,7 +115,7 @@ def _start(argv: list[str], log: Path) -> subprocess.Popen:
                                 stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
 
 
-def _stop(proc: subprocess.Popen, grace_s: float = 20) -> None:
+def stop_process_group(proc: subprocess.Popen, grace_s: float = 20) -> None:
     """Stop a process this bench started, and its process group (sandbox children), by its PID."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -313,7 +314,7 @@ def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, A
     started = time.monotonic()
     try:
         api_log = run_dir / "api.log"
-        api = _start([str(Path(sys.executable).with_name("run-api")), "--host", "127.0.0.1", "--port", str(port)],
+        api = start_logged([str(Path(sys.executable).with_name("run-api")), "--host", "127.0.0.1", "--port", str(port)],
                      api_log)  # fmt: skip
         procs.append(api)
         _wait_api(api_url, api, api_log)
@@ -321,7 +322,7 @@ def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, A
         trainer_yaml.write_text(yaml.safe_dump(
             trainer_document(settings, arm=arm, seed=seed, prefix=prefix, run_dir=run_dir, api_url=api_url)
         ))  # fmt: skip
-        trainer = _start([sys.executable, "-m", "trainer_adapters.train_cli", "--config", str(trainer_yaml)],
+        trainer = start_logged([sys.executable, "-m", "trainer_adapters.train_cli", "--config", str(trainer_yaml)],
                          run_dir / "trainer.log")  # fmt: skip
         procs.append(trainer)
         for worker in range(settings.workers):
@@ -332,7 +333,7 @@ def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, A
             document["env"]["data_path_to_save_groups"] = str(run_dir / f"groups{worker}.jsonl")
             env_yaml = run_dir / f"env{worker}.yaml"
             env_yaml.write_text(yaml.safe_dump(document))
-            procs.append(_start([sys.executable, "-m", "environments.atropos.agentic_opd_env", "serve", "--config",
+            procs.append(start_logged([sys.executable, "-m", "environments.atropos.agentic_opd_env", "serve", "--config",
                                  str(env_yaml)], run_dir / f"env{worker}.log"))  # fmt: skip
         deadline = started + settings.run_timeout_s
         while trainer.poll() is None:
@@ -351,7 +352,7 @@ def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, A
             )
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop_process_group(proc)
     end_eval = evaluate_policy(settings, seed=seed, prefix=prefix, metrics_path=run_dir / "final_eval.jsonl")
     sent = [g for worker in range(settings.workers) for g in read_jsonl(run_dir / f"groups{worker}.jsonl")]
     final_adapter = (

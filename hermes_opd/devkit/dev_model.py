@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,27 @@ class DevModelSpec:
     fit_batch: int = 4
     fit_seq_len: int = 256
     fit_lr: float = 3e-3
+
+
+def qwen2_config(spec: Any, tokenizer: Any) -> Any:
+    """The Qwen2 architecture of a locally built model (the dev model, the student): float32, untied
+    embeddings, the chat template's special tokens. `spec` has the shape fields of DevModelSpec."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
 
 
 def chat_template() -> str:
@@ -157,7 +179,7 @@ def _fit(model, tokenizer, texts: list[str], spec: DevModelSpec) -> float:
 def build_dev_model(out_dir: str | Path, spec: DevModelSpec | None = None) -> Path:
     """Write tokenizer, chat template, config and float32 weights to `out_dir`."""
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import GenerationConfig, Qwen2ForCausalLM
 
     spec = spec or DevModelSpec()
     out = Path(out_dir)
@@ -174,20 +196,7 @@ def build_dev_model(out_dir: str | Path, spec: DevModelSpec | None = None) -> Pa
         tokenizer = build_tokenizer(spec, _render_corpus_plain(rng))
         torch.manual_seed(spec.seed)
         eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        config = Qwen2Config(
-            vocab_size=len(tokenizer),
-            hidden_size=spec.hidden_size,
-            intermediate_size=spec.intermediate_size,
-            num_hidden_layers=spec.num_layers,
-            num_attention_heads=spec.num_heads,
-            num_key_value_heads=spec.num_kv_heads,
-            max_position_embeddings=spec.max_position_embeddings,
-            tie_word_embeddings=False,
-            bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-            eos_token_id=eos_id,
-            pad_token_id=tokenizer.pad_token_id,
-            dtype="float32",
-        )
+        config = qwen2_config(spec, tokenizer)
         model = Qwen2ForCausalLM(config).to(torch.float32)
         loss = float("nan")
         if spec.fit_steps > 0:

@@ -22,7 +22,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes_opd.devkit.dev_model import DevModelSpec, _stdlib_texts, chat_template, dev_tokenizer
+from hermes_opd.devkit.dev_model import (
+    DevModelSpec,
+    _stdlib_texts,
+    chat_template,
+    dev_tokenizer,
+    qwen2_config,
+)
 from hermes_opd.devkit.student_corpus import copy_drill, pretrain_example, word_vocabulary
 
 logger = logging.getLogger(__name__)
@@ -192,7 +198,7 @@ def build_student(
     `out_dir`. `tools` and `system_prompt` are the env's (the student sees exactly its rendering);
     `excluded_values` are convention values pretraining must never use."""
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import GenerationConfig, Qwen2ForCausalLM
 
     spec = spec or StudentSpec()
     out = Path(out_dir)
@@ -207,20 +213,7 @@ def build_student(
         stream = PretrainStream(tokenizer, tools, system_prompt, words, spec.seed)
         torch.manual_seed(spec.seed)
         eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        config = Qwen2Config(
-            vocab_size=len(tokenizer),
-            hidden_size=spec.hidden_size,
-            intermediate_size=spec.intermediate_size,
-            num_hidden_layers=spec.num_layers,
-            num_attention_heads=spec.num_heads,
-            num_key_value_heads=spec.num_kv_heads,
-            max_position_embeddings=spec.max_position_embeddings,
-            tie_word_embeddings=False,
-            bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-            eos_token_id=eos_id,
-            pad_token_id=tokenizer.pad_token_id,
-            dtype="float32",
-        )
+        config = qwen2_config(spec, tokenizer)
         model = Qwen2ForCausalLM(config).to(torch.float32)
         optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.01)
         model.train()
