@@ -57,6 +57,7 @@ from typing import Any
 
 import aiohttp
 
+from environments.rollout.sandbox.process_tree import pid_alive
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.vllm_api.retry import RetryPolicy, retrying
 
@@ -107,16 +108,6 @@ class SpoolStats:
             "spool/send_failures": float(self.send_failures),
             "spool/pending_groups": float(pending_groups),
         }
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fsync_dir(path: Path) -> None:
@@ -245,7 +236,7 @@ class GroupSpool:
         for path in self.directory.glob(".*.tmp"):
             with contextlib.suppress(OSError, ValueError, IndexError):
                 pid = int(path.name.lstrip(".").split("-")[1])
-                if _pid_alive(pid) and time.time() - path.stat().st_mtime < 3600:
+                if pid_alive(pid) and time.time() - path.stat().st_mtime < 3600:
                     continue
                 path.unlink()
 

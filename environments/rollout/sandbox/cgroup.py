@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from environments.rollout.sandbox.limits import SandboxError, SandboxLimits
+from environments.rollout.sandbox.process_tree import pid_alive
 
 log = logging.getLogger("environments.rollout.sandbox.sandbox")
 
@@ -394,23 +395,13 @@ def reap_stale_groups(tree: CgroupTree) -> int:
                 if not entry.name.startswith(GROUP_PREFIX) or not entry.is_dir(follow_symlinks=False):
                     continue
                 owner = entry.name[len(GROUP_PREFIX) :].split("-", 1)[0]
-                if not owner.isdigit() or _alive(int(owner)):
+                if not owner.isdigit() or pid_alive(int(owner)):
                     continue
                 stale = SandboxCgroup(tree, {"stale": Path(entry.path)})
                 stale.kill_all()
                 _remove_group(Path(entry.path))
                 removed += 1
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ---------------------------------------------------------------------------------------------
