@@ -17,6 +17,7 @@ from typing import Any
 
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.rows import Rows
+from hermes_opd.contract.student_topk import teacher_logprobs_on
 from hermes_opd.vllm_api import http
 from hermes_opd.vllm_api.client import VLLMCompletionsClient, root_url
 from hermes_opd.vllm_api.errors import ServerUnreachableError, TransientServerError
@@ -60,6 +61,10 @@ class TurnScore:
     ids_rows: list[list[int]]
     lp_rows: list[list[float]]
     stats: TeacherCallStats
+    student_topk_teacher: list[list[float | None]] | None = None
+    """With the student's top-K ids asked for: the teacher's logprob of each, parallel to them. Exact on
+    the in-process path; on a vLLM path read from the row (its top-K plus the sampled token), None
+    where the row does not hold the id (unknown, never invented)."""
 
 
 class TeacherScorer:
@@ -115,8 +120,19 @@ class TeacherScorer:
                            choice.log_line(f"model {self.client.model!r} at {self.client.base_url}"))  # fmt: skip
         return self.choice
 
-    async def score_turn(self, ids: list[int], prompt_len: int, student_ids: list[int]) -> TurnScore:
-        """The contract rows of the turn `ids[prompt_len:]`, which must be `student_ids`."""
+    async def score_turn(
+        self,
+        ids: list[int],
+        prompt_len: int,
+        student_ids: list[int],
+        student_topk_ids: list[list[int]] | None = None,
+    ) -> TurnScore:
+        """The contract rows of the turn `ids[prompt_len:]`, which must be `student_ids`; with
+        `student_topk_ids` (one list per turn position), the teacher's logprob of each of those ids too."""
+        if student_topk_ids is not None and len(student_topk_ids) != len(student_ids):
+            raise AlignmentError(
+                f"{len(student_topk_ids)} student top-K rows for {len(student_ids)} turn ids"
+            )
         if list(ids[prompt_len:]) != list(student_ids):
             raise AlignmentError(
                 f"teacher input ends in {len(ids) - prompt_len} ids that are not the student's {len(student_ids)}"
@@ -126,10 +142,9 @@ class TeacherScorer:
         if choice.path == "transformers":
             assert self.local is not None
             async with asyncio.timeout(self.timeout_s):
-                ids_rows, lp_rows = await self.local.score_turn(ids, prompt_len)
-            return TurnScore(
-                ids_rows, lp_rows, TeacherCallStats(time.perf_counter() - started, len(ids), choice.path)
-            )
+                (ids_rows, lp_rows), exact = await self.local.score_turn_on(ids, prompt_len, student_topk_ids)
+            stats = TeacherCallStats(time.perf_counter() - started, len(ids), choice.path)
+            return TurnScore(ids_rows, lp_rows, stats, exact)
         request = generate_prompt_topk if choice.path == "generate" else completions_prompt_topk
         async with self.semaphore, self.positions.hold(len(ids)):
             started = time.perf_counter()
@@ -137,10 +152,17 @@ class TeacherScorer:
                 raw = await request(self.client, ids, self.k, from_pos=prompt_len)
             latency = time.perf_counter() - started
         rows: Rows = turn_rows(raw.topk, prompt_len, list(student_ids), self.k)
-        return TurnScore(rows[0], rows[1], TeacherCallStats(latency, len(ids), choice.path, raw.body_bytes))
+        looked_up = None
+        if student_topk_ids is not None:
+            looked_up, _ = teacher_logprobs_on(student_topk_ids, rows[0], rows[1])
+        stats = TeacherCallStats(latency, len(ids), choice.path, raw.body_bytes)
+        return TurnScore(rows[0], rows[1], stats, looked_up)
 
     async def score_candidates(
-        self, inputs: list[tuple[list[int], int]], student_ids: list[int]
+        self,
+        inputs: list[tuple[list[int], int]],
+        student_ids: list[int],
+        student_topk_ids: list[list[int]] | None = None,
     ) -> tuple[list[TurnScore], float]:
         """The rows of one turn under each candidate teacher input `(ids, prompt_len)`, and the wall time.
 
@@ -157,13 +179,17 @@ class TeacherScorer:
         if choice.path == "transformers" and len(inputs) > 1:
             assert self.local is not None
             async with asyncio.timeout(self.timeout_s):
-                rows = await asyncio.to_thread(self.local.score_shared_prefix, inputs)
+                extra = None if student_topk_ids is None else [student_topk_ids] * len(inputs)
+                rows, exact = await asyncio.to_thread(self.local.score_shared_prefix_on, inputs, extra)
             latency = time.perf_counter() - started
             return [
-                TurnScore(r[0], r[1], TeacherCallStats(latency, len(ids), choice.path))
-                for r, (ids, _) in zip(rows, inputs, strict=True)
-            ], latency
-        scores = await asyncio.gather(*(self.score_turn(ids, p, student_ids) for ids, p in inputs))
+                TurnScore(r[0], r[1], TeacherCallStats(latency, len(ids), choice.path),
+                          None if exact is None else exact[b])
+                for b, (r, (ids, _)) in enumerate(zip(rows, inputs, strict=True))
+            ], latency  # fmt: skip
+        scores = await asyncio.gather(
+            *(self.score_turn(ids, p, student_ids, student_topk_ids) for ids, p in inputs)
+        )
         return list(scores), time.perf_counter() - started
 
     async def aclose(self) -> None:

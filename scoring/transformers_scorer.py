@@ -6,6 +6,9 @@ LM head, `log_softmax` and `top-k` on the turn's positions only (the rows before
 computed, let alone serialized), plus the logprob of each student token. Its cost per turn is the
 prefill and nothing that grows with the context's length beyond it.
 
+The `*_on` variants also read, from the same full distribution, the exact logprob of any further ids
+at each turn position (the student's own sampling-time top-K: docs/distill-format.md, "Student top-K").
+
 Requests are batched: while a forward pass runs, new ones queue; the next pass takes all of them
 (up to `max_batch` inputs and `max_batch_tokens` padded tokens). The forward runs in a worker
 thread, so the event loop (rollouts, judge votes) keeps going. In float32 the rows equal vLLM's
@@ -23,6 +26,11 @@ from typing import Any
 from hermes_opd.contract.rows import Rows
 from scoring.teacher_rows import rows_from_topk_arrays
 
+ExtraIds = list[list[int]]
+"""Further ids to read at each turn position of one input (one list per position, possibly empty)."""
+ExtraLogprobs = list[list[float]]
+"""The teacher's exact logprob of each of those ids, parallel to them."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -31,6 +39,7 @@ class _Pending:
     ids: list[int]
     prompt_len: int
     future: asyncio.Future = field(repr=False)
+    extra_ids: ExtraIds | None = None
 
 
 def shared_prefix_len(sequences: list[list[int]]) -> int:
@@ -100,6 +109,12 @@ class TransformersTeacher:
 
     def score_batch(self, items: list[tuple[list[int], int]]) -> list[Rows]:
         """Rows for each `(ids, prompt_len)`: positions `[prompt_len, len(ids))`, the turn's (sync)."""
+        return self.score_batch_on(items, None)[0]
+
+    def score_batch_on(
+        self, items: list[tuple[list[int], int]], extra_ids: list[ExtraIds] | None
+    ) -> tuple[list[Rows], list[ExtraLogprobs] | None]:
+        """`score_batch`, plus the exact logprob of `extra_ids[b][j]` at turn position j of input b."""
         import torch
 
         self.load()
@@ -124,7 +139,7 @@ class TransformersTeacher:
             hidden = base(input_ids=input_ids.to(self.device), **kwargs).last_hidden_state
             # Row `pos` (the distribution over ids[pos]) comes from the hidden state at pos - 1.
             picks = [hidden[b, prompt_len - 1 : len(ids) - 1] for b, (ids, prompt_len) in enumerate(items)]
-        out = self._rows_from_hidden(items, picks)
+        out = self._rows_from_hidden(items, picks, extra_ids)
         self.batches += 1
         return out
 
@@ -133,6 +148,12 @@ class TransformersTeacher:
         of one: the longest common prefix is run ONCE and its KV cache is repeated for each candidate,
         then only the candidates' own suffixes (hint + turn) run, batched, on top of it. The rows equal
         `score_batch`'s (tests/test_hint_candidates.py)."""
+        return self.score_shared_prefix_on(items, None)[0]
+
+    def score_shared_prefix_on(
+        self, items: list[tuple[list[int], int]], extra_ids: list[ExtraIds] | None
+    ) -> tuple[list[Rows], list[ExtraLogprobs] | None]:
+        """`score_shared_prefix`, plus the exact logprob of `extra_ids[b][j]` at turn position j of input b."""
         import torch
 
         self.load()
@@ -146,7 +167,7 @@ class TransformersTeacher:
         # of the prefix, so each is computed with its own candidate's suffix.
         shared = min(shared, min(p for _, p in items) - 1)
         if len(items) == 1 or shared < 1:
-            return self.score_batch(items)
+            return self.score_batch_on(items, extra_ids)
         model = self._model
         base = getattr(model, model.base_model_prefix)
         longest = max(len(ids) for ids, _ in items) - shared
@@ -165,13 +186,27 @@ class TransformersTeacher:
                 hidden[b, prompt_len - 1 - shared : len(ids) - 1 - shared]
                 for b, (ids, prompt_len) in enumerate(items)
             ]
-        out = self._rows_from_hidden(items, picks)
+        out = self._rows_from_hidden(items, picks, extra_ids)
         self.batches += 1
         return out
 
-    def _rows_from_hidden(self, items: list[tuple[list[int], int]], picks: list[Any]) -> list[Rows]:
-        """LM head, log_softmax, top-k and the student tokens' logprobs on the turn positions' hidden states."""
+    def _rows_from_hidden(
+        self, items: list[tuple[list[int], int]], picks: list[Any], extra_ids: list[ExtraIds] | None = None
+    ) -> tuple[list[Rows], list[ExtraLogprobs] | None]:
+        """LM head, log_softmax, top-k and the student tokens' logprobs on the turn positions' hidden
+        states; with `extra_ids`, the logprob of those ids too, read from the same distribution."""
         import torch
+
+        extra_rows: list[list[int]] | None = None
+        if extra_ids is not None:
+            if len(extra_ids) != len(items):
+                raise ValueError(f"{len(extra_ids)} extra-id lists for {len(items)} inputs")
+            for (ids, prompt_len), rows in zip(items, extra_ids, strict=True):
+                if len(rows) != len(ids) - prompt_len:
+                    raise ValueError(
+                        f"{len(rows)} extra-id rows for a turn of {len(ids) - prompt_len} positions"
+                    )
+            extra_rows = [list(row) for rows in extra_ids for row in rows]
 
         model = self._model
         with torch.inference_mode():
@@ -183,9 +218,16 @@ class TransformersTeacher:
                 [t for ids, p in items for t in ids[p:]], dtype=torch.long, device=self.device
             )
             student_lps = logprobs.gather(1, students[:, None])[:, 0]
+            extra_np = None
+            if extra_rows is not None:
+                width = max((len(row) for row in extra_rows), default=0)
+                index = torch.tensor([row + [0] * (width - len(row)) for row in extra_rows], dtype=torch.long)
+                extra_np = logprobs.gather(1, index.reshape(len(extra_rows), width).to(self.device))
+                extra_np = extra_np.cpu().double().numpy()
         top_ids_np, top_lps_np = top_ids.cpu().numpy(), top_lps.cpu().double().numpy()
         students_np, student_lps_np = students.cpu().numpy(), student_lps.cpu().double().numpy()
         out: list[Rows] = []
+        extras: list[ExtraLogprobs] | None = None if extra_rows is None else []
         at = 0
         for ids, prompt_len in items:
             n = len(ids) - prompt_len
@@ -195,12 +237,22 @@ class TransformersTeacher:
                     top_ids_np[sl], top_lps_np[sl], students_np[sl], student_lps_np[sl], self.k
                 )
             )
+            if extras is not None and extra_rows is not None and extra_np is not None:
+                extras.append(
+                    [[float(v) for v in extra_np[at + j, : len(extra_rows[at + j])]] for j in range(n)]
+                )
             at += n
-        return out
+        return out, extras
 
     # -- batching -------------------------------------------------------------------------------
     async def score_turn(self, ids: list[int], prompt_len: int) -> Rows:
         """The turn's rows (`ids[prompt_len:]` are the student's tokens), batched with other calls."""
+        return (await self.score_turn_on(ids, prompt_len, None))[0]
+
+    async def score_turn_on(
+        self, ids: list[int], prompt_len: int, extra_ids: ExtraIds | None
+    ) -> tuple[Rows, ExtraLogprobs | None]:
+        """`score_turn`, plus the exact logprob of `extra_ids[j]` at turn position j."""
         if not 1 <= prompt_len < len(ids):
             raise ValueError(f"prompt_len {prompt_len} leaves no turn in {len(ids)} ids")
         loop = asyncio.get_running_loop()
@@ -209,7 +261,11 @@ class TransformersTeacher:
             self._queue = []
             self._loop = loop
             self._worker = loop.create_task(self._run())
-        pending = _Pending(list(ids), prompt_len, loop.create_future())
+        if extra_ids is not None and len(extra_ids) != len(ids) - prompt_len:
+            raise ValueError(
+                f"{len(extra_ids)} extra-id rows for a turn of {len(ids) - prompt_len} positions"
+            )
+        pending = _Pending(list(ids), prompt_len, loop.create_future(), extra_ids)
         self._queue.append(pending)
         self._wake.set()
         return await pending.future
@@ -235,18 +291,26 @@ class TransformersTeacher:
                 batch = [p for p in self._take_batch() if not p.future.cancelled()]
                 if not batch:
                     continue
+                extra = None
+                if any(p.extra_ids is not None for p in batch):
+                    extra = [
+                        p.extra_ids if p.extra_ids is not None else [[]] * (len(p.ids) - p.prompt_len)
+                        for p in batch
+                    ]
                 try:
-                    results = await asyncio.to_thread(
-                        self.score_batch, [(p.ids, p.prompt_len) for p in batch]
+                    rows, extras = await asyncio.to_thread(
+                        self.score_batch_on, [(p.ids, p.prompt_len) for p in batch], extra
                     )
                 except Exception as exc:  # noqa: BLE001 - each waiting turn gets the error
                     for p in batch:
                         if not p.future.done():
                             p.future.set_exception(exc)
                     continue
-                for p, rows in zip(batch, results, strict=True):
+                for b, p in enumerate(batch):
                     if not p.future.done():
-                        p.future.set_result(rows)
+                        p.future.set_result(
+                            (rows[b], extras[b] if extras is not None and p.extra_ids is not None else None)
+                        )
 
     async def close(self) -> None:
         if self._worker is not None:

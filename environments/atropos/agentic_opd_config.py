@@ -12,6 +12,10 @@ from hermes_opd.pipeline.opd_config import OPDConfig, TeacherConfig
 from hermes_opd.pipeline.sampling_check import training_sampling_problem
 from judge.config import JudgeConfig
 
+STUDENT_TOPK_MAX = 100
+"""The largest `student_topk_k` the config takes; the policy server's own `--max-logprobs` is checked
+at setup (environments/atropos/student_topk_check.py)."""
+
 
 class _EnvKnobs(BaseEnvConfig):
     """The env's own knobs (tasks, rollouts, reward, I/O); the OPD knobs are added from their
@@ -72,6 +76,15 @@ class _EnvKnobs(BaseEnvConfig):
         "lists (the torch trainer's weight_sync lora_naming per_step) and record N as the group's "
         "policy_version; the teacher scores with it too when it shares the policy's server. "
         "null: always the configured model.",
+    )
+    student_topk_k: int = Field(
+        default=0,
+        ge=0,
+        le=STUDENT_TOPK_MAX,
+        description="Ask the policy server for its own top-K (`logprobs: K`) at every generated token and "
+        'record the rows into groups as `overrides[seq]["student_topk"]` (docs/distill-format.md, '
+        '"Student top-K"), for the trainers\' `opd_vocab: student_topk | overlap | union`. 0: off. '
+        "The policy vLLM must allow K logprobs (`--max-logprobs`, vLLM's default 20); setup checks it.",
     )
     sandbox_root: str | None = Field(
         default=None, description="Parent directory of rollout sandboxes (default: temp)."

@@ -43,6 +43,7 @@ from environments.atropos.role_servers import (
 )
 from environments.atropos.send_spool import SendSpool, register_again_until_back
 from environments.atropos.server import CurrentVLLMServer
+from environments.atropos.student_topk_check import check_policy_top_logprobs
 from environments.rollout.agent_loop import RolloutLimits, run_rollout
 from environments.rollout.isolation import kept_rollouts
 from environments.rollout.sandbox.limits import SandboxLimits
@@ -155,6 +156,9 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
         policy_client = getattr(self.server.servers[0], "client", None) if self.server.servers else None
         if policy_client is not None:
             self.policy_tracker = PolicyAdapterTracker(policy_client, self.config.policy_lora_prefix)
+            if self.config.student_topk_k and self.check_servers_at_setup:
+                probe = self.tokenizer.encode("def solve():", add_special_tokens=False)
+                await check_policy_top_logprobs(policy_client, self.config.student_topk_k, probe)
         logger.info("agentic-opd: %d train / %d eval tasks; OPD %s", len(self.train_tasks), len(self.eval_tasks),
                     "on" if self.pipeline else "off")  # fmt: skip
         frozen = freeze_startup_heap()  # left out of every later full collection
@@ -228,6 +232,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             include_messages=bool(self.config.include_messages),
             opd=self.opd_config,
             generation_params={"temperature": self.config.temperature, "top_p": self.config.top_p},
+            student_topk_k=self.config.student_topk_k,
         )
         if weights is not None:
             group["group_overrides"][POLICY_VERSION_KEY] = weights.version
@@ -400,13 +405,18 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
     def _sampler(self, temperature: float, eval_mode: bool, policy_model: str | None = None):
         split = "eval" if eval_mode else "train"
         adapter = {"policy_model": policy_model} if policy_model else {}
+        k = 0 if eval_mode else self.config.student_topk_k  # the rows go into groups; evaluation has none
+        if k:
+            adapter["top_logprobs"] = k
 
         async def sample(context: list[int], max_tokens: int) -> GeneratedSequence:
-            _, outputs, logprobs, finish = await self.server.tokens_and_logprobs_completion(
+            result = await self.server.tokens_and_logprobs_completion(
                 input_ids=list(context), n=1, max_tokens=max_tokens, temperature=temperature,
                 top_p=self.config.top_p, split=split, **adapter,
             )  # fmt: skip
-            return GeneratedSequence(outputs[0], logprobs[0], str(finish[0]), "")
+            _, outputs, logprobs, finish = result[:4]
+            top_ids, top_logprobs = result[4][0] if k else (None, None)
+            return GeneratedSequence(outputs[0], logprobs[0], str(finish[0]), "", top_ids, top_logprobs)
 
         return sample
 

@@ -8,8 +8,10 @@ from typing import Any
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.provenance import turn_provenance
 from hermes_opd.contract.rows import empty_rows, sequence_distill
+from hermes_opd.contract.student_topk import STUDENT_TOPK_KEY
 from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.pipeline.opd_pipeline import SequenceDistill
+from hermes_opd.record.sampled_topk import student_topk_block
 from hermes_opd.record.trajectory import Trajectory
 
 
@@ -54,9 +56,11 @@ def build_group(
     include_messages: bool,
     opd: OPDConfig,
     generation_params: dict[str, Any] | None = None,
+    student_topk_k: int = 0,
 ) -> dict[str, Any]:
     """A `ScoredDataGroup` dict with tokens, masks, scores, inference_logprobs, distill rows, messages
-    and per-sequence overrides (turn spans, OPD provenance, rollout info)."""
+    and per-sequence overrides (turn spans, OPD provenance, rollout info, and with `student_topk_k` > 0
+    the sampler's own top-K rows the trajectory recorded, as `overrides[seq]["student_topk"]`)."""
     group: dict[str, Any] = {
         "tokens": [],
         "masks": [],
@@ -92,5 +96,9 @@ def build_group(
             )  # fmt: skip
         group["distill_token_ids"].append(ids_rows)
         group["distill_logprobs"].append(lp_rows)
-        group["overrides"].append({"turn_spans": spans, "opd": opd_block, **rollout.info})
+        override = {"turn_spans": spans, "opd": opd_block, **rollout.info}
+        if student_topk_k > 0 and traj.sampled_topk:
+            teacher = rollout.distill.student_topk_teacher if rollout.distill is not None else None
+            override[STUDENT_TOPK_KEY] = student_topk_block(student_topk_k, traj.sampled_topk, teacher)
+        group["overrides"].append(override)
     return group

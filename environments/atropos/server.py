@@ -8,7 +8,10 @@ implements the same hooks on `/v1/completions` (token ids in; `return_token_ids`
 Differences from the base class, on purpose:
 - only transient failures are retried; a wrong model name or a too-low `--max-logprobs` fails at
   once with a message that says what to change;
-- an unreachable server fails after `health_wait_s` instead of waiting forever for health.
+- an unreachable server fails after `health_wait_s` instead of waiting forever for health;
+- `tokens_and_logprobs_completion(..., top_logprobs=K)` with K > 0 also returns the sampler's top-K
+  rows of each sequence, as a fifth element `[(top_ids, top_logprobs), ...]` (n must stay within one
+  request: atroposlib's split over several requests merges four elements only).
 """
 
 from __future__ import annotations
@@ -133,6 +136,7 @@ class CurrentVLLMServer(APIServer):
         max_tokens = kwargs.pop("max_tokens", None) or kwargs.pop("max_new_tokens", None)
         max_tokens = max_tokens or kwargs.pop("max_completion_tokens", None) or 256
         n = int(kwargs.pop("n", 1))
+        top_logprobs = int(kwargs.pop("top_logprobs", 0) or 0)
         sequences = await self.client.generate(
             prompt_ids,
             n=n,
@@ -142,13 +146,17 @@ class CurrentVLLMServer(APIServer):
             seed=kwargs.pop("seed", None),
             stop=kwargs.pop("stop", None),
             extra={k: v for k, v in kwargs.items() if k not in ("split",)},
+            top_logprobs=top_logprobs,
         )
-        return (
+        result = (
             prompt_ids,
             [s.token_ids for s in sequences],
             [s.logprobs for s in sequences],
             [s.finish_reason for s in sequences],
         )
+        if top_logprobs > 0:
+            return (*result, [(s.top_ids, s.top_logprobs) for s in sequences])
+        return result
 
     async def _get_logprobs_wrapper(self, **kwargs) -> dict[str, Any]:
         kwargs.pop("model", None)

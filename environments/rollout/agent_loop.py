@@ -100,6 +100,8 @@ async def run_rollout(
                 generated.logprobs,
                 assistant_message(parsed.content, parsed.valid_calls),
                 raw_text,
+                generated.top_ids,
+                generated.top_logprobs,
             )
             if not parsed.calls:
                 outcome.stop_reason = "final_answer"

@@ -13,11 +13,16 @@ teacher's row of its position (its top-K plus the sampled token,
 `hermes_opd.contract.student_topk.teacher_logprobs_on`). Reported: `student_ids_unknown_frac`,
 the share of student ids that row does not hold (their teacher logprob stays unknown).
 
+Also reported: `pair_ratios`, each request pair's with/without ratio (how much the machine's noise
+scatters them), and the 1-minute load average at the start (`machine`) and at the end
+(`load_avg_1m_end`).
+
 Headline, last key: `with_over_without`, the wall-time ratio (smaller is better; 1.0 is free).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import sys
@@ -70,6 +75,7 @@ async def run(
 
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    machine = machine_info()  # its load average is the one at the start
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     salt = random.SystemRandom().randrange(1, 1 << 30)
     client = VLLMCompletionsClient(base_url, model, timeout_s=300.0)
@@ -112,8 +118,9 @@ async def run(
         await client.close()
     with_s, without_s = statistics.median(times["with_s"]), statistics.median(times["without_s"])
     _progress(f"logprobs={k}: {with_s:.3f} s, without: {without_s:.3f} s")
+    pair_ratios = [round(w / wo, 3) for w, wo in zip(times["with_s"], times["without_s"], strict=True)]
     result = {
-        "machine": machine_info(),
+        "machine": machine,
         "k": k,
         "n": n,
         "max_tokens": max_tokens,
@@ -129,5 +136,7 @@ async def run(
         "student_ids_looked_up": lookups["ids"],
         "student_ids_unknown": lookups["unknown"],
         "student_ids_unknown_frac": lookups["unknown"] / max(lookups["ids"], 1),
+        "pair_ratios": pair_ratios,
+        "load_avg_1m_end": os.getloadavg()[0],
     }
     return with_headline(result, "with_over_without", with_s / without_s)

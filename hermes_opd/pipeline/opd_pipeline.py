@@ -54,6 +54,9 @@ class TurnResult:
     error: str | None = None
     hint_selection: dict[str, Any] | None = None
     """How the hint was chosen among the accepted votes' hints (judge/hint_choice.py)."""
+    student_topk_teacher: list[list[float | None]] | None = None
+    """The teacher's logprob of the student's sampling-time top-K ids at each turn position, when
+    the trajectory recorded them (None entries: unknown on a vLLM path)."""
 
     def provenance(self) -> dict[str, Any]:
         span = self.pair.span
@@ -77,6 +80,8 @@ class SequenceDistill:
     advantages: list[float] = field(default_factory=list)
     """A_t = teacher_lp(student token) - inference_lp at every scored position."""
     student_in_topk: int = 0
+    student_topk_teacher: dict[int, list[float | None]] = field(default_factory=dict)
+    """Position -> the teacher's logprob of each student top-K id there, at scored positions."""
     scored_positions: int = 0
     generated_positions: int = 0
     duration_s: float = 0.0
@@ -125,6 +130,8 @@ class OPDPipeline:
                 distill.advantages.append(row_lps[at] - trajectory.inference_logprobs[pos])
                 distill.student_in_topk += int(at < self.config.distill_topk)
                 distill.scored_positions += 1
+            for j, row in enumerate(result.student_topk_teacher or []):
+                distill.student_topk_teacher[span.start + j] = row
         distill.ids_rows, distill.lp_rows, distill.opd = sequence_distill(
             self.config.distill_mode, self.config.distill_topk, trajectory.tokens, trajectory.masks,
             trajectory.inference_logprobs, (ids_rows, lp_rows), [(t.start, t.end) for t in trajectory.turns],
@@ -179,16 +186,17 @@ class OPDPipeline:
             return result
         try:
             student_ids = trajectory.tokens[pair.span.start : pair.span.end]
+            student_topk = _student_topk_ids(trajectory, pair.span.start, pair.span.end)
             if teacher_choice:
                 scored_all, latency = await self.teacher.score_candidates(
-                    [(ti.ids, ti.prompt_len) for ti in inputs], student_ids
+                    [(ti.ids, ti.prompt_len) for ti in inputs], student_ids, student_topk
                 )
-                # The student's top-K at sampling time is not recorded by the agent loop yet: its
-                # sampled token stands for it (student_k = 1 in the provenance).
+                # Without the student's sampling-time top-K recorded, its sampled token stands for it
+                # (student_k = 1 in the provenance).
                 selection = select_by_teacher(
                     candidates,
                     [s.ids_rows for s in scored_all],
-                    [[t] for t in student_ids],
+                    student_topk or [[t] for t in student_ids],
                     self.teacher.k,
                     policy,
                 )
@@ -198,7 +206,7 @@ class OPDPipeline:
             else:
                 teacher_input = inputs[0]
                 scored = await self.teacher.score_turn(
-                    teacher_input.ids, teacher_input.prompt_len, student_ids
+                    teacher_input.ids, teacher_input.prompt_len, student_ids, student_topk
                 )
         except Exception as exc:  # noqa: BLE001 - a teacher failure leaves the turn unscored
             result.status = "teacher_error"
@@ -207,6 +215,7 @@ class OPDPipeline:
             return result
         result.status = "scored"
         result.ids_rows, result.lp_rows = scored.ids_rows, scored.lp_rows
+        result.student_topk_teacher = scored.student_topk_teacher
         result.teacher_prompt_len = teacher_input.prompt_len
         result.hint_insert_at = teacher_input.hint_insert_at
         result.replaced_range = teacher_input.replaced
@@ -214,3 +223,11 @@ class OPDPipeline:
         result.teacher_latency_s = scored.stats.latency_s
         result.teacher_path = scored.stats.path
         return result
+
+
+def _student_topk_ids(trajectory: Trajectory, start: int, end: int) -> list[list[int]] | None:
+    """The student's sampling-time top-K ids at positions [start, end), or None when the trajectory
+    has no such rows (the policy was not asked for them)."""
+    if not trajectory.sampled_topk:
+        return None
+    return [list(trajectory.sampled_topk.get(p, ([], []))[0]) for p in range(start, end)]

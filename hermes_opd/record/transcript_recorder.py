@@ -25,6 +25,7 @@ from typing import Any
 
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.record.sampled_topk import TopRow, generation_rows
 from hermes_opd.record.template_history import TemplateHistory, probe_template_history
 from hermes_opd.record.trajectory import PROMPT_LOGPROB, Trajectory, TurnSpan
 
@@ -51,6 +52,8 @@ class TranscriptRecorder:
         self.logprobs: list[float] = []
         self.turns: list[TurnSpan] = []
         self.content_ends: dict[int, int] = {}
+        self.sampled_topk: dict[int, TopRow] = {}
+        """The sampler's top-K rows at generated positions, when the sampler returned them."""
         self.history: TemplateHistory | None = None
         self.finished: list[Trajectory] = []
         """Earlier sequences of this rollout, ended by a history rewrite (see the module doc)."""
@@ -125,18 +128,29 @@ class TranscriptRecorder:
         return list(self.tokens)
 
     def record_generation(
-        self, token_ids: list[int], logprobs: list[float], assistant_message: dict[str, Any], raw_text: str
+        self,
+        token_ids: list[int],
+        logprobs: list[float],
+        assistant_message: dict[str, Any],
+        raw_text: str,
+        top_ids: list[list[int]] | None = None,
+        top_logprobs: list[list[float]] | None = None,
     ) -> TurnSpan:
         """Append one assistant turn's generated ids exactly as sampled.
 
         `assistant_message` is the structured message (content outside tool calls, parsed tool
         calls) kept for judges and reports; `raw_text` is the decoded generation without the EOS,
-        which is what the template renders when later turns are appended."""
+        which is what the template renders when later turns are appended. `top_ids`/`top_logprobs`
+        are the sampler's top-K rows of these tokens, when it was asked for them."""
         if not self._awaiting_generation:
             raise RuntimeError("record_generation() needs a context from start() or extend() first")
         if len(token_ids) != len(logprobs):
             raise ValueError(f"{len(token_ids)} generated ids but {len(logprobs)} logprobs")
         start = len(self.tokens)
+        if top_ids is not None or top_logprobs is not None:
+            self.sampled_topk.update(
+                generation_rows(start, token_ids, logprobs, top_ids or [], top_logprobs or [])
+            )
         self.tokens.extend(int(t) for t in token_ids)
         self.masks.extend(int(t) for t in token_ids)
         self.logprobs.extend(float(x) for x in logprobs)
@@ -188,6 +202,7 @@ class TranscriptRecorder:
         self._render_messages = combined
         self.tokens, self.masks, self.logprobs = [], [], []
         self.turns, self.content_ends = [], {}
+        self.sampled_topk = {}  # earlier turns are masked context in the new sequence
         self._last_generation = []
         self._append_glue(full, full, 0, 0, generation_prompt)
         self._awaiting_generation = generation_prompt
@@ -220,6 +235,7 @@ class TranscriptRecorder:
             messages=copy.deepcopy(self.messages),
             turns=list(self.turns),
             content_ends=dict(self.content_ends),
+            sampled_topk={p: (list(ids), list(lps)) for p, (ids, lps) in self.sampled_topk.items()},
             tools=self.tools,
             template_history=self.history.as_dict() if self.history else None,
             sequence_index=len(self.finished),
