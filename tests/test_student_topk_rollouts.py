@@ -19,6 +19,7 @@ from hermes_opd.vllm_api.client import VLLMCompletionsClient
 from judge.hint_choice import position_overlaps
 from tests.env_factory import make_env
 from tests.oracle import full_logprobs
+from tests.test_bench import assert_shape, run_bench
 from tests.test_env_integration import AlwaysHintJudge
 from tests.test_hint_selection_integration import ThreeHintsJudge
 
@@ -154,3 +155,16 @@ async def test_in_process_teacher_fills_every_student_id_exactly(dev_server, tmp
                 assert max(abs(v - w) for v, w in zip(values, want, strict=True)) <= 1e-5
                 checked += 1
     assert checked > 0
+
+
+def test_student_topk_bench_quick_reports_both_sides_of_one_run(capsys, dev_server):
+    argv = ["student-topk", "--quick", "--base-url", dev_server.base_url, "--model", dev_server.model_name,
+            "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    result = run_bench(capsys, argv)
+    assert_shape(result, "with_over_without")
+    assert result["with_over_without"] == pytest.approx(
+        result["with_s"] / result["without_s"], rel=1e-3
+    )  # printed rounded
+    assert result["rows_well_formed"] == result["generated_positions"] == result["generated_tokens_with"] > 0
+    assert len(result["pair_ratios"]) == result["iters"] == 2
+    assert result["load_avg_1m_end"] >= 0 and "load_avg_1m" in result["machine"]
