@@ -165,3 +165,13 @@ async def test_in_process_score_turn_on_batches_with_plain_calls(dev_model_dir, 
     assert exact[1] == pytest.approx(_exact(oracle, 41, [3000]), abs=1e-5)
     with pytest.raises(ValueError, match="1 extra-id rows for a turn of 2 positions"):
         await teacher.score_turn_on(ids, prompt_len, [[9]])
+
+
+def test_group_metrics_count_the_unknown_teacher_logprobs():
+    from hermes_opd.pipeline.opd_metrics import group_metrics
+
+    with_rows = SequenceDistill([], [], {}, student_topk_teacher={5: [LN(0.5), None], 6: [None, None]})
+    metrics = group_metrics([with_rows, SequenceDistill([], [], {})])
+    assert metrics["opd/student_topk_ids_scored"] == 4
+    assert metrics["opd/student_topk_teacher_unknown_frac"] == 0.75
+    assert "opd/student_topk_ids_scored" not in group_metrics([SequenceDistill([], [], {})])

@@ -88,6 +88,9 @@ async def test_env_records_student_topk_and_a_trainer_step_consumes_it(dev_serve
         assert block["teacher_unknown"] == sum(v is None for r in block["teacher_logprobs"] for v in r)
     assert scored_positions > 0 and known > 0
     assert unknown > 0, "a teacher top-4 against a student top-4 leaves some student ids unknown"
+    record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["opd/student_topk_ids_scored"] == known + unknown
+    assert record["opd/student_topk_teacher_unknown_frac"] == pytest.approx(unknown / (known + unknown))
 
     from tests.test_torch_trainer import make_config
     from trainer_adapters.torch_trainer import TorchTrainer

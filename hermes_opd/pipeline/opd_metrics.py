@@ -63,4 +63,8 @@ def group_metrics(sequences: list[SequenceDistill]) -> dict[str, Any]:
         "opd/teacher_latency_mean_s": statistics.fmean(teacher_latency) if teacher_latency else 0.0,
         "opd/teacher_latency_p95_s": _quantile(teacher_latency, 0.95),
     }
+    looked_up = [v for seq in sequences for row in seq.student_topk_teacher.values() for v in row]
+    if looked_up:  # the env recorded the student's top-K (env.student_topk_k) and the teacher scored it
+        metrics["opd/student_topk_ids_scored"] = len(looked_up)
+        metrics["opd/student_topk_teacher_unknown_frac"] = sum(v is None for v in looked_up) / len(looked_up)
     return metrics
