@@ -171,3 +171,23 @@ def test_student_topk_bench_quick_reports_both_sides_of_one_run(capsys, dev_serv
     assert result["rows_well_formed"] == result["generated_positions"] == result["generated_tokens_with"] > 0
     assert len(result["pair_ratios"]) == result["iters"] == 2
     assert result["load_avg_1m_end"] >= 0 and "load_avg_1m" in result["machine"]
+
+
+def test_process_with_student_topk_writes_valid_blocks(dev_server, tmp_path):
+    # `hermes-opd process --env.student_topk_k 4`: the preflight probes the policy for 4 logprobs,
+    # and every sequence of the file carries a block over its generated positions.
+    import subprocess
+
+    from hermes_opd.commands.validate_file import validate_jsonl
+    from tests.test_process_job import REPO, _job_argv, _records
+
+    out = tmp_path / "groups.jsonl"
+    argv = _job_argv(dev_server, out, 1, "--env.student_topk_k", str(K))
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert validate_jsonl(out).clean
+    (group,) = _records(out)
+    for seq, masks in enumerate(group["masks"]):
+        block = group["overrides"][seq]["student_topk"]
+        assert block["k"] == K
+        assert block["positions"] == [p for p, m in enumerate(masks) if m != MASKED]
