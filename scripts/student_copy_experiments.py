@@ -1,0 +1,301 @@
+"""Pretraining experiments for the learnable dev student: can a small Qwen2 on the dev BPE learn to copy
+a name it was shown, the one skill OPD's teacher (the student plus the hint) needs?
+
+Each run pretrains a fresh student on a mix of batches, then (with --probe) greedy- and T=1-samples
+the 24 held-out convention tasks (environments/tasks/conventions.py) with and without the rules
+judge's hint, and counts passes (the right file and the right function name). Batches per step:
+
+- `--conv N`: full conversations of hermes_opd/devkit/student_corpus.py behind the env's system block
+  (719 tokens with the tool schemas), the block run once without gradient (student_model.py);
+- `--choice N`: the same conversations without the system block;
+- `--drill N`: `copy_drill` exchanges;
+- `--induct N`: raw token sequences `noise A noise A` (A: 4..--induct-len tokens), loss on the second A.
+  `--fixed-offset` drops the noise, so A repeats at a constant distance (a positional shortcut solves it).
+
+`--pseudo N` adds N pseudo-words (2-4 random letter tokens) to the name pool, so names are as long in
+tokens as the held-out ones. `--verbatim` writes `def NAME(` as the token `Ġ` + NAME's tokens as they
+appear between backticks, so the name can be copied token for token. `--previous-token-head`
+initialises layer 0's head 0 to attend to the previous position (by its RoPE query/key biases).
+`--diagnose DIR` prints the per-token loss of a saved model on a few copy drills.
+
+    python scripts/student_copy_experiments.py --steps 600 --conv 0 --choice 16 --drill 16 \
+        --induct 32 --pseudo 3000 --verbatim --save /tmp/student-E --probe
+    python scripts/student_copy_experiments.py --diagnose /tmp/student-E --pseudo 3000 --verbatim
+
+docs/learning.md ("The student") lists the runs and what they measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import re
+import time
+
+import torch
+import torch.nn.functional as F
+from transformers import Qwen2ForCausalLM
+
+from environments.atropos.agentic_opd_config import AgenticOPDConfig
+from environments.rollout.tools import TOOL_SCHEMAS
+from environments.tasks.conventions import convention_values, generate
+from hermes_opd.devkit.dev_model import DevModelSpec, _stdlib_texts, dev_tokenizer, qwen2_config
+from hermes_opd.devkit.student_corpus import HINT_SEPARATOR, copy_drill, pretrain_example, word_vocabulary
+from hermes_opd.devkit.student_model import StudentSpec, assistant_mask
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, default in (("steps", 600), ("conv", 0), ("choice", 16), ("drill", 16), ("induct", 0),
+                          ("induct-len", 16), ("pseudo", 0), ("hidden", 128), ("layers", 3), ("heads", 4),
+                          ("kv-heads", 2), ("seed", 0)):  # fmt: skip
+        p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--constant-lr", action="store_true", help="no cosine decay after the warmup")
+    p.add_argument("--induct-pool", choices=("words", "pieces"), default="words",
+                   help="tokens of the name pool, or every 1-4 letter token of the vocabulary")  # fmt: skip
+    p.add_argument("--fixed-offset", action="store_true")
+    p.add_argument("--verbatim", action="store_true")
+    p.add_argument("--previous-token-head", action="store_true")
+    p.add_argument("--probe", action="store_true", help="probe the held-out tasks at the end")
+    p.add_argument("--save", default="")
+    p.add_argument("--diagnose", default="", help="a saved model: print per-token drill losses and stop")
+    return p.parse_args()
+
+
+class Corpus:
+    """The tokenizer, the name pool and every kind of batch, from one seeded generator."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.tok = dev_tokenizer(DevModelSpec())
+        self.system_prompt = AgenticOPDConfig.model_fields["system_prompt"].default
+        excluded = frozenset(convention_values())
+        words = set(word_vocabulary(_stdlib_texts(), excluded))
+        pieces = sorted(t for t in self.tok.get_vocab() if re.fullmatch(r"[a-z]{1,4}", t))
+        rng = random.Random(f"pseudo-{args.seed}")
+        extra: set[str] = set()
+        while len(extra) < args.pseudo:
+            word = "".join(rng.choice(pieces) for _ in range(rng.randint(2, 4)))
+            if 4 <= len(word) <= 12 and word not in excluded and word not in words:
+                extra.add(word)
+        self.words = tuple(sorted(words | extra))
+        if args.induct_pool == "pieces":
+            self.pool = sorted(self.tok.convert_tokens_to_ids(t) for t in pieces)
+        else:
+            self.pool = sorted({i for w in self.words for i in self.tok.encode(w, add_special_tokens=False)})
+        self.rng = random.Random(args.seed)
+        self.space = self.tok.convert_tokens_to_ids("Ġ")
+        probe = self.encode([{"role": "system", "content": self.system_prompt}, {"role": "user", "content": "x"}],
+                            TOOL_SCHEMAS)  # fmt: skip
+        start = self.tok.convert_tokens_to_ids("<|im_start|>")
+        self.prefix = probe[: max(i for i, t in enumerate(probe) if t == start)]
+
+    def encode(self, messages, tools, generation_prompt: bool = False) -> list[int]:
+        text = self.tok.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt
+        )
+        if not self.args.verbatim:
+            return self.tok.encode(text, add_special_tokens=False)
+        ids: list[int] = []
+        pos = 0
+        for match in re.finditer(r"def (\w+)\(", text):
+            ids += self.tok.encode(text[pos : match.start()] + "def", add_special_tokens=False)
+            ids += [self.space, *self.tok.encode(match.group(1), add_special_tokens=False)]
+            pos = match.end(1)
+        return ids + self.tok.encode(text[pos:], add_special_tokens=False)
+
+    def rows(self, kind: str, n: int) -> list[tuple[list[int], list[bool]]]:
+        out = []
+        for _ in range(n):
+            if kind == "drill":
+                ids = self.encode(copy_drill(self.rng, self.words), None)
+            else:
+                messages = pretrain_example(self.rng, self.system_prompt, self.words).messages
+                ids = (
+                    self.encode(messages, TOOL_SCHEMAS) if kind == "conv" else self.encode(messages[1:], None)
+                )
+            out.append((ids, assistant_mask(ids, self.tok)))
+        return out
+
+    def induction_rows(self, n: int) -> list[tuple[list[int], list[bool]]]:
+        out = []
+        for _ in range(n):
+            length = self.rng.randint(4, self.args.induct_len)
+            seq = [self.rng.choice(self.pool) for _ in range(length)]
+            if self.args.fixed_offset:
+                noise, gap = [], []
+            else:
+                noise = [self.rng.choice(self.pool) for _ in range(self.rng.randint(0, 24))]
+                gap = [self.rng.choice(self.pool) for _ in range(self.rng.randint(1, 24))]
+            ids = noise + seq + gap + seq
+            out.append((ids, [False] * (len(noise) + length + len(gap) + 1) + [True] * (length - 1)))
+        return out
+
+    def batch(self, rows):
+        width = max(len(ids) for ids, _ in rows)
+        x = torch.full((len(rows), width), self.tok.pad_token_id)
+        y = torch.full((len(rows), width), -100)
+        for b, (ids, mask) in enumerate(rows):
+            x[b, : len(ids)] = torch.tensor(ids)
+            for j in range(1, len(ids)):
+                if mask[j]:
+                    y[b, j - 1] = ids[j]
+        return x, y
+
+
+def install_previous_token_head(model, amplitude: float = 6.0, pairs: int = 8) -> None:
+    """Layer 0, query head 0 (and its KV head): zero query/key weights and RoPE biases whose score peaks
+    at the previous position (measured: 97.5% of the head's attention there on random 800-token input)."""
+    cfg = model.config
+    d = cfg.hidden_size // cfg.num_attention_heads
+    theta = cfg.rope_parameters["rope_theta"]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2).float() / d))
+    bias_k, bias_q = torch.zeros(d), torch.zeros(d)
+    for j in range(pairs):  # RoPE pair j is components (j, j + d/2); rotate the query by one position back
+        bias_k[j] = amplitude
+        bias_q[j], bias_q[j + d // 2] = amplitude * torch.cos(-inv[j]), amplitude * torch.sin(-inv[j])
+    attn = model.model.layers[0].self_attn
+    with torch.no_grad():
+        attn.q_proj.weight[:d] = 0
+        attn.q_proj.bias[:d] = bias_q
+        attn.k_proj.weight[:d] = 0
+        attn.k_proj.bias[:d] = bias_k
+
+
+def loss_on(model, x, y, prefix: list[int] | None = None):
+    if prefix is None:
+        hidden = model.model(input_ids=x).last_hidden_state
+    else:
+        with torch.no_grad():
+            cache = model.model(input_ids=torch.tensor([prefix]), use_cache=True).past_key_values
+        for layer in cache.layers:
+            layer.keys = layer.keys.expand(x.shape[0], -1, -1, -1)
+            layer.values = layer.values.expand(x.shape[0], -1, -1, -1)
+        positions = torch.arange(len(prefix), len(prefix) + x.shape[1]).unsqueeze(0).expand(x.shape[0], -1)
+        hidden = model.model(input_ids=x, past_key_values=cache, position_ids=positions, use_cache=True)
+        hidden = hidden.last_hidden_state
+    selected = y != -100
+    return F.cross_entropy(model.lm_head(hidden[selected]).float(), y[selected])
+
+
+def rules_hint(task) -> str:
+    """The rules judge's text for a wrong attempt at `task` (judge/rules_backend.py)."""
+    if task.kind == "name":
+        return (f"The tests could not import the name `{task.function}` from the module `{task.module}`. "
+                f"These tests fail: test_0, test_1, test_2. Define `{task.function}` in `{task.module}.py`, "
+                "with exactly that name.")  # fmt: skip
+    return (f"The checker looks for `{task.module}.py`, and that file does not exist. These tests fail: "
+            f"test_0, test_1, test_2, test. Write the solution to `{task.module}.py`.")  # fmt: skip
+
+
+@torch.no_grad()
+def probe(model, corpus: Corpus, samples: int = 2) -> dict[str, str]:
+    """Passes on the held-out tasks: (hint or not) x (greedy, T=1)."""
+    model.eval()
+    tok, out = corpus.tok, {}
+    for hinted in (False, True):
+        for temperature in (0.0, 1.0):
+            passed = n = 0
+            for task in generate()["heldout"]:
+                prompt = task.prompt() + (HINT_SEPARATOR + rules_hint(task) if hinted else "")
+                messages = [
+                    {"role": "system", "content": corpus.system_prompt},
+                    {"role": "user", "content": prompt},
+                ]
+                ids = torch.tensor([corpus.encode(messages, TOOL_SCHEMAS, generation_prompt=True)])
+                for _ in range(1 if temperature == 0 else samples):
+                    gen = model.generate(ids, max_new_tokens=60, do_sample=temperature > 0,
+                                         temperature=temperature or None, top_k=0,
+                                         eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+                                         pad_token_id=tok.pad_token_id)  # fmt: skip
+                    text = tok.decode(gen[0, ids.shape[1] :])
+                    path = re.search(r'"path": "([^"]+)"', text)
+                    name = re.search(r"def (\w+)\(", text)
+                    passed += bool(path and name and path.group(1) == f"{task.module}.py"
+                                   and name.group(1) == task.function)  # fmt: skip
+                    n += 1
+            out[f"{'hint' if hinted else 'no_hint'}_T{temperature:g}"] = f"{passed}/{n}"
+    model.train()
+    return out
+
+
+def diagnose(path: str, corpus: Corpus) -> None:
+    model = Qwen2ForCausalLM.from_pretrained(path).eval()
+    rng = random.Random(5)
+    for _ in range(3):
+        messages = copy_drill(rng, corpus.words)
+        ids = corpus.encode(messages, None)
+        mask = assistant_mask(ids, corpus.tok)
+        with torch.no_grad():
+            logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0], -1)
+        print(messages[0]["content"])
+        cells = []
+        for j in range(1, len(ids)):
+            if mask[j]:
+                token, best = corpus.tok.convert_ids_to_tokens([ids[j], int(logprobs[j - 1].argmax())])
+                miss = "" if best == token else f"[{best}]"
+                cells.append(f"{token}:{-logprobs[j - 1, ids[j]].item():.1f}{miss}")
+        print(" ".join(cells))
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(1)
+    corpus = Corpus(args)
+    if args.diagnose:
+        diagnose(args.diagnose, corpus)
+        return
+    spec = StudentSpec(hidden_size=args.hidden, intermediate_size=3 * args.hidden, num_layers=args.layers,
+                       num_heads=args.heads, num_kv_heads=args.kv_heads)  # fmt: skip
+    torch.manual_seed(args.seed)
+    model = Qwen2ForCausalLM(qwen2_config(spec, corpus.tok))
+    if args.previous_token_head:
+        install_previous_token_head(model)
+    print(f"params {sum(p.numel() for p in model.parameters())}, names {len(corpus.words)}, "
+          f"induction pool {len(corpus.pool)}", flush=True)  # fmt: skip
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    started = time.monotonic()
+    model.train()
+    for step in range(args.steps):
+        warm = step < 30
+        progress = (step - 30) / max(1, args.steps - 30)
+        scale = (
+            (step + 1) / 30
+            if warm
+            else 1.0
+            if args.constant_lr
+            else 0.1 + 0.45 * (1 + math.cos(math.pi * progress))
+        )
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * scale
+        parts: dict[str, torch.Tensor] = {}
+        if args.conv:
+            rows = corpus.rows("conv", args.conv)
+            p = len(corpus.prefix)
+            parts["conv"] = loss_on(
+                model, *corpus.batch([(ids[p:], m[p:]) for ids, m in rows]), corpus.prefix
+            )
+        for kind in ("choice", "drill"):
+            if getattr(args, kind):
+                parts[kind] = loss_on(model, *corpus.batch(corpus.rows(kind, getattr(args, kind))))
+        if args.induct:
+            parts["induct"] = loss_on(model, *corpus.batch(corpus.induction_rows(args.induct)))
+        loss = sum(parts.values()) / len(parts)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if (step + 1) % 25 == 0:
+            shown = " ".join(f"{k} {v.item():.3f}" for k, v in parts.items())
+            print(f"step {step + 1}: {shown} ({time.monotonic() - started:.0f}s)", flush=True)
+    if args.save:
+        model.save_pretrained(args.save)
+        corpus.tok.save_pretrained(args.save)
+    if args.probe:
+        print("held-out passes:", probe(model, corpus), flush=True)
+
+
+if __name__ == "__main__":
+    main()
