@@ -34,7 +34,6 @@ import re
 import time
 
 import torch
-import torch.nn.functional as F
 from transformers import Qwen2ForCausalLM
 
 from environments.atropos.agentic_opd_config import AgenticOPDConfig
@@ -42,7 +41,13 @@ from environments.rollout.tools import TOOL_SCHEMAS
 from environments.tasks.conventions import convention_values, generate
 from hermes_opd.devkit.dev_model import DevModelSpec, _stdlib_texts, dev_tokenizer, qwen2_config
 from hermes_opd.devkit.student_corpus import HINT_SEPARATOR, copy_drill, pretrain_example, word_vocabulary
-from hermes_opd.devkit.student_model import StudentSpec, assistant_mask
+from hermes_opd.devkit.student_model import (
+    StudentSpec,
+    _Batch,
+    assistant_mask,
+    plain_loss,
+    shared_prefix_loss,
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -165,19 +170,9 @@ def install_previous_token_head(model, amplitude: float = 6.0, pairs: int = 8) -
 
 
 def loss_on(model, x, y, prefix: list[int] | None = None):
-    if prefix is None:
-        hidden = model.model(input_ids=x).last_hidden_state
-    else:
-        with torch.no_grad():
-            cache = model.model(input_ids=torch.tensor([prefix]), use_cache=True).past_key_values
-        for layer in cache.layers:
-            layer.keys = layer.keys.expand(x.shape[0], -1, -1, -1)
-            layer.values = layer.values.expand(x.shape[0], -1, -1, -1)
-        positions = torch.arange(len(prefix), len(prefix) + x.shape[1]).unsqueeze(0).expand(x.shape[0], -1)
-        hidden = model.model(input_ids=x, past_key_values=cache, position_ids=positions, use_cache=True)
-        hidden = hidden.last_hidden_state
-    selected = y != -100
-    return F.cross_entropy(model.lm_head(hidden[selected]).float(), y[selected])
+    """The builder's own losses (student_model.py): the shared system block run once, or none."""
+    batch = _Batch(suffix_ids=x, targets=y)
+    return plain_loss(model, batch) if prefix is None else shared_prefix_loss(model, prefix, batch)
 
 
 def rules_hint(task) -> str:
