@@ -16,11 +16,14 @@ judge's hint, and counts passes (the right file and the right function name). Ba
 tokens as the held-out ones. `--verbatim` writes `def NAME(` as the token `Ġ` + NAME's tokens as they
 appear between backticks, so the name can be copied token for token. `--previous-token-head`
 initialises layer 0's head 0 to attend to the previous position (by its RoPE query/key biases).
-`--diagnose DIR` prints the per-token loss of a saved model on a few copy drills.
+`--init DIR` starts from a saved model instead of a fresh one (a second phase after an induction-only
+first phase). `--diagnose DIR` prints the per-token loss of a saved model on a few copy drills.
 
     python scripts/student_copy_experiments.py --steps 600 --conv 0 --choice 16 --drill 16 \
-        --induct 32 --pseudo 3000 --verbatim --save /tmp/student-E --probe
+        --induct 32 --fixed-offset --pseudo 3000 --verbatim --save /tmp/student-E --probe
     python scripts/student_copy_experiments.py --diagnose /tmp/student-E --pseudo 3000 --verbatim
+    python scripts/student_copy_experiments.py --steps 1700 --choice 0 --drill 0 --induct 64 \
+        --induct-pool pieces --lr 1e-3 --constant-lr --save /tmp/student-induction
 
 docs/learning.md ("The student") lists the runs and what they measured.
 """
@@ -64,7 +67,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--verbatim", action="store_true")
     p.add_argument("--previous-token-head", action="store_true")
     p.add_argument("--probe", action="store_true", help="probe the held-out tasks at the end")
+    p.add_argument("--probe-only", default="", help="a saved model: probe it and stop")
     p.add_argument("--save", default="")
+    p.add_argument("--init", default="", help="start from a saved model (e.g. an induction-first run)")
     p.add_argument("--diagnose", default="", help="a saved model: print per-token drill losses and stop")
     return p.parse_args()
 
@@ -187,12 +192,14 @@ def rules_hint(task) -> str:
 
 @torch.no_grad()
 def probe(model, corpus: Corpus, samples: int = 2) -> dict[str, str]:
-    """Passes on the held-out tasks: (hint or not) x (greedy, T=1)."""
+    """On the held-out tasks, per (hint or not) x (greedy, T=1): `convention` counts answers whose file
+    and function name are right; `pass` also needs the body `return <the task's expression>`, which
+    is what the verifier's checks need (a probe, not the verifier)."""
     model.eval()
     tok, out = corpus.tok, {}
     for hinted in (False, True):
         for temperature in (0.0, 1.0):
-            passed = n = 0
+            convention = passed = n = 0
             for task in generate()["heldout"]:
                 prompt = task.prompt() + (HINT_SEPARATOR + rules_hint(task) if hinted else "")
                 messages = [
@@ -208,10 +215,14 @@ def probe(model, corpus: Corpus, samples: int = 2) -> dict[str, str]:
                     text = tok.decode(gen[0, ids.shape[1] :])
                     path = re.search(r'"path": "([^"]+)"', text)
                     name = re.search(r"def (\w+)\(", text)
-                    passed += bool(path and name and path.group(1) == f"{task.module}.py"
-                                   and name.group(1) == task.function)  # fmt: skip
+                    body = re.search(r"return (x [-+*] \d+)\\n", text)
+                    right = bool(path and name and path.group(1) == f"{task.module}.py"
+                                 and name.group(1) == task.function)  # fmt: skip
+                    convention += right
+                    passed += right and bool(body) and body.group(1) == task.expression
                     n += 1
-            out[f"{'hint' if hinted else 'no_hint'}_T{temperature:g}"] = f"{passed}/{n}"
+            key = f"{'hint' if hinted else 'no_hint'}_T{temperature:g}"
+            out[key] = f"convention {convention}/{n}, pass {passed}/{n}"
     model.train()
     return out
 
@@ -242,10 +253,19 @@ def main() -> None:
     if args.diagnose:
         diagnose(args.diagnose, corpus)
         return
+    if args.probe_only:
+        print(
+            "held-out passes:", probe(Qwen2ForCausalLM.from_pretrained(args.probe_only), corpus), flush=True
+        )
+        return
     spec = StudentSpec(hidden_size=args.hidden, intermediate_size=3 * args.hidden, num_layers=args.layers,
                        num_heads=args.heads, num_kv_heads=args.kv_heads)  # fmt: skip
     torch.manual_seed(args.seed)
-    model = Qwen2ForCausalLM(qwen2_config(spec, corpus.tok))
+    model = (
+        Qwen2ForCausalLM.from_pretrained(args.init)
+        if args.init
+        else Qwen2ForCausalLM(qwen2_config(spec, corpus.tok))
+    )
     if args.previous_token_head:
         install_previous_token_head(model)
     print(f"params {sum(p.numel() for p in model.parameters())}, names {len(corpus.words)}, "
