@@ -113,11 +113,10 @@ async def test_env_records_student_topk_and_a_trainer_step_consumes_it(dev_serve
 async def test_a_policy_server_that_refuses_k_logprobs_fails_the_setup_check(dev_server, dev_tokenizer):
     # The dev server allows 100 logprobs (hermes-opd dev-server --max-logprobs 100); ask for more.
     client = VLLMCompletionsClient(dev_server.base_url, dev_server.model_name)
-    probe = dev_tokenizer.encode("def solve():", add_special_tokens=False)
     try:
-        await check_policy_top_logprobs(client, K, probe)  # allowed: no error
+        await check_policy_top_logprobs(client, K, dev_tokenizer)  # allowed: no error
         with pytest.raises(ConfigError, match=r"env.student_topk_k=101 .*--max-logprobs 101"):
-            await check_policy_top_logprobs(client, 101, probe)
+            await check_policy_top_logprobs(client, 101, dev_tokenizer)
     finally:
         await client.close()
 

@@ -157,8 +157,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
         if policy_client is not None:
             self.policy_tracker = PolicyAdapterTracker(policy_client, self.config.policy_lora_prefix)
             if self.config.student_topk_k and self.check_servers_at_setup:
-                probe = self.tokenizer.encode("def solve():", add_special_tokens=False)
-                await check_policy_top_logprobs(policy_client, self.config.student_topk_k, probe)
+                await check_policy_top_logprobs(policy_client, self.config.student_topk_k, self.tokenizer)
         logger.info("agentic-opd: %d train / %d eval tasks; OPD %s", len(self.train_tasks), len(self.eval_tasks),
                     "on" if self.pipeline else "off")  # fmt: skip
         frozen = freeze_startup_heap()  # left out of every later full collection

@@ -6,13 +6,19 @@ of failing every rollout of the run."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
 from hermes_opd.vllm_api.errors import MaxLogprobsTooLowError
 
+PROBE_TEXT = "def solve():"
+"""The prompt of the probe generation (any short text the policy's tokenizer encodes)."""
 
-async def check_policy_top_logprobs(client: VLLMCompletionsClient, k: int, probe_ids: list[int]) -> None:
+
+async def check_policy_top_logprobs(client: VLLMCompletionsClient, k: int, tokenizer: Any) -> None:
     """Raise ConfigError unless the policy server answers `logprobs: k` with rows of k ids."""
+    probe_ids = list(tokenizer.encode(PROBE_TEXT, add_special_tokens=False)) or [0, 1]
     try:
         sequences = await client.generate(probe_ids, max_tokens=1, top_logprobs=k)
     except MaxLogprobsTooLowError as exc:

@@ -307,14 +307,13 @@ async def preflight(job: JobConfig, roles: RoleServers, tokenizer: Any) -> list[
     if env.student_topk_k:  # every policy server must return the student's top-K rows
         from environments.atropos.student_topk_check import check_policy_top_logprobs
 
-        probe = tokenizer.encode("def solve():", add_special_tokens=False) or [0, 1]
         for policy in roles.policy:
             if policy.base_url is None or policy.model is None:
                 continue
             client = VLLMCompletionsClient(policy.base_url, policy.model, api_key=policy.api_key, timeout_s=60.0,
                                            retry=RetryPolicy(max_attempts=2))  # fmt: skip
             try:
-                await check_policy_top_logprobs(client, env.student_topk_k, list(probe))
+                await check_policy_top_logprobs(client, env.student_topk_k, tokenizer)
             except (VLLMError, ConfigError) as exc:
                 raise PreflightError(f"{policy.role} top-K probe failed: {exc}") from exc
             finally:
