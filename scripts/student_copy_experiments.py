@@ -48,6 +48,7 @@ from hermes_opd.devkit.student_model import (
     StudentSpec,
     _Batch,
     assistant_mask,
+    padded_batch,
     plain_loss,
     shared_prefix_loss,
 )
@@ -143,16 +144,8 @@ class Corpus:
             out.append((ids, [False] * (len(noise) + length + len(gap) + 1) + [True] * (length - 1)))
         return out
 
-    def batch(self, rows):
-        width = max(len(ids) for ids, _ in rows)
-        x = torch.full((len(rows), width), self.tok.pad_token_id)
-        y = torch.full((len(rows), width), -100)
-        for b, (ids, mask) in enumerate(rows):
-            x[b, : len(ids)] = torch.tensor(ids)
-            for j in range(1, len(ids)):
-                if mask[j]:
-                    y[b, j - 1] = ids[j]
-        return x, y
+    def batch(self, rows) -> _Batch:
+        return padded_batch(rows, self.tok.pad_token_id)
 
 
 def install_previous_token_head(model, amplitude: float = 6.0, pairs: int = 8) -> None:
@@ -174,9 +167,8 @@ def install_previous_token_head(model, amplitude: float = 6.0, pairs: int = 8) -
         attn.k_proj.bias[:d] = bias_k
 
 
-def loss_on(model, x, y, prefix: list[int] | None = None):
+def loss_on(model, batch: _Batch, prefix: list[int] | None = None):
     """The builder's own losses (student_model.py): the shared system block run once, or none."""
-    batch = _Batch(suffix_ids=x, targets=y)
     return plain_loss(model, batch) if prefix is None else shared_prefix_loss(model, prefix, batch)
 
 
@@ -289,14 +281,12 @@ def main() -> None:
         if args.conv:
             rows = corpus.rows("conv", args.conv)
             p = len(corpus.prefix)
-            parts["conv"] = loss_on(
-                model, *corpus.batch([(ids[p:], m[p:]) for ids, m in rows]), corpus.prefix
-            )
+            parts["conv"] = loss_on(model, corpus.batch([(ids[p:], m[p:]) for ids, m in rows]), corpus.prefix)
         for kind in ("choice", "drill"):
             if getattr(args, kind):
-                parts[kind] = loss_on(model, *corpus.batch(corpus.rows(kind, getattr(args, kind))))
+                parts[kind] = loss_on(model, corpus.batch(corpus.rows(kind, getattr(args, kind))))
         if args.induct:
-            parts["induct"] = loss_on(model, *corpus.batch(corpus.induction_rows(args.induct)))
+            parts["induct"] = loss_on(model, corpus.batch(corpus.induction_rows(args.induct)))
         loss = sum(parts.values()) / len(parts)
         optimizer.zero_grad()
         loss.backward()

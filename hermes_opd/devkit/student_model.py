@@ -89,6 +89,22 @@ class _Batch:
     targets: Any  # (B, S) long, -100 where no loss
 
 
+def padded_batch(rows: list[tuple[list[int], list[bool]]], pad_id: int) -> _Batch:
+    """Right-padded `(ids, loss mask)` rows; position j - 1 targets ids[j] wherever mask[j] (j >= 1:
+    the first id of a row is never a target)."""
+    import torch
+
+    width = max(len(ids) for ids, _ in rows)
+    inputs = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    targets = torch.full((len(rows), width), -100, dtype=torch.long)
+    for b, (ids, mask) in enumerate(rows):
+        inputs[b, : len(ids)] = torch.tensor(ids)
+        for j in range(1, len(ids)):
+            if mask[j]:
+                targets[b, j - 1] = ids[j]
+    return _Batch(suffix_ids=inputs, targets=targets)
+
+
 class PretrainStream:
     """Deterministic batches of (shared prefix, suffixes) from a seeded conversation generator."""
 
@@ -111,40 +127,18 @@ class PretrainStream:
 
     def drill_batch(self, size: int) -> _Batch:
         """Right-padded copy drills (no shared prefix), targets on the answer tokens."""
-        import torch
-
         rows = []
         for _ in range(size):
             ids = _render(self.tokenizer, copy_drill(self.rng, self.words), None)
             rows.append((ids, assistant_mask(ids, self.tokenizer)))
-        width = max(len(ids) for ids, _ in rows)
-        inputs = torch.full((size, width), self.tokenizer.pad_token_id, dtype=torch.long)
-        targets = torch.full((size, width), -100, dtype=torch.long)
-        for b, (ids, mask) in enumerate(rows):
-            inputs[b, : len(ids)] = torch.tensor(ids)
-            for j in range(1, len(ids)):
-                if mask[j]:
-                    targets[b, j - 1] = ids[j]
-        return _Batch(suffix_ids=inputs, targets=targets)
+        return padded_batch(rows, self.tokenizer.pad_token_id)
 
     def batch(self, size: int) -> _Batch:
-        import torch
-
-        rows = [self.example_ids() for _ in range(size)]
+        """Right-padded conversations after the shared system block (the first suffix token,
+        `<|im_start|>` of the user turn, is never a target)."""
         p = len(self.prefix)
-        width = max(len(ids) for ids, _ in rows) - p
-        pad = self.tokenizer.pad_token_id
-        suffix = torch.full((size, width), pad, dtype=torch.long)
-        targets = torch.full((size, width), -100, dtype=torch.long)
-        for b, (ids, mask) in enumerate(rows):
-            tail = ids[p:]
-            suffix[b, : len(tail)] = torch.tensor(tail)
-            # Position p + j is predicted from position p + j - 1 (j >= 1: the first suffix token
-            # `<|im_start|>` of the user turn is never a target).
-            for j in range(1, len(tail)):
-                if mask[p + j]:
-                    targets[b, j - 1] = tail[j]
-        return _Batch(suffix_ids=suffix, targets=targets)
+        rows = [(ids[p:], mask[p:]) for ids, mask in (self.example_ids() for _ in range(size))]
+        return padded_batch(rows, self.tokenizer.pad_token_id)
 
 
 def shared_prefix_loss(model, prefix_ids: list[int], batch: _Batch):
