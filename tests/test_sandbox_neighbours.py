@@ -2,7 +2,7 @@
 
 1. a CPU flood of new sessions (autogroup) in two neighbour sandboxes must not lower an honest score;
 2. a forged report of 40,000 integers of one hash must not freeze the env's event loop;
-3. forking must not escape a test's CPU budget;
+3. forking must not escape a test's CPU budget (nor a slow event loop, nor an exit between polls);
 4. an exception message that lists every answer must not pass a message check;
 5. a sandbox's processes together must stay under its memory limit;
 6. two env processes must never run sandboxes under the same uid;
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from environments.rollout.sandbox import cgroup as cgroup_module
 from environments.rollout.sandbox.cgroup import detect_cgroups
 from environments.rollout.sandbox.isolation import detect_isolation
 from environments.rollout.sandbox.limits import SandboxLimits
@@ -195,6 +196,40 @@ async def test_forking_scores_what_the_honest_solution_scores_under_a_cpu_budget
     assert [t.passed for t in forking.tests] == [True, False], forking.feedback
     assert forking.score == honest.score == 0.5
     assert "all its processes together" in forking.tests[1].message, forking.tests[1].message
+
+
+SPIN_TWICE = "for i in 1 2; do (i=0; while [ $i -lt 2000000 ]; do i=$((i+1)); done) & done; wait"
+
+
+@needs_cgroups
+async def test_the_cpu_budget_holds_when_the_env_loop_is_slow_to_come_back(monkeypatch):
+    """The budget's baseline is read before the command starts. Read after, a busy event loop (held
+    here for 3 s right after the start) let the command's first CPU seconds go uncounted."""
+    original = Sandbox._start
+
+    async def slow_start(self, *args, **kwargs):
+        running = await original(self, *args, **kwargs)
+        time.sleep(3)  # the env's loop is busy elsewhere; the command runs meanwhile
+        return running
+
+    monkeypatch.setattr(Sandbox, "_start", slow_start)
+    async with Sandbox.create(SandboxLimits(command_timeout_s=30)) as sb:
+        # Two forks, each stopped by its own 1 s RLIMIT_CPU: 2 s together, over the 1 s budget.
+        spent = await sb.run(SPIN_TWICE, cpu_time_s=1)
+    assert spent.cpu_exceeded and spent.exit_code == 137, spent
+
+
+@needs_cgroups
+async def test_a_command_that_ends_between_two_polls_is_judged_on_its_exact_total(monkeypatch):
+    """The watcher polls; a command over budget that exits before the next poll is still over it."""
+    monkeypatch.setattr(cgroup_module, "_CPU_POLL_S", 3600.0)  # one look at the start, then none
+    task = Task(task_id="cpu_budget", prompt="work", hidden_tests=BUDGET_SUITE)
+    forking = await verify_files(task, {"solution.py": FORKING_WORK})
+    assert [t.passed for t in forking.tests] == [True, False], forking.feedback
+    assert "all its processes together" in forking.tests[1].message, forking.tests[1].message
+    async with Sandbox.create(SandboxLimits(command_timeout_s=30)) as sb:
+        spent = await sb.run(SPIN_TWICE, cpu_time_s=1)
+    assert spent.cpu_exceeded and spent.exit_code == 137, spent
 
 
 # 4. ----------------------------------------------------------------------------------------------

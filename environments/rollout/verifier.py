@@ -323,6 +323,8 @@ def _reports(output: str) -> dict[int, object]:
 
 def _judge_report(test, report, run, cpu: int | None, config: VerifierConfig, cut_short: bool) -> TestOutcome:
     """Judge one test from its report, or say why there is none."""
+    if run.cpu_exceeded:
+        report = None  # over its budget, all processes together: a report printed anyway is void
     if report is None:
         if run.timed_out and cut_short:
             why = "no result: the test run was cut short (timed out)"

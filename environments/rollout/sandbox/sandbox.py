@@ -299,11 +299,14 @@ class Sandbox:
         self._check_open()
         timeout = self._limits.command_timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()
+        # The group's CPU time is read BEFORE the command starts: read after, it would already hold
+        # whatever the command ran while this (possibly busy) event loop had not come back to it.
+        baseline = self._cpu_baseline(cpu_time_s)
         running = await self._start(command, with_stdin=stdin is not None, cpu_time_s=cpu_time_s)
         protocol = running.protocol
         self._running.add(running)
         timed_out = flooded = False
-        budget = self._cpu_budget(cpu_time_s)
+        budget = self._cpu_budget(baseline, cpu_time_s)
         try:
             if stdin is not None:
                 pipe = running.transport.get_pipe_transport(0)
@@ -335,6 +338,7 @@ class Sandbox:
                 running.transport.close()
                 self._running.discard(running)
         cpu_exceeded = any(w.done() and not w.cancelled() and w.result() for w in budget)
+        cpu_exceeded = cpu_exceeded or self._over_budget(baseline, cpu_time_s)
         text = protocol.output.render()
         if cpu_exceeded:
             text += f"\n[command killed: its processes used more than {cpu_time_s}s of CPU time]"
@@ -366,16 +370,28 @@ class Sandbox:
         found = userns_filter()
         return None if found is None else found.address
 
-    def _cpu_budget(self, cpu_time_s: int | None) -> set[asyncio.Task[bool]]:
+    def _cpu_baseline(self, cpu_time_s: int | None) -> float | None:
+        """The sandbox cgroup's CPU seconds so far, where a command has a budget and the cgroup
+        counts CPU time; else None (no budget to watch)."""
+        if cpu_time_s is None or self._cgroup is None:
+            return None
+        return self._cgroup.cpu_seconds()
+
+    def _cpu_budget(self, baseline: float | None, cpu_time_s: int | None) -> set[asyncio.Task[bool]]:
         """A watcher that finishes (True) once the sandbox's cgroup has used `cpu_time_s` more CPU
-        seconds than now; none without a budget or a cgroup that counts CPU time."""
-        group = self._cgroup
-        if cpu_time_s is None or group is None:
+        seconds than `baseline`; none without a baseline."""
+        if baseline is None or cpu_time_s is None or self._cgroup is None:
             return set()
-        start = group.cpu_seconds()
-        if start is None:
-            return set()
-        return {asyncio.ensure_future(watch_cpu(group, start + cpu_time_s))}
+        return {asyncio.ensure_future(watch_cpu(self._cgroup, baseline + cpu_time_s))}
+
+    def _over_budget(self, baseline: float | None, cpu_time_s: int | None) -> bool:
+        """After the command: did its processes together use more than `cpu_time_s`? The watcher
+        polls, so a command that ends between two polls is judged here, on the group's exact total
+        (exited processes included)."""
+        if baseline is None or cpu_time_s is None or self._cgroup is None:
+            return False
+        used = self._cgroup.cpu_seconds()
+        return used is not None and used - baseline > cpu_time_s
 
     async def _start(
         self, command: str, *, with_stdin: bool, cpu_time_s: int | None = None
