@@ -217,7 +217,8 @@ def test_serve_stopped_mid_run_closes_its_sessions(dev_server, dev_model_dir, tm
     with atropos_api(tmp_path, batch_size=2) as api_url:
         proc = subprocess.Popen(
             [sys.executable, "-m", "environments.atropos.agentic_opd_env", *serve_args(dev_server, api_url, 1000)],
-            cwd=tmp_path, env=cli_env(dev_model_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=tmp_path, env={**cli_env(dev_model_dir), "PYTHONFAULTHANDLER": "1"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
             deadline = time.monotonic() + 240
@@ -226,7 +227,12 @@ def test_serve_stopped_mid_run_closes_its_sessions(dev_server, dev_model_dir, tm
                 assert time.monotonic() < deadline, "no group posted in 240 s"
                 time.sleep(0.5)
             proc.send_signal(sig)
-            _, stderr = proc.communicate(timeout=60)
+            try:  # the env's tasks get 30 s to stop (cli_lifecycle.STOP_TIMEOUT_S), then it closes
+                _, stderr = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+                _, stderr = proc.communicate(timeout=30)
+                pytest.fail(f"still running 120 s after {sig.name}; its threads:\n{stderr[-6000:]}")
         finally:
             if proc.poll() is None:
                 proc.kill()
