@@ -131,6 +131,12 @@ def test_settings_precedence_and_clear_errors(tmp_path, dev_model_dir):
         resolve_settings(_args(student_model=str(tmp_path)))
     with pytest.raises(ConfigError, match="group_size must be >= 2"):
         resolve_settings(_args(group_size=1, student_model=str(dev_model_dir)))
+    config.write_text("seeds: 2\nfirst_seed: 3\n")
+    later, _ = resolve_settings(_args(config=str(config), student_model=str(dev_model_dir)))
+    assert (later["first_seed"], later["seeds"]) == (3, 2)
+    assert resolve_settings(_args(first_seed=5, student_model=str(dev_model_dir)))[0]["first_seed"] == 5
+    with pytest.raises(ConfigError, match="first_seed must be >= 0, got -1"):
+        resolve_settings(_args(first_seed=-1, student_model=str(dev_model_dir)))
 
 
 def test_report_only_rebuilds_the_outputs_from_finished_run_directories(tmp_path, dev_model_dir, capsys):

@@ -38,11 +38,12 @@ from hermes_opd.devkit.paths import default_dev_model_dir
 logger = logging.getLogger("hermes_opd.bench.learning")
 
 CONFIG_KEYS = ("vllm_url", "served_model", "student_model", "steps", "groups_per_step", "group_size",
-               "eval_every", "seeds", "arms", "workers", "lora_r", "lr", "run_timeout_s", "env", "trainer")  # fmt: skip
+               "eval_every", "seeds", "first_seed", "arms", "workers", "lora_r", "lr", "run_timeout_s", "env",
+               "trainer")  # fmt: skip
 """Keys of a `--config` YAML; command-line flags override them."""
 
 DEFAULTS: dict[str, Any] = {
-    "steps": 6, "groups_per_step": 1, "group_size": 4, "eval_every": 2, "seeds": 3,
+    "steps": 6, "groups_per_step": 1, "group_size": 4, "eval_every": 2, "seeds": 3, "first_seed": 0,
     "arms": "grpo,opd,hybrid", "workers": 1, "lora_r": 8, "lr": 1e-3, "run_timeout_s": 900.0,
 }  # fmt: skip
 QUICK: dict[str, Any] = {
@@ -59,7 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm-url", help="a running vLLM (root URL) with --enable-lora; default: start one")
     parser.add_argument("--served-model", help="its served model name (default dev-model)")
     parser.add_argument("--arms", help=f"comma-separated subset of {','.join(ARMS)} (default all)")
-    parser.add_argument("--seeds", type=int, help=f"seeds 0..N-1 (default {DEFAULTS['seeds']})")
+    parser.add_argument("--seeds", type=int, help=f"how many seeds (default {DEFAULTS['seeds']})")
+    parser.add_argument("--first-seed", type=int,
+                        help="the first seed (default 0): more seeds later, in their own --out, then one "
+                             "--report-only over all the run directories")  # fmt: skip
     parser.add_argument("--steps", type=int, help=f"optimizer steps per run (default {DEFAULTS['steps']})")
     parser.add_argument("--groups-per-step", type=int, help="groups per batch (default 1)")
     parser.add_argument("--group-size", type=int, help="rollouts per group (default 4)")
@@ -86,8 +90,8 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], LoopSett
         if unknown:
             raise ConfigError(f"{args.config}: unknown keys {unknown}; known: {', '.join(CONFIG_KEYS)}")
         values.update(data)
-    for key in ("student_model", "vllm_url", "served_model", "arms", "seeds", "steps", "groups_per_step",
-                "group_size", "eval_every", "workers", "lr"):  # fmt: skip
+    for key in ("student_model", "vllm_url", "served_model", "arms", "seeds", "first_seed", "steps",
+                "groups_per_step", "group_size", "eval_every", "workers", "lr"):  # fmt: skip
         if getattr(args, key, None) is not None:
             values[key] = getattr(args, key)
     arms = [a.strip() for a in str(values["arms"]).split(",") if a.strip()]
@@ -99,6 +103,8 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], LoopSett
     for key in ("steps", "groups_per_step", "group_size", "eval_every", "seeds", "workers"):
         if int(values[key]) < 1:
             raise ConfigError(f"{key} must be >= 1, got {values[key]}")
+    if int(values["first_seed"]) < 0:
+        raise ConfigError(f"first_seed must be >= 0, got {values['first_seed']}")
     if int(values["eval_every"]) < 2:
         raise ConfigError(
             "eval_every must be >= 2: atroposlib's serve loop evaluates when the step crosses a multiple of "
@@ -157,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
             settings, seed=0, prefix=None, metrics_path=settings.out_dir / "start_eval.jsonl"
         )
         print(f"held-out success of the start policy: {start_eval['eval/pass@1']:.3f}", file=sys.stderr)
-        for seed in range(int(values["seeds"])):
+        first = int(values["first_seed"])
+        for seed in range(first, first + int(values["seeds"])):
             for arm in values["arms"]:
                 run_started = time.monotonic()
                 print(f"[{time.monotonic() - started:6.0f}s] {arm} seed {seed}: {settings.steps} steps ...",
