@@ -25,13 +25,15 @@ first phase). `--diagnose DIR` prints the per-token loss of a saved model on a f
     python scripts/student_copy_experiments.py --steps 1700 --choice 0 --drill 0 --induct 64 \
         --induct-pool pieces --lr 1e-3 --constant-lr --save /tmp/student-induction
 
+The rows and the training loop are hermes_opd/devkit/student_recipe.py's (one `Phase` per run), so
+`hermes-opd dev-model build-student --recipe copy`, which chains the four runs that made the student
+P5, gives the same weights as running them here one after another (checked on short runs).
 docs/learning.md ("The student") lists the runs and what they measured.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import re
 import time
@@ -42,16 +44,12 @@ from transformers import Qwen2ForCausalLM
 from environments.atropos.agentic_opd_config import AgenticOPDConfig
 from environments.rollout.tools import TOOL_SCHEMAS
 from environments.tasks.conventions import convention_values, generate
-from hermes_opd.devkit.dev_model import DevModelSpec, _stdlib_texts, dev_tokenizer, qwen2_config
-from hermes_opd.devkit.student_corpus import HINT_SEPARATOR, copy_drill, pretrain_example, word_vocabulary
-from hermes_opd.devkit.student_model import (
-    StudentSpec,
-    _Batch,
-    assistant_mask,
-    padded_batch,
-    plain_loss,
-    shared_prefix_loss,
-)
+from hermes_opd.devkit.dev_model import DevModelSpec, dev_tokenizer, qwen2_config
+from hermes_opd.devkit.student_corpus import HINT_SEPARATOR, copy_drill
+from hermes_opd.devkit.student_model import StudentSpec, assistant_mask
+from hermes_opd.devkit.student_recipe import Phase, RecipeCorpus, recipe_corpus, train_phase
+
+SYSTEM_PROMPT = AgenticOPDConfig.model_fields["system_prompt"].default
 
 
 def parse_args() -> argparse.Namespace:
@@ -75,77 +73,16 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-class Corpus:
-    """The tokenizer, the name pool and every kind of batch, from one seeded generator."""
+def phase_from(args: argparse.Namespace) -> Phase:
+    return Phase(name="experiment", steps=args.steps, conv=args.conv, choice=args.choice, drill=args.drill,
+                 induct=args.induct, induct_len=args.induct_len, induct_pool=args.induct_pool,
+                 fixed_offset=args.fixed_offset, pseudo=args.pseudo, verbatim=args.verbatim, lr=args.lr,
+                 constant_lr=args.constant_lr, seed=args.seed)  # fmt: skip
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.tok = dev_tokenizer(DevModelSpec())
-        self.system_prompt = AgenticOPDConfig.model_fields["system_prompt"].default
-        excluded = frozenset(convention_values())
-        words = set(word_vocabulary(_stdlib_texts(), excluded))
-        pieces = sorted(t for t in self.tok.get_vocab() if re.fullmatch(r"[a-z]{1,4}", t))
-        rng = random.Random(f"pseudo-{args.seed}")
-        extra: set[str] = set()
-        while len(extra) < args.pseudo:
-            word = "".join(rng.choice(pieces) for _ in range(rng.randint(2, 4)))
-            if 4 <= len(word) <= 12 and word not in excluded and word not in words:
-                extra.add(word)
-        self.words = tuple(sorted(words | extra))
-        if args.induct_pool == "pieces":
-            self.pool = sorted(self.tok.convert_tokens_to_ids(t) for t in pieces)
-        else:
-            self.pool = sorted({i for w in self.words for i in self.tok.encode(w, add_special_tokens=False)})
-        self.rng = random.Random(args.seed)
-        self.space = self.tok.convert_tokens_to_ids("Ġ")
-        probe = self.encode([{"role": "system", "content": self.system_prompt}, {"role": "user", "content": "x"}],
-                            TOOL_SCHEMAS)  # fmt: skip
-        start = self.tok.convert_tokens_to_ids("<|im_start|>")
-        self.prefix = probe[: max(i for i, t in enumerate(probe) if t == start)]
 
-    def encode(self, messages, tools, generation_prompt: bool = False) -> list[int]:
-        text = self.tok.apply_chat_template(
-            messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt
-        )
-        if not self.args.verbatim:
-            return self.tok.encode(text, add_special_tokens=False)
-        ids: list[int] = []
-        pos = 0
-        for match in re.finditer(r"def (\w+)\(", text):
-            ids += self.tok.encode(text[pos : match.start()] + "def", add_special_tokens=False)
-            ids += [self.space, *self.tok.encode(match.group(1), add_special_tokens=False)]
-            pos = match.end(1)
-        return ids + self.tok.encode(text[pos:], add_special_tokens=False)
-
-    def rows(self, kind: str, n: int) -> list[tuple[list[int], list[bool]]]:
-        out = []
-        for _ in range(n):
-            if kind == "drill":
-                ids = self.encode(copy_drill(self.rng, self.words), None)
-            else:
-                messages = pretrain_example(self.rng, self.system_prompt, self.words).messages
-                ids = (
-                    self.encode(messages, TOOL_SCHEMAS) if kind == "conv" else self.encode(messages[1:], None)
-                )
-            out.append((ids, assistant_mask(ids, self.tok)))
-        return out
-
-    def induction_rows(self, n: int) -> list[tuple[list[int], list[bool]]]:
-        out = []
-        for _ in range(n):
-            length = self.rng.randint(4, self.args.induct_len)
-            seq = [self.rng.choice(self.pool) for _ in range(length)]
-            if self.args.fixed_offset:
-                noise, gap = [], []
-            else:
-                noise = [self.rng.choice(self.pool) for _ in range(self.rng.randint(0, 24))]
-                gap = [self.rng.choice(self.pool) for _ in range(self.rng.randint(1, 24))]
-            ids = noise + seq + gap + seq
-            out.append((ids, [False] * (len(noise) + length + len(gap) + 1) + [True] * (length - 1)))
-        return out
-
-    def batch(self, rows) -> _Batch:
-        return padded_batch(rows, self.tok.pad_token_id)
+def corpus_from(args: argparse.Namespace) -> RecipeCorpus:
+    return recipe_corpus(dev_tokenizer(DevModelSpec()), TOOL_SCHEMAS, SYSTEM_PROMPT,
+                         frozenset(convention_values()), phase_from(args))  # fmt: skip
 
 
 def install_previous_token_head(model, amplitude: float = 6.0, pairs: int = 8) -> None:
@@ -167,11 +104,6 @@ def install_previous_token_head(model, amplitude: float = 6.0, pairs: int = 8) -
         attn.k_proj.bias[:d] = bias_k
 
 
-def loss_on(model, batch: _Batch, prefix: list[int] | None = None):
-    """The builder's own losses (student_model.py): the shared system block run once, or none."""
-    return plain_loss(model, batch) if prefix is None else shared_prefix_loss(model, prefix, batch)
-
-
 def rules_hint(task) -> str:
     """The rules judge's text for a wrong attempt at `task` (judge/rules_backend.py)."""
     if task.kind == "name":
@@ -183,7 +115,7 @@ def rules_hint(task) -> str:
 
 
 @torch.no_grad()
-def probe(model, corpus: Corpus, samples: int = 2) -> dict[str, str]:
+def probe(model, corpus: RecipeCorpus, samples: int = 2) -> dict[str, str]:
     """On the held-out tasks, per (hint or not) x (greedy, T=1): `convention` counts answers whose file
     and function name are right; `pass` also needs the body `return <the task's expression>`, which
     is what the verifier's checks need (a probe, not the verifier)."""
@@ -219,7 +151,7 @@ def probe(model, corpus: Corpus, samples: int = 2) -> dict[str, str]:
     return out
 
 
-def diagnose(path: str, corpus: Corpus) -> None:
+def diagnose(path: str, corpus: RecipeCorpus) -> None:
     model = Qwen2ForCausalLM.from_pretrained(path).eval()
     rng = random.Random(5)
     for _ in range(3):
@@ -241,7 +173,7 @@ def diagnose(path: str, corpus: Corpus) -> None:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(1)
-    corpus = Corpus(args)
+    corpus = corpus_from(args)
     if args.diagnose:
         diagnose(args.diagnose, corpus)
         return
@@ -262,39 +194,14 @@ def main() -> None:
         install_previous_token_head(model)
     print(f"params {sum(p.numel() for p in model.parameters())}, names {len(corpus.words)}, "
           f"induction pool {len(corpus.pool)}", flush=True)  # fmt: skip
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     started = time.monotonic()
-    model.train()
-    for step in range(args.steps):
-        warm = step < 30
-        progress = (step - 30) / max(1, args.steps - 30)
-        scale = (
-            (step + 1) / 30
-            if warm
-            else 1.0
-            if args.constant_lr
-            else 0.1 + 0.45 * (1 + math.cos(math.pi * progress))
-        )
-        for group in optimizer.param_groups:
-            group["lr"] = args.lr * scale
-        parts: dict[str, torch.Tensor] = {}
-        if args.conv:
-            rows = corpus.rows("conv", args.conv)
-            p = len(corpus.prefix)
-            parts["conv"] = loss_on(model, corpus.batch([(ids[p:], m[p:]) for ids, m in rows]), corpus.prefix)
-        for kind in ("choice", "drill"):
-            if getattr(args, kind):
-                parts[kind] = loss_on(model, corpus.batch(corpus.rows(kind, getattr(args, kind))))
-        if args.induct:
-            parts["induct"] = loss_on(model, corpus.batch(corpus.induction_rows(args.induct)))
-        loss = sum(parts.values()) / len(parts)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        if (step + 1) % 25 == 0:
-            shown = " ".join(f"{k} {v.item():.3f}" for k, v in parts.items())
-            print(f"step {step + 1}: {shown} ({time.monotonic() - started:.0f}s)", flush=True)
+
+    def progress(step: int, steps: int, parts: dict[str, float]) -> None:
+        if step % 25 == 0:
+            shown = " ".join(f"{k} {v:.3f}" for k, v in parts.items())
+            print(f"step {step}: {shown} ({time.monotonic() - started:.0f}s)", flush=True)
+
+    train_phase(model, corpus, progress)
     if args.save:
         model.save_pretrained(args.save)
         corpus.tok.save_pretrained(args.save)

@@ -22,7 +22,7 @@ def _dev_model(args: argparse.Namespace) -> int:
 def _build_student(args: argparse.Namespace) -> int:
     from hermes_opd.commands.student_build import build_student_for_env
 
-    return build_student_for_env(args.dir, seed=args.seed, if_missing=args.if_missing)
+    return build_student_for_env(args.dir, seed=args.seed, if_missing=args.if_missing, recipe=args.recipe)
 
 
 def _dev_server(args: argparse.Namespace) -> int:
@@ -93,7 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="pretrain the learnable dev student (tool-call format, following a named value) into DIR",
     )
     student.add_argument("dir", nargs="?", default=None, help="default: <cache>/dev-student")
-    student.add_argument("--seed", type=int, default=0)
+    student.add_argument("--seed", type=int, default=0, help="the conversations recipe's seed")
+    student.add_argument(
+        "--recipe",
+        choices=("conversations", "copy"),
+        default="conversations",
+        help="conversations (minutes) or copy: induction first, then the mix (about 45 min on one core; "
+        "the student of docs/learning.md that learns under OPD)",
+    )
     student.add_argument(
         "--if-missing", action="store_true", help="do nothing when DIR already holds a build"
     )

@@ -1,6 +1,7 @@
 """`hermes-opd dev-model build-student`: pretrain the learnable dev student for the env.
 
-The builder (hermes_opd/devkit/student_model.py) is given the env's system prompt and tool schemas,
+Two recipes (`--recipe`): "conversations" (hermes_opd/devkit/student_model.py) and "copy"
+(hermes_opd/devkit/student_recipe.py, induction first). Either builder is given the env's system prompt and tool schemas,
 so the student learns exactly the rendering the env's rollouts use, and the values of the convention
 task family (environments/tasks/conventions.py), which its pretraining must never contain.
 """
@@ -16,11 +17,24 @@ from environments.rollout.tools import TOOL_SCHEMAS
 from environments.tasks.conventions import convention_values
 from hermes_opd.devkit.paths import default_student_dir
 from hermes_opd.devkit.student_model import StudentSpec, build_student, is_student_built
+from hermes_opd.devkit.student_recipe import build_recipe_student
+
+RECIPES = ("conversations", "copy")
+"""conversations: `build_student` (minutes; follows the tool format, does not copy unseen names);
+copy: `student_recipe.COPY_RECIPE` (induction first; about 45 minutes on one core; docs/learning.md)."""
 
 
-def build_student_for_env(out_dir: str | Path | None, *, seed: int = 0, if_missing: bool = False) -> int:
+def build_student_for_env(
+    out_dir: str | Path | None, *, seed: int = 0, if_missing: bool = False, recipe: str = "conversations"
+) -> int:
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown student recipe {recipe!r}; known: {', '.join(RECIPES)}")
+    if recipe == "copy" and seed != 0:
+        print("build-student: the copy recipe's phases carry their own seeds; --seed is for 'conversations'",
+              file=sys.stderr)  # fmt: skip
+        return 2
     out = Path(out_dir) if out_dir else default_student_dir()
-    if if_missing and is_student_built(out):
+    if if_missing and is_student_built(out, recipe):
         print(f"student already built at {out}")
         return 0
     started = time.monotonic()
@@ -34,13 +48,20 @@ def build_student_for_env(out_dir: str | Path | None, *, seed: int = 0, if_missi
                 flush=True,
             )
 
-    build_student(
-        out,
-        tools=TOOL_SCHEMAS,
-        system_prompt=AgenticOPDConfig.model_fields["system_prompt"].default,
-        excluded_values=frozenset(convention_values()),
-        spec=StudentSpec(seed=seed),
-        progress=progress,
-    )
+    def phase_progress(phase: str, step: int, steps: int, losses: dict[str, float]) -> None:
+        if step % 25 == 0 or step == steps:
+            shown = " ".join(f"{kind} {value:.3f}" for kind, value in losses.items())
+            print(f"{phase} step {step}/{steps}: {shown} ({time.monotonic() - started:.0f}s)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    common = {
+        "tools": TOOL_SCHEMAS,
+        "system_prompt": AgenticOPDConfig.model_fields["system_prompt"].default,
+        "excluded_values": frozenset(convention_values()),
+    }
+    if recipe == "copy":
+        build_recipe_student(out, **common, progress=phase_progress)
+    else:
+        build_student(out, **common, spec=StudentSpec(seed=seed), progress=progress)
     print(f"student written to {out}")
     return 0

@@ -192,7 +192,7 @@ def build_student(
     `out_dir`. `tools` and `system_prompt` are the env's (the student sees exactly its rendering);
     `excluded_values` are convention values pretraining must never use."""
     import torch
-    from transformers import GenerationConfig, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     spec = spec or StudentSpec()
     out = Path(out_dir)
@@ -206,7 +206,6 @@ def build_student(
         words = word_vocabulary(_stdlib_texts(), excluded_values)
         stream = PretrainStream(tokenizer, tools, system_prompt, words, spec.seed)
         torch.manual_seed(spec.seed)
-        eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
         config = qwen2_config(spec, tokenizer)
         model = Qwen2ForCausalLM(config).to(torch.float32)
         optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.01)
@@ -225,38 +224,55 @@ def build_student(
             losses.append(float(loss.detach()))
             if progress is not None:
                 progress(step + 1, spec.steps, losses[-1])
-        model.eval()
-        model.save_pretrained(out, safe_serialization=True)
-        GenerationConfig(eos_token_id=eos_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        (out / "chat_template.jinja").write_text(chat_template())
     finally:
         torch.set_num_threads(threads)
+    save_student(out, model, tokenizer, {"spec": asdict(spec)}, losses, time.monotonic() - started)
+    return out
+
+
+def save_student(
+    out: Path, model: Any, tokenizer: Any, described: dict[str, Any], losses: list[float], pretrain_s: float
+) -> dict[str, Any]:
+    """Write weights, generation config (eos, pad: nothing a server would take as a sampling default),
+    tokenizer and chat template, then the manifest last (its presence means a complete build)."""
+    from transformers import GenerationConfig
+
+    model.eval()
+    model.save_pretrained(out, safe_serialization=True)
+    eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    GenerationConfig(eos_token_id=eos_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "chat_template.jinja").write_text(chat_template())
     tail = losses[-20:] or [float("nan")]
     manifest = {
         "builder_version": STUDENT_BUILDER_VERSION,
-        "spec": asdict(spec),
+        **described,
         "parameters": sum(p.numel() for p in model.parameters()),
         "final_loss": round(sum(tail) / len(tail), 4),
-        "pretrain_s": round(time.monotonic() - started, 1),
+        "pretrain_s": round(pretrain_s, 1),
         "weights_sha256": weights_sha256(out),
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     logger.info("built the student in %s in %.1fs (%d params, final loss %.3f)", out,
                 manifest["pretrain_s"], manifest["parameters"], manifest["final_loss"])  # fmt: skip
-    return out
+    return manifest
 
 
 def weights_sha256(path: str | Path) -> str:
     return hashlib.sha256((Path(path) / "model.safetensors").read_bytes()).hexdigest()
 
 
-def is_student_built(path: str | Path) -> bool:
-    """True when `path` holds a complete student build made by this version of the builder."""
+def is_student_built(path: str | Path, recipe: str = "conversations") -> bool:
+    """True when `path` holds a complete student build of `recipe` made by this version of the
+    builder ("conversations": `build_student`; "copy": hermes_opd/devkit/student_recipe.py)."""
     p = Path(path)
     if not all((p / name).is_file() for name in (MANIFEST, "model.safetensors", "tokenizer.json")):
         return False
     try:
-        return json.loads((p / MANIFEST).read_text()).get("builder_version") == STUDENT_BUILDER_VERSION
+        manifest = json.loads((p / MANIFEST).read_text())
+        return (
+            manifest.get("builder_version") == STUDENT_BUILDER_VERSION
+            and manifest.get("recipe", "conversations") == recipe
+        )
     except (OSError, ValueError, AttributeError):
         return False

@@ -1,0 +1,119 @@
+"""The copy recipe for the learnable dev student (hermes_opd/devkit/student_recipe.py): its rows (the
+verbatim encoding, induction targets, pseudo-words that never hit a convention value), its schedule,
+and a deterministic, seeded build that continues every phase from the last one's weights."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+
+import pytest
+
+from environments.atropos.agentic_opd_config import AgenticOPDConfig
+from environments.rollout.tools import TOOL_SCHEMAS
+from environments.tasks.conventions import convention_values
+from hermes_opd.devkit.dev_model import DevModelSpec, dev_tokenizer
+from hermes_opd.devkit.student_model import StudentSpec, is_student_built, weights_sha256
+from hermes_opd.devkit.student_recipe import (
+    COPY_RECIPE,
+    Phase,
+    build_recipe_student,
+    recipe_corpus,
+)
+
+SYSTEM_PROMPT = AgenticOPDConfig.model_fields["system_prompt"].default
+TINY_SHAPE = StudentSpec(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=1, num_kv_heads=1)
+TINY_RECIPE = (
+    Phase("induction", steps=2, induct=4, induct_len=6, warmup_steps=1),
+    Phase("mix", steps=2, conv=1, choice=2, drill=2, induct=2, pseudo=50, verbatim=True, seed=1, warmup_steps=1),
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    phase = Phase("t", steps=1, induct=1, induct_len=8, pseudo=50, verbatim=True)
+    return recipe_corpus(dev_tokenizer(DevModelSpec()), TOOL_SCHEMAS, SYSTEM_PROMPT,
+                         frozenset(convention_values()), phase)  # fmt: skip
+
+
+def test_verbatim_writes_the_backtick_tokens_after_def_and_the_same_text(corpus):
+    messages = [
+        {"role": "user", "content": "Name it `compute_mileage`."},
+        {"role": "assistant", "content": "def compute_mileage(x):\n    return x\n"},
+    ]
+    ids = corpus.encode(messages, None)
+    tok = corpus.tok
+    canonical = tok.apply_chat_template(messages, tokenize=False)
+    assert tok.decode(ids) == canonical
+    name = tok.encode("compute_mileage", add_special_tokens=False)
+    def_at = max(i for i, t in enumerate(ids) if tok.convert_ids_to_tokens(t) == "def")
+    assert ids[def_at + 1 : def_at + 2 + len(name)] == [corpus.space, *name]
+    assert tok.encode(canonical, add_special_tokens=False) != ids  # canonical BPE writes `Ġcompute`
+
+
+def test_induction_rows_target_exactly_the_second_copy(corpus):
+    corpus.rng = random.Random(3)
+    for ids, mask in corpus.induction_rows(20):
+        targets = [t for t, m in zip(ids, mask, strict=True) if m]
+        length = len(targets) + 1
+        assert 4 <= length <= 8
+        assert ids[-length:][1:] == targets
+        first_copy = ids[: len(ids) - length]
+        assert any(first_copy[i : i + length] == ids[-length:] for i in range(len(first_copy)))
+        assert mask[: len(ids) - length + 1] == [False] * (len(ids) - length + 1)
+
+
+def test_pseudo_words_never_use_a_convention_value(corpus):
+    assert not set(corpus.words) & convention_values()
+    assert len(corpus.words) >= 50
+
+
+def test_every_conversation_row_starts_with_the_envs_system_block(corpus):
+    for ids, mask in corpus.rows("conv", 3):
+        assert ids[: len(corpus.prefix)] == corpus.prefix
+        assert any(mask) and not any(mask[: len(corpus.prefix)])
+
+
+def test_schedule_and_bad_phases():
+    phase = Phase("p", steps=100, choice=1, lr=1e-3, warmup_steps=10)
+    assert [phase.learning_rate(s) for s in (0, 9, 10, 99)] == pytest.approx([1e-4, 1e-3, 1e-3, 1e-3])
+    decaying = replace(phase, constant_lr=False)
+    assert decaying.learning_rate(10) == pytest.approx(1e-3)
+    assert decaying.learning_rate(99) == pytest.approx(1e-4, rel=1e-2)  # 0.1 x lr at the end
+    with pytest.raises(ValueError, match="at least one kind of row"):
+        Phase("empty", steps=10)
+    with pytest.raises(ValueError, match="induct_pool must be"):
+        Phase("bad", steps=10, induct=1, induct_pool="letters")
+    assert [p.name for p in COPY_RECIPE] == ["induction", "mix", "drills", "choices"]
+    assert sum(p.steps for p in COPY_RECIPE) == 3600
+
+
+def _build(path, recipe=TINY_RECIPE):
+    build_recipe_student(path, tools=TOOL_SCHEMAS, system_prompt=SYSTEM_PROMPT,
+                         excluded_values=frozenset(convention_values()), recipe=recipe, spec=TINY_SHAPE)  # fmt: skip
+    return weights_sha256(path)
+
+
+def test_the_recipe_build_is_deterministic_seeded_and_continues_each_phase(tmp_path):
+    first = _build(tmp_path / "a")
+    assert _build(tmp_path / "b") == first
+    assert _build(tmp_path / "c", (TINY_RECIPE[0], replace(TINY_RECIPE[1], seed=2))) != first
+    assert _build(tmp_path / "d", TINY_RECIPE[:1]) != first  # the second phase trained on
+    assert is_student_built(tmp_path / "a", recipe="copy")
+    assert not is_student_built(tmp_path / "a")  # not the conversations build
+    manifest = json.loads((tmp_path / "a" / "student_model.json").read_text())
+    assert manifest["weights_sha256"] == first and manifest["recipe"] == "copy"
+    assert [p["steps"] for p in manifest["phases"]] == [2, 2] and manifest["shape"]["hidden_size"] == 32
+    generation = json.loads((tmp_path / "a" / "generation_config.json").read_text())
+    assert not {"top_k", "top_p", "temperature"} & set(generation)  # nothing a server would sample by
+
+
+def test_the_command_refuses_a_seed_for_the_copy_recipe(tmp_path, capsys):
+    from hermes_opd.commands.student_build import build_student_for_env
+
+    assert build_student_for_env(tmp_path / "s", seed=3, recipe="copy") == 2
+    assert "the copy recipe's phases carry their own seeds" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+    with pytest.raises(ValueError, match="unknown student recipe 'fast'; known: conversations, copy"):
+        build_student_for_env(tmp_path / "s", recipe="fast")
