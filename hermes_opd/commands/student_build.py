@@ -1,9 +1,10 @@
 """`hermes-opd dev-model build-student`: pretrain the learnable dev student for the env.
 
 Two recipes (`--recipe`): "conversations" (hermes_opd/devkit/student_model.py) and "copy"
-(hermes_opd/devkit/student_recipe.py, induction first). Either builder is given the env's system prompt and tool schemas,
-so the student learns exactly the rendering the env's rollouts use, and the values of the convention
-task family (environments/tasks/conventions.py), which its pretraining must never contain.
+(hermes_opd/devkit/student_recipe.py, induction first). Either builder is given the env's system
+prompt and tool schemas, so the student learns exactly the rendering the env's rollouts use, and
+the values of the convention task family (environments/tasks/conventions.py), which its pretraining
+must never contain.
 """
 
 from __future__ import annotations

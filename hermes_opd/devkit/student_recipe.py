@@ -244,6 +244,8 @@ def build_recipe_student(
 
     from hermes_opd.devkit.dev_model import DevModelSpec, dev_tokenizer, qwen2_config
 
+    if not recipe:
+        raise ValueError("a recipe needs at least one phase")
     spec = spec or StudentSpec()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
