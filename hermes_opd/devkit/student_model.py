@@ -172,6 +172,26 @@ def plain_loss(model, batch: _Batch):
     return F.cross_entropy(model.lm_head(hidden[selected]).float(), batch.targets[selected])
 
 
+def pretrain_optimizer(model, lr: float):
+    """The students' optimizer: AdamW, betas (0.9, 0.95), weight decay 0.01."""
+    import torch
+
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+
+
+def optimizer_step(optimizer, model, loss, lr: float) -> float:
+    """One step at `lr` with the gradient norm clipped to 1; returns the loss."""
+    import torch
+
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return float(loss.detach())
+
+
 def _learning_rate(spec: StudentSpec, step: int) -> float:
     if step < spec.warmup_steps:
         return spec.lr * (step + 1) / spec.warmup_steps
@@ -208,20 +228,14 @@ def build_student(
         torch.manual_seed(spec.seed)
         config = qwen2_config(spec, tokenizer)
         model = Qwen2ForCausalLM(config).to(torch.float32)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.01)
+        optimizer = pretrain_optimizer(model, spec.lr)
         model.train()
         losses: list[float] = []
         for step in range(spec.steps):
-            for group in optimizer.param_groups:
-                group["lr"] = _learning_rate(spec, step)
             loss = shared_prefix_loss(model, stream.prefix, stream.batch(spec.batch))
             if spec.drill_batch:
                 loss = (loss + plain_loss(model, stream.drill_batch(spec.drill_batch))) / 2
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            losses.append(float(loss.detach()))
+            losses.append(optimizer_step(optimizer, model, loss, _learning_rate(spec, step)))
             if progress is not None:
                 progress(step + 1, spec.steps, losses[-1])
     finally:

@@ -38,8 +38,10 @@ from hermes_opd.devkit.student_model import (
     StudentSpec,
     _Batch,
     assistant_mask,
+    optimizer_step,
     padded_batch,
     plain_loss,
+    pretrain_optimizer,
     save_student,
     shared_prefix_loss,
 )
@@ -205,22 +207,15 @@ def step_losses(model, corpus: RecipeCorpus) -> dict[str, Any]:
 def train_phase(model, corpus: RecipeCorpus, progress=None) -> list[float]:
     """Train `model` in place for one phase (a fresh AdamW); returns the mean loss of every step.
     `progress(step, steps, parts)` is called after each step with that step's losses by kind."""
-    import torch
-
     phase = corpus.phase
-    optimizer = torch.optim.AdamW(model.parameters(), lr=phase.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    optimizer = pretrain_optimizer(model, phase.lr)
     model.train()
     losses: list[float] = []
     for step in range(phase.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = phase.learning_rate(step)
         parts = step_losses(model, corpus)
-        loss = sum(parts.values()) / len(parts)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(float(loss.detach()))
+        losses.append(
+            optimizer_step(optimizer, model, sum(parts.values()) / len(parts), phase.learning_rate(step))
+        )
         if progress is not None:
             progress(step + 1, phase.steps, {k: float(v.detach()) for k, v in parts.items()})
     return losses
