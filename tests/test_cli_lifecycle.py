@@ -1,11 +1,13 @@
 """The env's life under atroposlib's CLI (environments/atropos/cli_lifecycle.py), without a server:
-a SIGTERM that lands mid-rollout stops the run and leaves no sandbox behind."""
+a SIGTERM that lands mid-rollout stops the run and leaves no sandbox behind, and a Ctrl-C stops it
+even when an await swallows the first cancellation."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import time
 
 import pytest
 
@@ -57,3 +59,36 @@ def test_sigterm_mid_rollout_removes_every_sandbox():
     assert type(worker).stopped_by == "SIGTERM"
     assert worker.closed
     assert set(leftover_containers(os.getpid(), mine)) - before == set()
+
+
+class SwallowingWorker(CliLifecycleMixin):
+    """A run whose await swallows the first cancellation, as a timeout-and-retry wrapper does."""
+
+    cli_mode = "serve"
+
+    def __init__(self) -> None:
+        self.swallowed = 0
+        self.closed = False
+
+    async def main(self) -> None:
+        async with self._closing_at_exit():
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C
+            for _ in range(2):
+                try:
+                    await asyncio.sleep(5)
+                except asyncio.CancelledError:
+                    if self.swallowed:
+                        raise
+                    self.swallowed += 1  # turned into a retry: the run goes on
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def test_ctrl_c_stops_the_run_even_when_an_await_swallows_the_first_cancellation():
+    worker = SwallowingWorker()
+    started = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):  # before: the run went on and returned after 5 s
+        asyncio.run(worker.main())
+    assert time.monotonic() - started < 4
+    assert (type(worker).stopped_by, worker.swallowed, worker.closed) == ("SIGINT", 1, True)

@@ -220,7 +220,11 @@ def run_cli(env_cls: Any, argv: list[str] | None = None) -> int:
         print(f"{prefix}: interrupted (the env's connections are closed)", file=sys.stderr)
         return EXIT_SIGINT
     except asyncio.CancelledError:
-        if command is not None and envs[command].stopped_by == "SIGTERM":
+        stopped_by = envs[command].stopped_by if command is not None else None
+        if stopped_by == "SIGTERM":
             print(f"{prefix}: stopped by SIGTERM (the env's connections are closed)", file=sys.stderr)
             return EXIT_SIGTERM
+        if stopped_by == "SIGINT":
+            print(f"{prefix}: interrupted (the env's connections are closed)", file=sys.stderr)
+            return EXIT_SIGINT
         raise

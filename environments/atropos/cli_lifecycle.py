@@ -8,10 +8,11 @@ wraps those three coroutines in `try/finally: await self.close()`, which runs:
 
 - on a normal return;
 - on an error (the exception goes on to the CLI's error handler after the sessions are closed);
-- on Ctrl-C: `asyncio.run` cancels the main task, the `finally` runs inside the loop, then
-  `KeyboardInterrupt` reaches the CLI (exit 130);
-- on SIGTERM, when run from the CLI (`cli_mode` set): the handler cancels the main task the same
-  way (exit 143).
+- on Ctrl-C and SIGTERM, when run from the CLI (`cli_mode` set): the handler cancels the main task,
+  and again every second until its `finally` has begun (a cancellation can be swallowed by an await
+  that turns it into a timeout and retries); the `finally` runs inside the loop, then the CLI exits
+  130 (SIGINT) or 143 (SIGTERM). A second Ctrl-C during the clean-up is Python's own
+  `KeyboardInterrupt` (exit 130). Outside the CLI, Ctrl-C is `asyncio.run`'s: one cancellation.
 
 Before `close()`, the env's own tasks (rollout workers, evals; under the CLI every task of the loop)
 are cancelled and awaited, so that none opens a new session after it.
@@ -34,6 +35,8 @@ from environments.atropos.eval_report import EvalReport, format_eval_report
 
 logger = logging.getLogger(__name__)
 
+STOP_RECANCEL_S = 1.0
+"""After SIGINT or SIGTERM, the run is cancelled again this often until its clean-up begins."""
 STOP_TIMEOUT_S = 30.0
 """How long the env's cancelled tasks get to finish (sandbox clean-up) before the sessions close."""
 
@@ -46,7 +49,9 @@ class CliLifecycleMixin:
     report_stream: ClassVar[TextIO | None] = None
     """Where `_run_evaluate` prints its table (None: sys.stdout)."""
     stopped_by: ClassVar[str | None] = None
-    """'SIGTERM' once the SIGTERM handler has cancelled the run (read by the CLI for the exit code)."""
+    """'SIGTERM' or 'SIGINT' once that signal's handler has cancelled the run (the CLI's exit code)."""
+    _closing: bool = False
+    """True once the run's clean-up has begun: the stop handler stops cancelling."""
 
     async def env_manager(self):
         async with self._closing_at_exit():
@@ -91,16 +96,19 @@ class CliLifecycleMixin:
     async def _closing_at_exit(self):
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
-        sigterm = False
+        self._closing = False
+        handled: list[signal.Signals] = []
         if self.cli_mode is not None and task is not None:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(signal.SIGTERM, self._on_sigterm, task)
-                sigterm = True
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(sig, self._on_stop_signal, sig, task)
+                    handled.append(sig)
         try:
             yield
         finally:
-            if sigterm:
-                loop.remove_signal_handler(signal.SIGTERM)
+            self._closing = True
+            for sig in handled:  # from here a second Ctrl-C is Python's own KeyboardInterrupt
+                loop.remove_signal_handler(sig)
             await self._stop_background_tasks(task)
             try:
                 await self.close()
@@ -135,10 +143,19 @@ class CliLifecycleMixin:
             if pending:
                 logger.warning("%d task(s) still running %.0f s after cancel", len(pending), STOP_TIMEOUT_S)
 
-    def _on_sigterm(self, task: asyncio.Task) -> None:
-        type(self).stopped_by = "SIGTERM"
-        logger.warning("SIGTERM: stopping, closing the env's connections")
+    def _on_stop_signal(self, sig: signal.Signals, task: asyncio.Task) -> None:
+        type(self).stopped_by = sig.name
+        logger.warning("%s: stopping, closing the env's connections", sig.name)
+        self._cancel_until_closing(task)
+
+    def _cancel_until_closing(self, task: asyncio.Task) -> None:
+        """Cancel the run, and again every STOP_RECANCEL_S until its clean-up has begun. One
+        cancellation is not enough: an await that turns it into a timeout and retries swallows it,
+        and the serve loop then runs on (seen in CI: still serving 120 s after Ctrl-C)."""
+        if task.done() or self._closing:
+            return
         task.cancel()
+        asyncio.get_running_loop().call_later(STOP_RECANCEL_S, self._cancel_until_closing, task)
 
     @classmethod
     def cli(cls) -> None:
