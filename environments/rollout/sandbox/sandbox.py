@@ -301,12 +301,12 @@ class Sandbox:
         started = time.monotonic()
         # The group's CPU time is read BEFORE the command starts: read after, it would already hold
         # whatever the command ran while this (possibly busy) event loop had not come back to it.
-        baseline = self._cpu_baseline(cpu_time_s)
+        cpu_limit = self._cpu_limit(cpu_time_s)
         running = await self._start(command, with_stdin=stdin is not None, cpu_time_s=cpu_time_s)
         protocol = running.protocol
         self._running.add(running)
         timed_out = flooded = False
-        budget = self._cpu_budget(baseline, cpu_time_s)
+        budget = self._cpu_budget(cpu_limit)
         try:
             if stdin is not None:
                 pipe = running.transport.get_pipe_transport(0)
@@ -338,7 +338,7 @@ class Sandbox:
                 running.transport.close()
                 self._running.discard(running)
         cpu_exceeded = any(w.done() and not w.cancelled() and w.result() for w in budget)
-        cpu_exceeded = cpu_exceeded or self._over_budget(baseline, cpu_time_s)
+        cpu_exceeded = cpu_exceeded or self._over_limit(cpu_limit)
         text = protocol.output.render()
         if cpu_exceeded:
             text += f"\n[command killed: its processes used more than {cpu_time_s}s of CPU time]"
@@ -370,28 +370,28 @@ class Sandbox:
         found = userns_filter()
         return None if found is None else found.address
 
-    def _cpu_baseline(self, cpu_time_s: int | None) -> float | None:
-        """The sandbox cgroup's CPU seconds so far, where a command has a budget and the cgroup
-        counts CPU time; else None (no budget to watch)."""
+    def _cpu_limit(self, cpu_time_s: int | None) -> float | None:
+        """The sandbox cgroup's CPU seconds so far plus the command's budget: the total its processes
+        may reach. None without a budget or a cgroup that counts CPU time (nothing to watch)."""
         if cpu_time_s is None or self._cgroup is None:
             return None
-        return self._cgroup.cpu_seconds()
+        used = self._cgroup.cpu_seconds()
+        return None if used is None else used + cpu_time_s
 
-    def _cpu_budget(self, baseline: float | None, cpu_time_s: int | None) -> set[asyncio.Task[bool]]:
-        """A watcher that finishes (True) once the sandbox's cgroup has used `cpu_time_s` more CPU
-        seconds than `baseline`; none without a baseline."""
-        if baseline is None or cpu_time_s is None or self._cgroup is None:
+    def _cpu_budget(self, cpu_limit: float | None) -> set[asyncio.Task[bool]]:
+        """A watcher that finishes (True) once the sandbox's cgroup passes `cpu_limit`."""
+        if cpu_limit is None or self._cgroup is None:
             return set()
-        return {asyncio.ensure_future(watch_cpu(self._cgroup, baseline + cpu_time_s))}
+        return {asyncio.ensure_future(watch_cpu(self._cgroup, cpu_limit))}
 
-    def _over_budget(self, baseline: float | None, cpu_time_s: int | None) -> bool:
-        """After the command: did its processes together use more than `cpu_time_s`? The watcher
-        polls, so a command that ends between two polls is judged here, on the group's exact total
-        (exited processes included)."""
-        if baseline is None or cpu_time_s is None or self._cgroup is None:
+    def _over_limit(self, cpu_limit: float | None) -> bool:
+        """After the command: did its processes together pass `cpu_limit`? The watcher polls, so a
+        command that ends between two polls is judged here, on the group's exact total (exited
+        processes included)."""
+        if cpu_limit is None or self._cgroup is None:
             return False
         used = self._cgroup.cpu_seconds()
-        return used is not None and used - baseline > cpu_time_s
+        return used is not None and used > cpu_limit
 
     async def _start(
         self, command: str, *, with_stdin: bool, cpu_time_s: int | None = None
