@@ -40,20 +40,14 @@ def build_student_for_env(
         return 0
     started = time.monotonic()
 
-    def progress(step: int, steps: int, loss: float) -> None:
-        if step % 25 == 0 or step == steps:
-            elapsed = time.monotonic() - started
-            print(
-                f"pretraining step {step}/{steps}: loss {loss:.3f} ({elapsed:.0f}s)",
-                file=sys.stderr,
-                flush=True,
-            )
-
     def phase_progress(phase: str, step: int, steps: int, losses: dict[str, float]) -> None:
         if step % 25 == 0 or step == steps:
             shown = " ".join(f"{kind} {value:.3f}" for kind, value in losses.items())
             print(f"{phase} step {step}/{steps}: {shown} ({time.monotonic() - started:.0f}s)",
                   file=sys.stderr, flush=True)  # fmt: skip
+
+    def progress(step: int, steps: int, loss: float) -> None:  # the conversations build: one loss
+        phase_progress("pretraining", step, steps, {"loss": loss})
 
     common = {
         "tools": TOOL_SCHEMAS,

@@ -11,13 +11,14 @@ assistant tokens only.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,30 @@ def assistant_mask(ids: list[int], tokenizer: Any) -> list[bool]:
     return mask
 
 
+def system_block(probe_ids: list[int], tokenizer: Any) -> list[int]:
+    """The ids of a rendered [system, user] probe before its last `<|im_start|>`: the system block
+    (prompt and tool schemas) that every conversation starts with."""
+    start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    return probe_ids[: max(i for i, t in enumerate(probe_ids) if t == start)]
+
+
+@contextlib.contextmanager
+def building_student(out_dir: str | Path, threads: int) -> Iterator[Path]:
+    """The build's directory, its manifest removed first (a half-written build must not look built),
+    with torch on `threads` threads until the block ends."""
+    import torch
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield out
+    finally:
+        torch.set_num_threads(previous)
+
+
 @dataclass
 class _Batch:
     suffix_ids: Any  # (B, S) long, right-padded
@@ -114,8 +139,7 @@ class PretrainStream:
         probe = _render(
             tokenizer, [{"role": "system", "content": system_prompt}, {"role": "user", "content": "x"}], tools
         )
-        marker = tokenizer.convert_tokens_to_ids("<|im_start|>")
-        self.prefix = probe[: max(i for i, t in enumerate(probe) if t == marker)]
+        self.prefix = system_block(probe, tokenizer)
         """The rendered system block: every conversation starts with exactly these ids."""
 
     def example_ids(self) -> tuple[list[int], list[bool]]:
@@ -215,13 +239,8 @@ def build_student(
     from transformers import Qwen2ForCausalLM
 
     spec = spec or StudentSpec()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST).unlink(missing_ok=True)  # a half-written build must not look built
     started = time.monotonic()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(spec.threads)
-    try:
+    with building_student(out_dir, spec.threads) as out:
         tokenizer = dev_tokenizer(DevModelSpec())
         words = word_vocabulary(_stdlib_texts(), excluded_values)
         stream = PretrainStream(tokenizer, tools, system_prompt, words, spec.seed)
@@ -238,8 +257,6 @@ def build_student(
             losses.append(optimizer_step(optimizer, model, loss, _learning_rate(spec, step)))
             if progress is not None:
                 progress(step + 1, spec.steps, losses[-1])
-    finally:
-        torch.set_num_threads(threads)
     save_student(out, model, tokenizer, {"spec": asdict(spec)}, losses, time.monotonic() - started)
     return out
 

@@ -34,16 +34,17 @@ from typing import Any
 
 from hermes_opd.devkit.student_corpus import copy_drill, pretrain_example, word_vocabulary
 from hermes_opd.devkit.student_model import (
-    MANIFEST,
     StudentSpec,
     _Batch,
     assistant_mask,
+    building_student,
     optimizer_step,
     padded_batch,
     plain_loss,
     pretrain_optimizer,
     save_student,
     shared_prefix_loss,
+    system_block,
 )
 
 ROW_KINDS = ("conv", "choice", "drill", "induct")
@@ -131,8 +132,7 @@ class RecipeCorpus:
         self.space = tokenizer.convert_tokens_to_ids("Ġ")
         probe = self.encode([{"role": "system", "content": system_prompt}, {"role": "user", "content": "x"}],
                             tools)  # fmt: skip
-        start = tokenizer.convert_tokens_to_ids("<|im_start|>")
-        self.prefix = probe[: max(i for i, t in enumerate(probe) if t == start)]
+        self.prefix = system_block(probe, tokenizer)
         """The rendered system block: every `conv` row starts with exactly these ids."""
 
     def encode(self, messages, tools, generation_prompt: bool = False) -> list[int]:
@@ -242,14 +242,9 @@ def build_recipe_student(
     if not recipe:
         raise ValueError("a recipe needs at least one phase")
     spec = spec or StudentSpec()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST).unlink(missing_ok=True)  # a half-written build must not look built
     started = time.monotonic()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     losses: list[float] = []
-    try:
+    with building_student(out_dir, threads=1) as out:
         tokenizer = dev_tokenizer(DevModelSpec())
         model = None
         for phase in recipe:
@@ -259,8 +254,6 @@ def build_recipe_student(
                 model = Qwen2ForCausalLM(qwen2_config(spec, tokenizer))
             report = None if progress is None else functools.partial(progress, phase.name)
             losses = train_phase(model, corpus, report)
-    finally:
-        torch.set_num_threads(threads)
     shape = {k: v for k, v in asdict(spec).items() if k in SHAPE_FIELDS}
     described = {"recipe": "copy", "phases": [asdict(p) for p in recipe], "shape": shape}
     save_student(out, model, tokenizer, described, losses, time.monotonic() - started)
