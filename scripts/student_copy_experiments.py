@@ -26,8 +26,10 @@ first phase). `--diagnose DIR` prints the per-token loss of a saved model on a f
         --induct-pool pieces --lr 1e-3 --constant-lr --save /tmp/student-induction
 
 The rows and the training loop are hermes_opd/devkit/student_recipe.py's (one `Phase` per run), so
-`hermes-opd dev-model build-student --recipe copy`, which chains the four runs that made the student
-P5, gives the same weights as running them here one after another (checked on short runs).
+`hermes-opd dev-model build-student --recipe copy`, which chains the five runs that made the student
+Q2, gives the same weights as running them here one after another (checked on short runs, and on
+the first four: the student P5, bit for bit). `--hint-rate` is the share of conversations with an
+open value whose user message names it (0.6 unless set; Q2's last run used 0.3).
 docs/learning.md ("The student") lists the runs and what they measured.
 """
 
@@ -64,6 +66,8 @@ def parse_args() -> argparse.Namespace:
                    help="tokens of the name pool, or every 1-4 letter token of the vocabulary")  # fmt: skip
     p.add_argument("--fixed-offset", action="store_true")
     p.add_argument("--verbatim", action="store_true")
+    p.add_argument("--hint-rate", type=float, default=0.6,
+                   help="share of conversations with an open value that name it in an instruction")  # fmt: skip
     p.add_argument("--previous-token-head", action="store_true")
     p.add_argument("--probe", action="store_true", help="probe the held-out tasks at the end")
     p.add_argument("--probe-only", default="", help="a saved model: probe it and stop")
@@ -76,7 +80,8 @@ def parse_args() -> argparse.Namespace:
 def phase_from(args: argparse.Namespace) -> Phase:
     return Phase(name="experiment", steps=args.steps, conv=args.conv, choice=args.choice, drill=args.drill,
                  induct=args.induct, induct_len=args.induct_len, induct_pool=args.induct_pool,
-                 fixed_offset=args.fixed_offset, pseudo=args.pseudo, verbatim=args.verbatim, lr=args.lr,
+                 fixed_offset=args.fixed_offset, pseudo=args.pseudo, verbatim=args.verbatim,
+                 hint_rate=args.hint_rate, lr=args.lr,
                  constant_lr=args.constant_lr, seed=args.seed)  # fmt: skip
 
 

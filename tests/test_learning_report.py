@@ -31,10 +31,29 @@ def test_curve_uses_generations_and_the_later_of_two_evals_of_one_version():
     assert eval_curve(run) == [(0, 0.1), (16, 0.2), (32, 0.4)]
 
 
-def test_band_keeps_only_points_every_seed_evaluated():
+def test_band_interpolates_a_seed_between_its_own_evaluations():
     curves = [[(0, 0.0), (8, 0.5), (16, 1.0)], [(0, 0.2), (16, 0.6)]]
-    assert mean_band(curves) == [(0, pytest.approx(0.1), 0.0, 0.2), (16, pytest.approx(0.8), 0.6, 1.0)]
-    assert mean_band([]) == []
+    assert mean_band(curves) == [
+        (0, pytest.approx(0.1), 0.0, 0.2),
+        (8, pytest.approx(0.45), pytest.approx(0.4), 0.5),  # the second seed: 0.2 + (0.6 - 0.2) / 2
+        (16, pytest.approx(0.8), 0.6, 1.0),
+    ]
+    stopped_early = [(0, 0.0), (8, 0.5)]
+    assert [x for x, *_ in mean_band([*curves, stopped_early])] == [0, 8]  # never extrapolated
+    assert mean_band([]) == [] and mean_band([[], [(0, 0.1)]]) == []
+
+
+def test_one_seed_evaluated_at_other_points_does_not_collapse_the_band():
+    """Measured (docs/learning.md, student Q2): the serve worker evaluated five hybrid seeds at 0, 8,
+    56, 80 and 96 generations and one at 0, 24, 48, 72 and 96. Keeping only the points every seed
+    shared left 0 and 96, so the hybrid seemed to need all 96 generations to reach any target."""
+    five = [[(0, 0.21), (8, 0.21), (56, 0.43), (80, 0.52), (96, 0.55)] for _ in range(5)]
+    other = [(0, 0.21), (24, 0.25), (48, 0.42), (72, 0.62), (96, 0.71)]
+    hybrid = mean_band([*five, other])
+    assert [x for x, *_ in hybrid] == [0, 8, 24, 48, 56, 72, 80, 96]
+    assert generations_to_reach(hybrid, 0.38) == 48
+    grpo = [(0, 0.21, 0.21, 0.21), (96, 0.38, 0.29, 0.42)]
+    assert headline({"grpo": grpo, "hybrid": hybrid})["hybrid_generations_over_grpo"] == 0.5
 
 
 def test_headline_ratio_is_hybrid_generations_to_grpo_final_over_grpo_generations():

@@ -4,6 +4,7 @@ rendering and hint placement, and an exact shared-prefix loss."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -86,6 +87,27 @@ def test_pretraining_teaches_uniform_guesses_and_following_the_instruction(words
         path = json.loads(example.messages[2]["tool_calls"][0]["function"]["arguments"])["path"]
         written = path if example.open_kind == "module" else example.messages[2]["tool_calls"][0]["function"]
         assert example.hinted in json.dumps(written)
+
+
+@pytest.mark.parametrize("hint_rate", [0.0, 0.3, 1.0])
+def test_hint_rate_sets_the_share_of_open_values_an_instruction_names(words, hint_rate):
+    rng = random.Random(2)
+    examples = [student_corpus.pretrain_example(rng, SYSTEM_PROMPT, words, hint_rate) for _ in range(1000)]
+    open_ = [e for e in examples if e.open_kind is not None]
+    share = sum(1 for e in open_ if e.hinted) / len(open_)
+    assert share == pytest.approx(hint_rate, abs=0.05)
+    for example in open_:
+        assert (HINT_SEPARATOR in example.messages[1]["content"]) == (example.hinted is not None)
+
+
+def test_the_default_hint_rate_draws_the_same_conversations_as_before():
+    """0.6 was the fixed rate the students of docs/learning.md were built with: the default keeps their
+    rows draw for draw (the hash was taken from the code before `hint_rate` existed)."""
+    words = tuple(f"{a}{b}" for a in ("tab", "row", "map", "key", "set") for b in ("le", "ing", "er", "ed"))
+    rng = random.Random(5)
+    rows = [student_corpus.pretrain_example(rng, "sys", words).messages for _ in range(200)]
+    digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+    assert digest == "17a2c389546ef990e272dbbed2cb50e0f6aeb95e966c6255641b1bc937d336ca"
 
 
 def test_hint_separator_is_the_one_opd_uses():

@@ -20,6 +20,7 @@ from hermes_opd.devkit.student_recipe import (
     Phase,
     build_recipe_student,
     recipe_corpus,
+    recipe_manifest,
 )
 
 SYSTEM_PROMPT = AgenticOPDConfig.model_fields["system_prompt"].default
@@ -85,8 +86,11 @@ def test_schedule_and_bad_phases():
         Phase("empty", steps=10)
     with pytest.raises(ValueError, match="induct_pool must be"):
         Phase("bad", steps=10, induct=1, induct_pool="letters")
-    assert [p.name for p in COPY_RECIPE] == ["induction", "mix", "drills", "choices"]
-    assert sum(p.steps for p in COPY_RECIPE) == 3600
+    with pytest.raises(ValueError, match=r"hint_rate must be in \[0, 1\], got 1.5"):
+        Phase("bad", steps=10, conv=1, hint_rate=1.5)
+    assert [p.name for p in COPY_RECIPE] == ["induction", "mix", "drills", "choices", "unhinted"]
+    assert sum(p.steps for p in COPY_RECIPE) == 3900
+    assert [p.hint_rate for p in COPY_RECIPE] == [0.6, 0.6, 0.6, 0.6, 0.3]
 
 
 def _build(path, recipe=TINY_RECIPE):
@@ -102,6 +106,9 @@ def test_the_recipe_build_is_deterministic_seeded_and_continues_each_phase(tmp_p
     assert _build(tmp_path / "d", TINY_RECIPE[:1]) != first  # the second phase trained on
     assert is_student_built(tmp_path / "a", recipe="copy")
     assert not is_student_built(tmp_path / "a")  # not the conversations build
+    assert is_student_built(tmp_path / "a", "copy", recipe_manifest(TINY_RECIPE, TINY_SHAPE))
+    assert not is_student_built(tmp_path / "a", "copy", recipe_manifest(TINY_RECIPE[:1], TINY_SHAPE))
+    assert not is_student_built(tmp_path / "a", "copy", recipe_manifest())  # an older recipe: rebuild
     manifest = json.loads((tmp_path / "a" / "student_model.json").read_text())
     assert manifest["weights_sha256"] == first and manifest["recipe"] == "copy"
     assert [p["steps"] for p in manifest["phases"]] == [2, 2] and manifest["shape"]["hidden_size"] == 32

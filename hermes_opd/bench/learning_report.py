@@ -9,6 +9,7 @@ the env's metrics lines (one per group, one per evaluation). Held-out success is
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -113,20 +114,35 @@ def per_step_records(run: RunRecords) -> list[dict[str, Any]]:
     return rows
 
 
+def _value_at(curve: Sequence[tuple[int, float]], x: float) -> float:
+    """A seed's held-out success at `x` generations: its own evaluation there, or the straight line
+    between its two evaluations around `x` (x within the curve's range)."""
+    xs = [point[0] for point in curve]
+    i = bisect.bisect_left(xs, x)
+    if xs[i] == x:
+        return curve[i][1]
+    (x0, y0), (x1, y1) = curve[i - 1], curve[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
 def mean_band(curves: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float, float, float]]:
-    """(x, mean, min, max) over seeds at every x that all seeds evaluated."""
-    if not curves:
+    """(x, mean, min, max) over seeds at every x that some seed evaluated, within the range every
+    seed covers. The serve worker evaluates whichever policy is newest when its turn comes, so seeds
+    are evaluated at different x; a seed not evaluated at x counts with its value interpolated
+    linearly between its own evaluations before and after x."""
+    if not curves or not all(curves):
         return []
-    common = set.intersection(*(set(x for x, _ in curve) for curve in curves))
+    first, last = max(curve[0][0] for curve in curves), min(curve[-1][0] for curve in curves)
+    grid = sorted({x for curve in curves for x, _ in curve if first <= x <= last})
     out = []
-    for x in sorted(common):
-        values = [dict(curve)[x] for curve in curves]
+    for x in grid:
+        values = [_value_at(curve, x) for curve in curves]
         out.append((x, statistics.fmean(values), min(values), max(values)))
     return out
 
 
 def generations_to_reach(band: Sequence[tuple[int, float, float, float]], target: float) -> int | None:
-    """The first x at which the mean reaches `target`; None when it never does."""
+    """The first x of the band at which the mean reaches `target`; None when it never does."""
     for x, mean, _, _ in band:
         if mean >= target:
             return x

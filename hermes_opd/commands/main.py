@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--recipe",
         choices=("conversations", "copy"),
         default="conversations",
-        help="conversations (minutes) or copy: induction first, then the mix (about 45 min on one core; "
+        help="conversations (minutes) or copy: induction first, then the mix (about 50 min on one core; "
         "the student of docs/learning.md that learns under OPD)",
     )
     student.add_argument(

@@ -18,11 +18,11 @@ from environments.rollout.tools import TOOL_SCHEMAS
 from environments.tasks.conventions import convention_values
 from hermes_opd.devkit.paths import default_student_dir
 from hermes_opd.devkit.student_model import StudentSpec, build_student, is_student_built
-from hermes_opd.devkit.student_recipe import build_recipe_student
+from hermes_opd.devkit.student_recipe import build_recipe_student, recipe_manifest
 
 RECIPES = ("conversations", "copy")
 """conversations: `build_student` (minutes; follows the tool format, does not copy unseen names);
-copy: `student_recipe.COPY_RECIPE` (induction first; about 45 minutes on one core; docs/learning.md)."""
+copy: `student_recipe.COPY_RECIPE` (induction first; about 50 minutes on one core; docs/learning.md)."""
 
 
 def build_student_for_env(
@@ -35,7 +35,8 @@ def build_student_for_env(
               file=sys.stderr)  # fmt: skip
         return 2
     out = Path(out_dir) if out_dir else default_student_dir()
-    if if_missing and is_student_built(out, recipe):
+    expected = recipe_manifest() if recipe == "copy" else None  # a build of an older recipe is rebuilt
+    if if_missing and is_student_built(out, recipe, expected):
         print(f"student already built at {out}")
         return 0
     started = time.monotonic()

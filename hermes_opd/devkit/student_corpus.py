@@ -72,8 +72,11 @@ def _hint(rng: random.Random, kind: str, function: str, module: str) -> str:
     return rng.choice(phrasings)
 
 
-def pretrain_example(rng: random.Random, system_prompt: str, words: tuple[str, ...]) -> PretrainExample:
-    """One conversation whose every name is drawn from `words` (see `word_vocabulary`)."""
+def pretrain_example(
+    rng: random.Random, system_prompt: str, words: tuple[str, ...], hint_rate: float = 0.6
+) -> PretrainExample:
+    """One conversation whose every name is drawn from `words` (see `word_vocabulary`). A task that
+    leaves a value open carries an instruction naming it with probability `hint_rate`."""
     picked = rng.sample(words, 11)
     noun, verbs, modules = picked[0], picked[1:6], picked[6:11]
     operator, constant = rng.choice(OPERATORS), rng.randint(2, 9)
@@ -105,7 +108,7 @@ def pretrain_example(rng: random.Random, system_prompt: str, words: tuple[str, .
         )
     else:
         prompt = f"Write a function `{function}(x)` in `{module}.py` that returns `{expression}`."
-    if kind is not None and rng.random() < 0.6:
+    if kind is not None and rng.random() < hint_rate:
         if rng.random() < 0.2:  # an instruction beats the listed candidates
             if kind == "name":
                 function = f"{rng.choice([v for v in verbs if v not in verb_choices])}_{noun}"

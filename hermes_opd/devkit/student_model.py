@@ -293,9 +293,12 @@ def weights_sha256(path: str | Path) -> str:
     return hashlib.sha256((Path(path) / "model.safetensors").read_bytes()).hexdigest()
 
 
-def is_student_built(path: str | Path, recipe: str = "conversations") -> bool:
+def is_student_built(
+    path: str | Path, recipe: str = "conversations", expected: dict[str, Any] | None = None
+) -> bool:
     """True when `path` holds a complete student build of `recipe` made by this version of the
-    builder ("conversations": `build_student`; "copy": hermes_opd/devkit/student_recipe.py)."""
+    builder ("conversations": `build_student`; "copy": hermes_opd/devkit/student_recipe.py), whose
+    manifest also holds every entry of `expected` (for example the phases of the recipe today)."""
     p = Path(path)
     if not all((p / name).is_file() for name in (MANIFEST, "model.safetensors", "tokenizer.json")):
         return False
@@ -304,6 +307,7 @@ def is_student_built(path: str | Path, recipe: str = "conversations") -> bool:
         return (
             manifest.get("builder_version") == STUDENT_BUILDER_VERSION
             and manifest.get("recipe", "conversations") == recipe
+            and all(manifest.get(key) == value for key, value in (expected or {}).items())
         )
     except (OSError, ValueError, AttributeError):
         return False
