@@ -233,7 +233,14 @@ def test_topk_kl_is_a_lower_bound_of_the_full_kl_and_exact_when_the_row_covers_t
     approx = topk_kl(log_s.gather(-1, ids).float(), log_t.gather(-1, ids).float(), valid, direction=direction)
     exact = exact.float()
     tolerance = 2e-4 + 2e-4 * exact.abs()
-    assert (approx <= exact + tolerance).all(), (approx, exact)
+    # The tail bin's mass is 1 - (the row's mass), from float32 logprobs: a tail under about 1e-5
+    # cannot be resolved (float32 spacing near 1 is 6e-8 per added term), and its log then carries
+    # the error into the other side's tail term. Found by this test: seed=726, v=15, scales 10, a
+    # teacher tail of 4.85e-7 computed as 4.23e-7 put the bound 0.13 nats too high, with 99.7 % of
+    # the student's mass in the tail. The bound is checked where both tails are resolvable.
+    tails = [1 - lp.gather(-1, ids).exp().sum(-1) for lp in (log_s, log_t)]
+    resolvable = (tails[0] > 1e-5) & (tails[1] > 1e-5) if not full else torch.ones(n, dtype=torch.bool)
+    assert (approx <= exact + tolerance)[resolvable].all(), (approx, exact, tails)
     assert (approx >= -1e-5).all()
     if full:
         assert torch.allclose(approx, exact, rtol=2e-3, atol=2e-4), (approx, exact)
