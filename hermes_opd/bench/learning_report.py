@@ -9,11 +9,12 @@ the env's metrics lines (one per group, one per evaluation). Held-out success is
 
 from __future__ import annotations
 
-import bisect
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY
 
@@ -114,17 +115,6 @@ def per_step_records(run: RunRecords) -> list[dict[str, Any]]:
     return rows
 
 
-def _value_at(curve: Sequence[tuple[int, float]], x: float) -> float:
-    """A seed's held-out success at `x` generations: its own evaluation there, or the straight line
-    between its two evaluations around `x` (x within the curve's range)."""
-    xs = [point[0] for point in curve]
-    i = bisect.bisect_left(xs, x)
-    if xs[i] == x:
-        return curve[i][1]
-    (x0, y0), (x1, y1) = curve[i - 1], curve[i]
-    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-
-
 def mean_band(curves: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float, float, float]]:
     """(x, mean, min, max) over seeds at every x that some seed evaluated, within the range every
     seed covers. The serve worker evaluates whichever policy is newest when its turn comes, so seeds
@@ -136,7 +126,7 @@ def mean_band(curves: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, 
     grid = sorted({x for curve in curves for x, _ in curve if first <= x <= last})
     out = []
     for x in grid:
-        values = [_value_at(curve, x) for curve in curves]
+        values = [float(np.interp(x, *zip(*curve, strict=True))) for curve in curves]
         out.append((x, statistics.fmean(values), min(values), max(values)))
     return out
 
