@@ -40,6 +40,8 @@ MODES = ("serve", "process", "evaluate")
 EXIT_USAGE = 2
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
+STOPPED_BY = {"SIGINT": ("interrupted", EXIT_SIGINT), "SIGTERM": ("stopped by SIGTERM", EXIT_SIGTERM)}
+"""What the CLI prints, and its exit code, when that signal stopped the run."""
 OUR_LOGGERS = ("__main__", "environments", "hermes_opd", "judge", "scoring", "trainer_adapters")
 """`__main__`: the env module itself, run with `-m`."""
 ONE_LINE_ERRORS = (
@@ -217,14 +219,15 @@ def run_cli(env_cls: Any, argv: list[str] | None = None) -> int:
     try:
         return runner(argv)
     except KeyboardInterrupt:
-        print(f"{prefix}: interrupted (the env's connections are closed)", file=sys.stderr)
-        return EXIT_SIGINT
+        return _stopped(prefix, "SIGINT")
     except asyncio.CancelledError:
         stopped_by = envs[command].stopped_by if command is not None else None
-        if stopped_by == "SIGTERM":
-            print(f"{prefix}: stopped by SIGTERM (the env's connections are closed)", file=sys.stderr)
-            return EXIT_SIGTERM
-        if stopped_by == "SIGINT":
-            print(f"{prefix}: interrupted (the env's connections are closed)", file=sys.stderr)
-            return EXIT_SIGINT
+        if stopped_by in STOPPED_BY:
+            return _stopped(prefix, stopped_by)
         raise
+
+
+def _stopped(prefix: str, signal_name: str) -> int:
+    what, code = STOPPED_BY[signal_name]
+    print(f"{prefix}: {what} (the env's connections are closed)", file=sys.stderr)
+    return code
