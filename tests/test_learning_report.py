@@ -156,6 +156,10 @@ def test_settings_precedence_and_clear_errors(tmp_path, dev_model_dir):
     assert resolve_settings(_args(first_seed=5, student_model=str(dev_model_dir)))[0]["first_seed"] == 5
     with pytest.raises(ConfigError, match="first_seed must be >= 0, got -1"):
         resolve_settings(_args(first_seed=-1, student_model=str(dev_model_dir)))
+    every_step, _ = resolve_settings(_args(eval_every=1, student_model=str(dev_model_dir)))
+    assert every_step["eval_every"] == 1  # the bench evaluates saved weights: any k >= 1 is exact
+    with pytest.raises(ConfigError, match="eval_every must be >= 1, got 0"):
+        resolve_settings(_args(eval_every=0, student_model=str(dev_model_dir)))
 
 
 def test_report_only_rebuilds_the_outputs_from_finished_run_directories(tmp_path, dev_model_dir, capsys):
@@ -189,3 +193,30 @@ def test_report_only_rebuilds_the_outputs_from_finished_run_directories(tmp_path
         ("grpo", [[0, 0.0], [8, 0.1], [16, 0.2]]), ("hybrid", [[0, 0.0], [8, 0.2], [16, 0.4]])
     ]  # fmt: skip
     assert (tmp_path / "learning.png").is_file()
+
+
+def test_the_bench_evaluates_every_kth_step_and_the_last():
+    from hermes_opd.bench.learning_loop import evaluation_steps
+
+    assert evaluation_steps(12, 4) == [4, 8, 12]
+    assert evaluation_steps(12, 5) == [5, 10, 12]
+    assert evaluation_steps(3, 1) == [1, 2, 3]
+    assert evaluation_steps(2, 4) == [2]
+
+
+def test_a_run_evaluated_after_training_reads_its_evaluations_from_run_json(tmp_path):
+    import json
+
+    from hermes_opd.bench.learning_loop import load_run
+
+    (tmp_path / "run.json").write_text(json.dumps({
+        "arm": "opd", "seed": 1, "generations_per_step": 8, "probe": {},
+        "start_eval": {"policy_version": 0, "eval/pass@1": 0.25},
+        "evals": [{"policy_version": 2, "eval/pass@1": 0.5}, {"policy_version": 3, "eval/pass@1": 0.625}],
+        "end_eval": {"policy_version": 3, "eval/pass@1": 0.625},
+    }))  # fmt: skip
+    # a serve-loop evaluation in env.jsonl (an earlier bench's) is not read when run.json has `evals`
+    (tmp_path / "env.jsonl").write_text(
+        json.dumps({"kind": "eval", "eval/pass@1": 1.0, "eval/policy_version": 1})
+    )
+    assert eval_curve(load_run(tmp_path)) == [(0, 0.25), (16, 0.5), (24, 0.625)]

@@ -4,9 +4,11 @@ Real processes only: atroposlib's `run-api`, one or more `AgenticOPDEnv` `serve`
 `hermes-opd train` (the torch trainer, LoRA), against one vLLM that serves the policy, the teacher
 and every adapter the trainer loads (`--enable-lora`, VLLM_ALLOW_RUNTIME_LORA_UPDATING=1). After
 every optimizer step the trainer loads `<prefix>-step<N>` into that vLLM; the env samples and
-scores with the newest one. Held-out success comes from the env's own `evaluate`: the serve workers
-run it every `eval_every` trainer steps, and the bench runs it in-process at the start and the end.
-Every process is started in its own session and stopped by its PID.
+scores with the newest one. Held-out success comes from the env's own `evaluate`, run in-process by
+the bench on the start policy and, after the run, on the trainer's saved weights after every
+`eval_every`-th step and the last (`evaluation_steps`): each is loaded into the same vLLM as its own
+adapter and evaluated alone, so every seed and arm is evaluated at exactly the same steps and no
+evaluation pauses the sampling. Every process is started in its own session and stopped by its PID.
 """
 
 from __future__ import annotations
@@ -194,7 +196,7 @@ def env_document(
         "group_size": settings.group_size,
         "seed": seed,
         "policy_lora_prefix": prefix,
-        "steps_per_eval": settings.eval_every,
+        "steps_per_eval": 0,  # the serve loop never evaluates: the bench evaluates saved weights
         "total_steps": 100000,
         "tokenizer_name": settings.model_dir,
         "use_wandb": False,
@@ -241,7 +243,7 @@ def trainer_document(
         "checkpoint": {
             "dir": str(run_dir / "checkpoints"),
             "every_steps": 0,
-            "keep_last": 3,
+            "keep_last": settings.steps,  # every step's weights, for the evaluations after the run
             "resume": False,
         },
         "logging": {"metrics_path": str(run_dir / "trainer.jsonl"), "stdout": False},
@@ -282,22 +284,62 @@ def evaluate_policy(
     return {**metrics, POLICY_VERSION_KEY: int(metrics["eval/policy_version"]), "by": "bench"}
 
 
+def evaluation_steps(steps: int, eval_every: int) -> list[int]:
+    """The trainer steps whose weights the bench evaluates: every multiple of `eval_every`, and the last."""
+    return sorted({*range(eval_every, steps + 1, eval_every), steps})
+
+
+def evaluate_checkpoint(
+    settings: LoopSettings, *, seed: int, prefix: str, step: int, checkpoint: Path, metrics_path: Path
+) -> dict[str, Any]:
+    """`evaluate_policy` on the trainer's weights after `step` (`checkpoint`, a PEFT adapter directory),
+    loaded as the only adapter of `<prefix>-eval` and unloaded afterwards."""
+    if not (checkpoint / "adapter_config.json").is_file():
+        raise LearningRunError(
+            f"no adapter to evaluate for step {step}: {checkpoint} has no adapter_config.json"
+        )
+    eval_prefix = f"{prefix}-eval"
+    name = adapter_name(eval_prefix, step)
+    root = settings.vllm_root_url
+    started = time.monotonic()
+    with httpx.Client(timeout=120) as http:
+        response = http.post(f"{root}/v1/load_lora_adapter",
+                             json={"lora_name": name, "lora_path": str(checkpoint.resolve())})  # fmt: skip
+        if response.status_code != 200:
+            raise LearningRunError(f"vLLM load_lora_adapter {name!r} answered {response.status_code}: "
+                                   f"{response.text[:500]}")  # fmt: skip
+        try:
+            result = evaluate_policy(settings, seed=seed, prefix=eval_prefix, metrics_path=metrics_path)
+        finally:
+            gone = http.post(f"{root}/v1/unload_lora_adapter", json={"lora_name": name})
+            if gone.status_code != 200:
+                logger.warning("unloading %s answered %d: %s", name, gone.status_code, gone.text[:200])
+    if result[POLICY_VERSION_KEY] != step:
+        raise LearningRunError(
+            f"the evaluation of step {step} ran on policy version {result[POLICY_VERSION_KEY]}"
+        )
+    return {**result, "eval_s": round(time.monotonic() - started, 2)}
+
+
 # -- one run ----------------------------------------------------------------------------------------
 def load_run(run_dir: Path) -> RunRecords:
     """A finished run's records from its directory (`run.json`, `trainer.jsonl`, `env.jsonl`), so
     `--report-only` can rebuild the outputs of runs that finished before an interruption."""
     summary = json.loads((run_dir / "run.json").read_text())
     env_records = read_jsonl(run_dir / "env.jsonl")
-    serve_evals = [
-        {**r, POLICY_VERSION_KEY: int(r["eval/policy_version"]), "by": "env"}
-        for r in env_records
-        if r.get("kind") == "eval" and "eval/policy_version" in r
-    ]
+    if "evals" in summary:  # evaluated after the run, at evaluation_steps
+        later_evals = summary["evals"]
+    else:  # a run of an earlier version of the bench: the serve loop's evaluations, then the end
+        later_evals = [
+            {**r, POLICY_VERSION_KEY: int(r["eval/policy_version"]), "by": "env"}
+            for r in env_records
+            if r.get("kind") == "eval" and "eval/policy_version" in r
+        ] + [summary["end_eval"]]
     records = RunRecords(arm=summary["arm"], seed=int(summary["seed"]),
                          generations_per_step=int(summary["generations_per_step"]))  # fmt: skip
     records.trainer_steps = read_jsonl(run_dir / "trainer.jsonl")
     records.env_groups = [r for r in env_records if r.get("kind") == "group"]
-    records.evals = [summary["start_eval"], *serve_evals, summary["end_eval"]]
+    records.evals = [summary["start_eval"], *later_evals]
     records.probe = summary.get("probe") or {}
     return records
 
@@ -353,11 +395,23 @@ def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, A
     finally:
         for proc in reversed(procs):
             stop_process_group(proc)
-    end_eval = evaluate_policy(settings, seed=seed, prefix=prefix, metrics_path=run_dir / "final_eval.jsonl")
+    from trainer_adapters.checkpointing import checkpoint_dir  # the trainer's layout; imports torch
+
+    evals = [
+        evaluate_checkpoint(
+            settings,
+            seed=seed,
+            prefix=prefix,
+            step=step,
+            checkpoint=checkpoint_dir(run_dir / "checkpoints", step) / "model",
+            metrics_path=run_dir / "evals.jsonl",
+        )
+        for step in evaluation_steps(settings.steps, settings.eval_every)
+    ]
+    logger.info("%s seed %d: held-out success %s", arm, seed,
+                " ".join(f"{e[POLICY_VERSION_KEY]}:{e['eval/pass@1']:.2f}" for e in evals))  # fmt: skip
     sent = [g for worker in range(settings.workers) for g in read_jsonl(run_dir / f"groups{worker}.jsonl")]
-    final_adapter = (
-        adapter_name(prefix, end_eval[POLICY_VERSION_KEY]) if end_eval[POLICY_VERSION_KEY] else None
-    )
+    final_adapter = adapter_name(prefix, settings.steps)
     try:
         probe = probe_run(settings.vllm_root_url, settings.served_model, final_adapter, sent)
     except Exception as exc:  # noqa: BLE001 - a failed probe is reported, the run's records are kept
@@ -365,7 +419,7 @@ def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, A
         probe = {"error": f"{type(exc).__name__}: {exc}"}
     unload_adapters(settings.vllm_root_url, prefix)
     summary = {"arm": arm, "seed": seed, "generations_per_step": settings.generations_per_step,
-               "start_eval": start_eval, "end_eval": end_eval, "probe": probe}  # fmt: skip
+               "start_eval": start_eval, "evals": evals, "end_eval": evals[-1], "probe": probe}  # fmt: skip
     (run_dir / "run.json").write_text(json.dumps(summary, indent=1) + "\n")
     records = load_run(run_dir)
     logger.info(

@@ -37,14 +37,14 @@ class RunRecords:
     trainer_steps: list[dict[str, Any]] = field(default_factory=list)
     env_groups: list[dict[str, Any]] = field(default_factory=list)
     evals: list[dict[str, Any]] = field(default_factory=list)
-    """Each with `policy_version` and `eval/pass@1` (the env's evaluate, in serve or by the bench)."""
+    """Each with `policy_version` and `eval/pass@1` (the env's evaluate, run by the bench)."""
     probe: dict[str, Any] = field(default_factory=dict)
     """learning_probe.probe_run: the teacher gap on the first groups, start and end."""
 
 
 def eval_curve(run: RunRecords) -> list[tuple[int, float]]:
     """(generations, held-out pass@1) per evaluated policy version, in order; a version evaluated
-    twice (the env's eval and the bench's final one) keeps the later result."""
+    twice (in a run of an earlier bench: the serve loop's and the final one) keeps the later result."""
     by_version: dict[int, float] = {}
     for record in run.evals:
         by_version[int(record[POLICY_VERSION_KEY])] = float(record["eval/pass@1"])
