@@ -124,3 +124,22 @@ def test_the_command_refuses_a_seed_for_the_copy_recipe(tmp_path, capsys):
     assert not (tmp_path / "s").exists()
     with pytest.raises(ValueError, match="unknown student recipe 'fast'; known: conversations, copy"):
         build_student_for_env(tmp_path / "s", recipe="fast")
+
+
+def test_the_committed_student_is_todays_copy_recipe_with_the_dev_tokenizer():
+    """tests/fixtures/student-q2 is `hermes-opd dev-model build-student DIR --recipe copy` of this
+    code (docs/learning.md, "The quick test on the copying student"): a change to the recipe, the
+    shape or the tokenizer fails here, and the fixture must be rebuilt with that command."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    fixture = Path(__file__).parent / "fixtures" / "student-q2"
+    assert is_student_built(fixture, "copy", recipe_manifest())
+    manifest = json.loads((fixture / "student_model.json").read_text())
+    assert weights_sha256(fixture) == manifest["weights_sha256"]
+    assert manifest["weights_sha256"].startswith("ff8a806f")  # the build measured in docs/learning.md
+    committed, built = AutoTokenizer.from_pretrained(fixture), dev_tokenizer(DevModelSpec())
+    assert committed.get_vocab() == built.get_vocab()
+    text = "<|im_start|>user\nWrite `compute_mileage` in `helpers.py`.<|im_end|>"
+    assert committed.encode(text) == built.encode(text)

@@ -259,6 +259,18 @@ def test_checkpoints_are_pruned_and_incomplete_ones_ignored(tiny_model_dir, tmp_
     assert latest_checkpoint(root).name == "step_00000003"
 
 
+def test_checkpoints_at_a_multiple_of_keep_every_are_never_pruned(tiny_model_dir, tmp_path):
+    from trainer_adapters.torch_trainer import TorchTrainer
+
+    config = make_config(tiny_model_dir, tmp_path, checkpoint__keep_last=1, checkpoint__keep_every=3)
+    trainer = TorchTrainer(config)
+    for _ in range(7):
+        trainer.step += 1
+        trainer.save_checkpoint()
+    kept = [p.name for p in list_checkpoints(Path(config.checkpoint.dir))]
+    assert kept == ["step_00000003", "step_00000006", "step_00000007"]
+
+
 # --- temperature and accumulation -------------------------------------------------------------
 
 

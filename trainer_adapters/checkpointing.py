@@ -48,8 +48,10 @@ def save_checkpoint(
     lora: bool,
     tokenizer_source: str | None = None,
     keep_last: int | None = None,
+    keep_every: int = 0,
 ) -> Path:
-    """Write step_<N>/ atomically and prune all but the newest `keep_last` checkpoints.
+    """Write step_<N>/ atomically and prune all but the newest `keep_last` checkpoints, except those
+    whose step is a multiple of `keep_every` (when > 0), which are kept.
 
     Tokenizer files next to `tokenizer_source` (the base model directory) are copied into model/
     of a full checkpoint so that the directory can be served by vLLM as it is."""
@@ -80,8 +82,18 @@ def save_checkpoint(
     os.replace(tmp, final)
     if keep_last is not None:
         for old in list_checkpoints(root)[:-keep_last]:
+            if keep_every > 0 and checkpoint_step(old) % keep_every == 0:
+                continue
             shutil.rmtree(old)
     return final
+
+
+def checkpoint_step(path: Path) -> int:
+    """The step of a checkpoint directory `step_<N>`."""
+    match = _STEP_DIR.match(path.name)
+    if match is None:
+        raise ValueError(f"{path} is not a checkpoint directory (step_<N>)")
+    return int(match.group(1))
 
 
 def list_checkpoints(root: Path) -> list[Path]:

@@ -205,6 +205,7 @@ class TorchTrainer:
             lora=self.config.model.lora.enabled,
             tokenizer_source=self.config.model.path,
             keep_last=self.config.checkpoint.keep_last,
+            keep_every=self.config.checkpoint.keep_every,
         )
 
     def _after_step(self) -> None:

@@ -175,6 +175,9 @@ class CheckpointConfig(_Strict):
     dir: str = Field("runs/torch/checkpoints", description="Checkpoint root; one step_<N>/ per checkpoint.")
     every_steps: int = Field(50, ge=0, description="Save every N steps (0: only at the end).")
     keep_last: int = Field(3, ge=1, description="Delete older checkpoints beyond this many.")
+    keep_every: int = Field(
+        0, ge=0, description="Never delete a checkpoint whose step is a multiple of this (0: none)."
+    )
     resume: bool = Field(True, description="Start from the latest complete checkpoint in `dir` if any.")
 
 

@@ -243,7 +243,8 @@ def trainer_document(
         "checkpoint": {
             "dir": str(run_dir / "checkpoints"),
             "every_steps": 0,
-            "keep_last": settings.steps,  # every step's weights, for the evaluations after the run
+            "keep_last": 3,
+            "keep_every": settings.eval_every,  # the weights the bench evaluates after the run
             "resume": False,
         },
         "logging": {"metrics_path": str(run_dir / "trainer.jsonl"), "stdout": False},
