@@ -9,8 +9,9 @@ hot-loading, atroposlib's run-api, an env `serve` worker on the convention tasks
 The direction it asserts (docs/learning.md, "The quick test on the copying student"): held-out
 success, the env's own greedy `evaluate` on the 24 held-out tasks, rises under OPD. The held-out
 tasks' conventions are never in the student's pretraining, and the evaluation sends no hint, so
-only what OPD moved from the hinted teacher into the unhinted policy can raise it; the evaluation
-reads the weights back from vLLM, so it also fails when weight sync does not deliver them. Not timed.
+only what OPD moved from the hinted teacher into the unhinted policy can raise it. The teacher-gap
+probe reads the trainer's last synced adapter from vLLM, so the test also fails when weight sync does
+not deliver the weights. Not timed.
 """
 
 from __future__ import annotations

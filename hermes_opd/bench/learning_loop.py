@@ -311,10 +311,13 @@ def evaluate_checkpoint(
                                    f"{response.text[:500]}")  # fmt: skip
         try:
             result = evaluate_policy(settings, seed=seed, prefix=eval_prefix, metrics_path=metrics_path)
-        finally:
-            gone = http.post(f"{root}/v1/unload_lora_adapter", json={"lora_name": name})
-            if gone.status_code != 200:
-                logger.warning("unloading %s answered %d: %s", name, gone.status_code, gone.text[:200])
+        finally:  # an unload that fails is logged: the evaluation's own error, if any, is the one raised
+            try:
+                gone = http.post(f"{root}/v1/unload_lora_adapter", json={"lora_name": name})
+                if gone.status_code != 200:
+                    logger.warning("unloading %s answered %d: %s", name, gone.status_code, gone.text[:200])
+            except httpx.HTTPError as exc:
+                logger.warning("could not unload %s: %s", name, exc)
     if result[POLICY_VERSION_KEY] != step:
         raise LearningRunError(
             f"the evaluation of step {step} ran on policy version {result[POLICY_VERSION_KEY]}"

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 ARM_LABELS = {"grpo": "GRPO only (w_opd=0)", "opd": "OPD only (w_grpo=0)", "hybrid": "GRPO + OPD"}
+ARM_COLORS = {"grpo": "tab:blue", "opd": "tab:orange", "hybrid": "tab:green"}
+"""One colour per arm, so figures of different subsets of arms read alike."""
 
 
 def plot_learning_curves(
@@ -24,7 +26,8 @@ def plot_learning_curves(
         if not band:
             continue
         xs = [point[0] for point in band]
-        (line,) = axes.plot(xs, [point[1] for point in band], marker="o", label=ARM_LABELS.get(arm, arm))
+        (line,) = axes.plot(xs, [point[1] for point in band], marker="o", label=ARM_LABELS.get(arm, arm),
+                            color=ARM_COLORS.get(arm))  # fmt: skip
         axes.fill_between(xs, [p[2] for p in band], [p[3] for p in band], alpha=0.2, color=line.get_color())
     axes.set_xlabel("generations (rollouts sampled for training)")
     axes.set_ylabel("held-out success (env evaluate, pass@1)")
