@@ -213,7 +213,6 @@ def test_a_run_evaluated_after_training_reads_its_evaluations_from_run_json(tmp_
         "arm": "opd", "seed": 1, "generations_per_step": 8, "probe": {},
         "start_eval": {"policy_version": 0, "eval/pass@1": 0.25},
         "evals": [{"policy_version": 2, "eval/pass@1": 0.5}, {"policy_version": 3, "eval/pass@1": 0.625}],
-        "end_eval": {"policy_version": 3, "eval/pass@1": 0.625},
     }))  # fmt: skip
     # a serve-loop evaluation in env.jsonl (an earlier bench's) is not read when run.json has `evals`
     (tmp_path / "env.jsonl").write_text(

@@ -169,23 +169,24 @@ def unload_adapters(vllm_root_url: str, prefix: str) -> list[str]:
     except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
         logger.warning("could not list the adapters on %s: %s", vllm_root_url, exc)
         return []
-    unloaded = []
     with httpx.Client(timeout=60) as http:
-        for name in served:
-            if adapter_step(prefix, name) is None:
-                continue
-            try:
-                response = http.post(f"{vllm_root_url}/v1/unload_lora_adapter", json={"lora_name": name})
-            except httpx.HTTPError as exc:
-                logger.warning("could not unload adapter %s: %s", name, exc)
-                continue
-            if response.status_code == 200:
-                unloaded.append(name)
-            else:
-                logger.warning(
-                    "unloading %s answered %d: %s", name, response.status_code, response.text[:200]
-                )
-    return unloaded
+        return [
+            name
+            for name in served
+            if adapter_step(prefix, name) is not None and unload_adapter(http, vllm_root_url, name)
+        ]
+
+
+def unload_adapter(http: httpx.Client, vllm_root_url: str, name: str) -> bool:
+    """Unload one adapter; a failure is logged, not raised (the caller's own work is done or failing)."""
+    try:
+        response = http.post(f"{vllm_root_url}/v1/unload_lora_adapter", json={"lora_name": name})
+    except httpx.HTTPError as exc:
+        logger.warning("could not unload adapter %s: %s", name, exc)
+        return False
+    if response.status_code != 200:
+        logger.warning("unloading %s answered %d: %s", name, response.status_code, response.text[:200])
+    return response.status_code == 200
 
 
 # -- configs ----------------------------------------------------------------------------------------
@@ -312,12 +313,7 @@ def evaluate_checkpoint(
         try:
             result = evaluate_policy(settings, seed=seed, prefix=eval_prefix, metrics_path=metrics_path)
         finally:  # an unload that fails is logged: the evaluation's own error, if any, is the one raised
-            try:
-                gone = http.post(f"{root}/v1/unload_lora_adapter", json={"lora_name": name})
-                if gone.status_code != 200:
-                    logger.warning("unloading %s answered %d: %s", name, gone.status_code, gone.text[:200])
-            except httpx.HTTPError as exc:
-                logger.warning("could not unload %s: %s", name, exc)
+            unload_adapter(http, root, name)
     if result[POLICY_VERSION_KEY] != step:
         raise LearningRunError(
             f"the evaluation of step {step} ran on policy version {result[POLICY_VERSION_KEY]}"
@@ -423,7 +419,7 @@ def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, A
         probe = {"error": f"{type(exc).__name__}: {exc}"}
     unload_adapters(settings.vllm_root_url, prefix)
     summary = {"arm": arm, "seed": seed, "generations_per_step": settings.generations_per_step,
-               "start_eval": start_eval, "evals": evals, "end_eval": evals[-1], "probe": probe}  # fmt: skip
+               "start_eval": start_eval, "evals": evals, "probe": probe}  # fmt: skip
     (run_dir / "run.json").write_text(json.dumps(summary, indent=1) + "\n")
     records = load_run(run_dir)
     logger.info(

@@ -117,9 +117,9 @@ def per_step_records(run: RunRecords) -> list[dict[str, Any]]:
 
 def mean_band(curves: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float, float, float]]:
     """(x, mean, min, max) over seeds at every x that some seed evaluated, within the range every
-    seed covers. The serve worker evaluates whichever policy is newest when its turn comes, so seeds
-    are evaluated at different x; a seed not evaluated at x counts with its value interpolated
-    linearly between its own evaluations before and after x."""
+    seed covers. Runs of this bench share one grid; runs of the earlier bench (its serve worker
+    evaluated whichever policy was newest) can differ, and a seed not evaluated at x counts with its
+    value interpolated linearly between its own evaluations before and after x."""
     if not curves or not all(curves):
         return []
     first, last = max(curve[0][0] for curve in curves), min(curve[-1][0] for curve in curves)
