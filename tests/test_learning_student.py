@@ -1,8 +1,8 @@
 """The learning test of the README's test command: the real online loop on the copying student.
 
-`hermes-opd bench learning --config configs/bench/learning-student-quick.yaml` with the student
-of tests/fixtures/student-q2 (built by `hermes-opd dev-model build-student DIR --recipe copy`;
-tests/test_student_recipe.py checks that the fixture is today's recipe): its own CPU vLLM with LoRA
+`hermes-opd bench learning --config configs/bench/learning-student-quick.yaml` with the shipped
+student hermes_opd/devkit/student_q2 (built by `hermes-opd dev-model build-student DIR --recipe copy`;
+tests/test_student_recipe.py checks that it is today's recipe): its own CPU vLLM with LoRA
 hot-loading, atroposlib's run-api, an env `serve` worker on the convention tasks and
 `hermes-opd train`, OPD only, 6 steps of 2 groups of 4.
 
@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from hermes_opd.devkit.paths import shipped_student_dir
+
 REPO = Path(__file__).resolve().parent.parent
-STUDENT = REPO / "tests" / "fixtures" / "student-q2"
+STUDENT = shipped_student_dir()
 START = 5 / 24
 """The student's greedy held-out success before training (measured in every run)."""
 

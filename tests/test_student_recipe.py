@@ -127,14 +127,14 @@ def test_the_command_refuses_a_seed_for_the_copy_recipe(tmp_path, capsys):
 
 
 def test_the_committed_student_is_todays_copy_recipe_with_the_dev_tokenizer():
-    """tests/fixtures/student-q2 is `hermes-opd dev-model build-student DIR --recipe copy` of this
+    """The shipped student (hermes_opd/devkit/student_q2) is `hermes-opd dev-model build-student DIR --recipe copy` of this
     code (docs/learning.md, "The quick test on the copying student"): a change to the recipe, the
-    shape or the tokenizer fails here, and the fixture must be rebuilt with that command."""
-    from pathlib import Path
-
+    shape or the tokenizer fails here, and the student must be rebuilt with that command."""
     from transformers import AutoTokenizer
 
-    fixture = Path(__file__).parent / "fixtures" / "student-q2"
+    from hermes_opd.devkit.paths import shipped_student_dir
+
+    fixture = shipped_student_dir()
     assert is_student_built(fixture, "copy", recipe_manifest())
     manifest = json.loads((fixture / "student_model.json").read_text())
     assert weights_sha256(fixture) == manifest["weights_sha256"]

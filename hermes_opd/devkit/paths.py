@@ -21,3 +21,9 @@ def default_student_dir() -> Path:
     """`$HERMES_OPD_STUDENT`, else `<cache>/dev-student`."""
     env = os.environ.get("HERMES_OPD_STUDENT")
     return Path(env) if env else cache_dir() / "dev-student"
+
+
+def shipped_student_dir() -> Path:
+    """The copying student that ships with the project (`hermes_opd/devkit/student_q2`, built by
+    `hermes-opd dev-model build-student DIR --recipe copy`; see `hermes_opd/devkit/STUDENT_Q2.md`)."""
+    return Path(__file__).resolve().parent / "student_q2"
