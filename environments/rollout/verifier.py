@@ -278,7 +278,7 @@ async def _run_data_tests(
                 command, timeout_s=min(budget, remaining), stdin=json.dumps(spec).encode(), cpu_time_s=cpu
             )
             # Untrusted text of up to max_output_bytes: parsed and judged in a worker thread, at a
-            # cost linear in its size (data_tests.py bounds it), so the event loop never waits on it.
+            # cost linear in its size (environments/tasks/suite_format.py bounds it), so the event loop never waits on it.
             judged = await asyncio.to_thread(_judge_batch, tests, batch, run, cpu, config, cut_short)
             outcomes.update(judged)
             if run.timed_out and cut_short:

@@ -1,6 +1,6 @@
 """The solution's side of a code-style suite: run inside the solution's sandbox as
 `python3 -I -c <suite_child.py's text, main switched off> + <this file's text>` (see
-environments/rollout/environments/rollout/verifier_rpc.py), so that it shares the one value encoder (`encode`, `describe`).
+environments/rollout/verifier_rpc.py), so that it shares the one value encoder (`encode`, `describe`).
 
 It imports nothing of the tests and never sees them. It reads call requests, one JSON line each
 (`{"id", "module", "name", "args", "kwargs"}`, arguments in the tagged encoding), from the request

@@ -1,6 +1,6 @@
 """The dataset's side of a code-style suite: its test code, run for one test inside a sandbox of
 its own (never the solution's), as `python3 -I -c <suite_child.py's text, main switched off> +
-<this file's text>` (see environments/rollout/environments/rollout/verifier_rpc.py).
+<this file's text>` (see environments/rollout/verifier_rpc.py).
 
 The test code is the dataset's, so it is confined like any other code, but the solution cannot
 reach it: the solution's functions are remote procedures here. Calling one encodes the arguments

@@ -62,14 +62,17 @@ DELEGATED = {
         "hermes_opd.commands.student_eval",
         "measure a student's hint-following on the held-out convention tasks",
     ),
-    "train": ("trainer_adapters.train_cli", "run the reference torch trainer against an Atropos API"),
+    "train": (
+        "trainer_adapters.train_cli",
+        "train from an Atropos API with the trainer the config selects (torch or tinker)",
+    ),
     "tasks": (
         "hermes_opd.commands.tasks_score",
         "score a JSONL of solutions against a task source in the real sandbox (tasks score)",
     ),
     "bench": (
         "hermes_opd.bench.cli",
-        "run a benchmark (pipeline, payload, loss, teacher, teacher-scaling, sandbox, hint-selection, student-topk)",
+        "run a benchmark (`hermes-opd bench --help` lists them)",
     ),
 }
 
