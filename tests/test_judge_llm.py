@@ -341,9 +341,11 @@ def test_retry_policy_pure():
     assert backoff_seconds(config, 10, jitter=0.0) == 2.5  # capped at backoff_max_s, then jittered
 
     def status_error(code: int, headers: dict[str, str] | None = None) -> openai.APIStatusError:
-        # A stand-in for the SDK's HTTP response (its HTTP library differs between SDK versions).
-        response = SimpleNamespace(status_code=code, headers=headers or {}, request=None)
-        return openai.APIStatusError("x", response=response, body=None)  # type: ignore[arg-type]
+        # The SDK's error without its constructor: what it builds from a response (and which HTTP
+        # library it takes) differs between SDK versions; retry_delay reads only these two fields.
+        error = openai.APIStatusError.__new__(openai.APIStatusError)
+        error.status_code, error.response = code, SimpleNamespace(status_code=code, headers=headers or {})
+        return error
 
     assert retry_delay(status_error(429, {"retry-after": "3"}), 0, config, 0.0) == 3.0
     assert retry_delay(status_error(429, {"retry-after": "60"}), 0, config, 0.0) == 10.0
