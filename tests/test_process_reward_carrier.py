@@ -225,3 +225,8 @@ def test_prm_off_leaves_the_group_as_it_was(dev_tokenizer):
     assert [t["status"] for t in prm_on["overrides"][0]["prm"]["turns"]] == ["skipped"] * 3
     assert prm_on["advantages"] == [[0.0] * len(group["tokens"][0])]
     assert validate_group(prm_on) == []
+
+
+def test_a_vote_policy_without_a_score_is_refused_at_config_time():
+    with pytest.raises(ValueError, match="prm judge vote_policy 'any' does not decide a"):
+        PRMConfig(judge=JudgeConfig(vote_policy="any"))
