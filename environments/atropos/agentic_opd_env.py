@@ -62,6 +62,7 @@ from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.pipeline.opd_metrics import group_metrics
 from hermes_opd.pipeline.opd_pipeline import OPDPipeline
 from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient
+from hermes_opd.vllm_api.endpoint import Endpoint
 from hermes_opd.vllm_api.wire_format import GeneratedSequence
 from judge.make_backend import make_judge_backend
 from scoring.teacher import TeacherScorer
@@ -118,6 +119,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             batch_size=16,
             steps_per_eval=100,
             judge_backend="rules",
+            prm_judge_backend="rules",
         )
         servers = [
             APIServerConfig(
@@ -151,7 +153,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             await check_role_servers(
                 self.role_servers
             )  # before the teacher's tokenizer check: errors name the role
-        if self.config.opd_enabled:
+        if self.config.opd_enabled or self.opd_config.prm.enabled:
             self.pipeline = await self._build_pipeline()
         policy_client = getattr(self.server.servers[0], "client", None) if self.server.servers else None
         if policy_client is not None:
@@ -436,6 +438,13 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
 
     async def _build_pipeline(self) -> OPDPipeline:
         opd = self.opd_config
+        prm_judge = (
+            make_judge_backend(opd.prm.judge, self._prm_judge_endpoint(), kind="prm")
+            if opd.prm.enabled
+            else None
+        )
+        if not opd.enabled:  # process reward alone: no hint judge, no teacher
+            return OPDPipeline(self.tokenizer, None, None, opd, prm_judge=prm_judge)
         server = self.role_servers.teacher.endpoint
         if server is None:
             raise ConfigError("OPD needs a teacher server: set env.teacher_base_url or a policy server")
@@ -454,7 +463,19 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             await teacher.check_tokenizer(self.tokenizer)
         await teacher.choose_path()  # one log line: which path scores the turns, and why
         judge = make_judge_backend(opd.judge, self.role_servers.judge.endpoint)
-        return OPDPipeline(self.tokenizer, judge, teacher, opd)
+        return OPDPipeline(self.tokenizer, judge, teacher, opd, prm_judge=prm_judge)
+
+    def _prm_judge_endpoint(self) -> Endpoint | None:
+        """The process judge's server (`llm` backend): its own base_url and model when set, else the
+        hint judge's resolved server, else the first policy server."""
+        config = self.opd_config.prm.judge
+        if config.backend != "llm":
+            return None
+        if config.base_url and config.model:
+            return Endpoint(config.base_url, config.model, config.resolved_api_key())
+        return self.role_servers.judge.endpoint or next(
+            (s.endpoint for s in self.role_servers.policy if s.endpoint is not None), None
+        )
 
     # -- metrics ---------------------------------------------------------------------------------
     def _metrics_path(self) -> Path:
