@@ -9,8 +9,9 @@ as the rollouts of one group are.
 
 Phases, in one run: the honest neighbours alone (their reference scores), then for each payload
 shape and each attacker count, the same neighbours beside that many attackers (started first; the
-neighbours follow 1.5 s later, so that they are mid-verification when the attackers' replies
-arrive). Per phase: the
+neighbours follow 1.5 s later and are verified again and again, round after round, until the
+attackers are done, so that some round is always in flight when a reply arrives; a neighbour's
+score in a phase is its LOWEST over the rounds). Per phase: the
 longest pause of the event loop (a 10 ms ticker: the wall pause, and the pause this process spent
 computing, which the scheduler of a shared machine cannot cause), every neighbour's score, the
 attackers' scores, the honest verify seconds, and the env's peak resident memory (VmHWM, reset
@@ -135,17 +136,25 @@ async def run_phase(
     try:
         attacking = asyncio.ensure_future(verify_solutions(attackers, config, workers=max(1, len(attackers))))
         await asyncio.sleep(honest_delay_s)
-        honest_results = await verify_solutions(honest, config, workers=len(honest))
+        rounds = [await verify_solutions(honest, config, workers=len(honest))]
+        while not attacking.done():  # the neighbours keep verifying for as long as the attack lasts
+            rounds.append(await verify_solutions(honest, config, workers=len(honest)))
         attacker_results = await attacking
     finally:
         await watch.stop()
     wall = time.monotonic() - started
     peak = _rss_kib("VmHWM") if exact_peak else max(watch.rss_kib, default=rss_before)
+    per_round = [
+        {task.task_id: r.score for (task, _), (r, _) in zip(honest, results, strict=True)}
+        for results in rounds
+    ]
+    lowest = {task.task_id: min(scores[task.task_id] for scores in per_round) for task, _ in honest}
     return {
-        "scores": {task.task_id: r.score for (task, _), (r, _) in zip(honest, honest_results, strict=True)},
+        "scores": lowest,
+        "rounds": len(rounds),
         "attacker_scores": [r.score for r, _ in attacker_results],
         "attacker_messages": [r.tests[0].message[:160] if r.tests else "" for r, _ in attacker_results],
-        "honest_verify_s": max(s for _, s in honest_results),
+        "honest_verify_s": max(s for results in rounds for _, s in results),
         "longest_pause_s": max(watch.pauses, default=0.0),
         "longest_busy_pause_s": max(watch.busy, default=0.0),
         "peak_rss_mib": round((peak or 0) / 1024, 1),

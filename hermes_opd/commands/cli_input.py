@@ -64,4 +64,6 @@ def iter_jsonl(
                 yield number, loads_bounded(raw, bounds), None
             except BoundedJSONError as exc:
                 text = str(exc)
-                yield number, None, text if text.startswith("not valid UTF-8") else f"invalid JSON: {text}"
+                if not text.startswith("not valid UTF-8"):
+                    text = f"invalid JSON: {text.removeprefix('not valid JSON: ')}"
+                yield number, None, text

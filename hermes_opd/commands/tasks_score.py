@@ -237,9 +237,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{record['task_id']}\t{verdict}\t{record['passed']}/{record['total']}\t{record['score']:.3f}{why}"
         )
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as out:
-            for record in records:
-                out.write(json.dumps(record) + "\n")
+        try:
+            with open(args.out, "w", encoding="utf-8") as out:
+                for record in records:
+                    out.write(json.dumps(record) + "\n")
+        except OSError as exc:
+            print(f"hermes-opd tasks score: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     summary = {
         "tasks": len(records),
         "passed": sum(r["passed"] == r["total"] for r in records),
