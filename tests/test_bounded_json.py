@@ -151,3 +151,13 @@ def test_plain_names_pass_and_every_verifier_file_is_reserved():
     ours = {verifier.TEST_OUTPUT_FILE, verifier_stdio.STDERR_FILE, verifier_rpc.REQUESTS_FIFO}
     ours |= {verifier_rpc.REPLIES_FIFO, verifier_rpc.CALLS_FIFO, verifier_rpc.RETURNS_FIFO, ".tests-output"}
     assert ours <= RESERVED
+
+
+def test_a_tool_call_nested_100000_deep_is_an_error_result_not_a_crash():
+    from environments.rollout.tool_calls import ToolCallError, parse_tool_calls
+
+    deep = "[" * 100_000 + "]" * 100_000
+    for body in (deep, '{"name": "terminal", "arguments": ' + json.dumps(deep) + "}"):
+        turn = parse_tool_calls(f"<tool_call>{body}</tool_call>", {"terminal"})
+        assert len(turn.calls) == 1 and isinstance(turn.calls[0], ToolCallError), turn.calls
+        assert "not valid JSON" in turn.calls[0].reason
