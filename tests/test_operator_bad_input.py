@@ -156,6 +156,33 @@ def test_a_missing_dataset_fails_in_one_line():
         assert "\n" not in str(error.value) and name in str(error.value)
 
 
+def test_an_unreachable_hub_is_not_retried_for_half_a_minute(tmp_path):
+    samples = write_lines(tmp_path / "s.jsonl", [GOOD])
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hermes_opd.commands.main",
+            "tasks",
+            "score",
+            samples,
+            "--task-path",
+            "no-such-xyz",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert "Retrying" not in run.stderr, run.stderr  # before: 5 retries with back-off, 23 lines, 29 s
+    ours = [line for line in run.stderr.splitlines() if line.startswith("hermes-opd tasks score:")]
+    assert len(ours) == 1 and "could not load dataset 'no-such-xyz'" in ours[0], run.stderr
+    assert "the Hugging Face hub is unreachable" in ours[0]
+
+
 def test_the_command_prints_no_traceback_for_a_bad_line_and_a_bad_name(scratch):
     samples = write_lines(
         scratch / "s.jsonl", [DEEP, {"task_id": "fizzbuzz", "solution": {"../../escaped.py": "x"}}, GOOD]

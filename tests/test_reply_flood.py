@@ -32,9 +32,9 @@ def test_a_costly_reply_beside_honest_neighbours_changes_nothing_for_them():
         phase = phases[name]
         assert phase["scores"] == alone, (name, phase["scores"])
         assert phase["attacker_scores"] == [0.0] * int(name[-1])
-        assert all("more than 200000 values" in m for m in phase["attacker_messages"]), phase[
-            "attacker_messages"
-        ]
+        assert all(
+            "reply was larger than" in m or "more than 100000 values" in m for m in phase["attacker_messages"]
+        ), phase["attacker_messages"]
         # The pause the env spent computing: the scheduler of a shared machine cannot cause it.
         assert phase["longest_busy_pause_s"] < 0.2, (name, phase["longest_busy_pause_s"])
         # The 8 MB reply is held as bytes and refused before decoding: far from the 500 MiB of before.

@@ -250,24 +250,25 @@ async def _relay(
             continue
         call_id += 1
         try:
-            call = await parse_off_loop(_check_call, line)
+            request = await parse_off_loop(_check_call, line, call_id)
         except ValueError as exc:
             await _write(returns, _line({"error": f"the call was refused: {exc}"}))
             continue
         if broken:
             await _write(returns, _line({"error": broken}))
             continue
-        await _write(requests, _line({"id": call_id, **call}))
+        await _write(requests, request)
         answer, broken = await _answer(replies, solution, call_id)
-        await _write(returns, _line(answer))
+        await _write(returns, answer)
 
 
 def _line(message: dict) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
 
-def _check_call(line: bytes) -> dict:
-    """A call from the tests' process: the function's module and name, and plain arguments."""
+def _check_call(line: bytes, call_id: int) -> bytes:
+    """A call from the tests' process (the function's module and name, and plain arguments), as
+    the request line for the solution."""
     call = strict_json(line)
     if not isinstance(call, dict) or set(call) != {"module", "name", "args", "kwargs"}:
         raise ValueError("malformed call")
@@ -277,11 +278,11 @@ def _check_call(line: bytes) -> dict:
         raise ValueError("malformed call")
     decode_value(call["args"])
     decode_value(call["kwargs"])
-    return call
+    return _line({"id": call_id, **call})
 
 
-async def _answer(replies: asyncio.StreamReader, solution: asyncio.Task, call_id: int) -> tuple[dict, str]:
-    """(the answer for the tests, why the channel is broken from now on or "")."""
+async def _answer(replies: asyncio.StreamReader, solution: asyncio.Task, call_id: int) -> tuple[bytes, str]:
+    """(the answer line for the tests, why the channel is broken from now on or "")."""
     reading = asyncio.ensure_future(replies.readline())
     try:
         await asyncio.wait({reading, solution}, return_when=asyncio.FIRST_COMPLETED)
@@ -293,21 +294,26 @@ async def _answer(replies: asyncio.StreamReader, solution: asyncio.Task, call_id
         why = f"the solution's process ended without answering (exit status {result.exit_code})"
         if result.timed_out:
             why = "the solution's process timed out without answering"
-        return {"error": why}, why
+        return _line({"error": why}), why
     try:
         line = reading.result()
     except (ValueError, asyncio.LimitOverrunError):
         why = f"the solution's reply was larger than {MAX_MESSAGE_BYTES} bytes"
-        return {"error": why}, why
+        return _line({"error": why}), why
     try:
         return await parse_off_loop(_checked_reply, line, call_id), ""
     except (MalformedResult, ValueError) as exc:
         why = f"the solution's reply was malformed ({str(exc)[:200]})"
-        return {"error": why}, why
+        return _line({"error": why}), why
 
 
-def _checked_reply(line: bytes, call_id: int) -> dict:
-    """The solution's reply, decoded strictly and encoded again by the trusted encoder."""
+def _checked_reply(line: bytes, call_id: int) -> bytes:
+    """The solution's reply, decoded strictly and encoded again by the trusted encoder, as the
+    answer line for the tests."""
+    return _line(_checked_answer(line, call_id))
+
+
+def _checked_answer(line: bytes, call_id: int) -> dict:
     reply = strict_json(line)
     if not isinstance(reply, dict) or reply.get("id") != call_id or type(reply.get("id")) is not int:
         raise ValueError("not an answer to this call")

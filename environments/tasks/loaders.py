@@ -406,9 +406,10 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
         "HF_DATASETS_OFFLINE", ""
     ).lower() in ("1", "true", "yes"):
         return True
-    host = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    endpoint = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
     try:
-        socket.create_connection((host, 443), timeout=timeout_s).close()
+        socket.create_connection((endpoint.hostname or "huggingface.co", port), timeout=timeout_s).close()
     except OSError:
         return False
     return True

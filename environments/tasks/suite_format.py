@@ -92,11 +92,19 @@ def decode_value(data: Any, depth: int = 0) -> Any:
         raise MalformedResult(f"{tag} needs a list")
     if tag == "$tuple":
         return tuple(decode_value(v, depth + 1) for v in body)
+    if len(body) > MAX_MEMBERS and tag in ("$set", "$frozenset", "$dict"):
+        raise MalformedResult(f"{tag} with more than {MAX_MEMBERS} members")
     if tag in ("$set", "$frozenset"):
         values = [decode_value(v, depth + 1) for v in body]
         _check_hashes(values, tag)
         result = set(values) if tag == "$set" else frozenset(values)
-        if len(result) != len({canonical(v) for v in values}):
+        one_plain_type = len({type(v) for v in values}) <= 1 and type(values[0] if values else 0) in (
+            int,
+            str,
+            bytes,
+        )
+        # Members of one of these types are equal only when they are identical: nothing to compare.
+        if not one_plain_type and len(result) != len({canonical(v) for v in values}):
             raise MalformedResult(f"{tag} with members Python treats as equal (e.g. 1 and True)")
         return result
     pairs = []
@@ -111,9 +119,13 @@ def decode_value(data: Any, depth: int = 0) -> Any:
     return result
 
 
-MAX_REPORT_CHARS = 8 * 1024 * 1024
+MAX_REPORT_CHARS = 4 * 1024 * 1024
 """A report, call or reply longer than this (bytes of one JSON line) is refused (the sandbox's
 output bound is usually far smaller)."""
+MAX_MEMBERS = 50_000
+"""Members of one decoded set, frozenset or $dict: building one sorts and hashes them all in single
+C calls, which hold the interpreter; 50,000 take some tens of milliseconds. A larger value is refused as
+malformed (a test that needs one compares its digest, `returns_sha256`)."""
 MAX_SAME_HASH = 8
 """Members of one decoded set or dict that may share a hash value. Integer and tuple hashes are
 predictable, so a forged report could fill a set with values of one hash, and building it would
@@ -141,9 +153,9 @@ def sha256_of(value: Any) -> str:
     return digest(value)
 
 
-SANDBOX_JSON = JSONBounds(max_bytes=MAX_REPORT_CHARS, max_depth=MAX_DEPTH + 8, max_elements=200_000)
+SANDBOX_JSON = JSONBounds(max_bytes=MAX_REPORT_CHARS, max_depth=MAX_DEPTH + 8, max_elements=100_000)
 """Every JSON document that comes out of a sandbox (a data-style report, a code-suite call, reply
-or verdict): refused before it is decoded when it holds more than 200,000 values or nests deeper
+or verdict): refused before it is decoded when it holds more than 100,000 values or nests deeper
 than the value codec (plus the report's own wrapping), so that decoding, checking and encoding it
 again costs at most a fraction of a second, in a worker thread
 (environments/rollout/sandbox_output.py)."""
