@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from environments.rollout.verifier import VerifierConfig, verify
+from environments.rollout.verifier_rpc import MAX_MESSAGE_BYTES
 from environments.tasks.code_suite import parse_code_suite, remote_names
 from environments.tasks.loaders import load_jsonl_tasks
 from environments.tasks.task import Task
@@ -247,4 +248,4 @@ async def test_an_oversized_call_fails_its_test_clearly(tmp_path):
     task = Task(task_id="t", prompt="p", hidden_tests={"kind": "code", "code": code})
     result = await verify_source(task, "def echo(x):\n    return x\n", tmp_path)
     assert [(t.name, t.passed) for t in result.tests] == [("test_big", False), ("test_small", True)]
-    assert "echo(): the call was larger than 8388608 bytes" in result.tests[0].message
+    assert f"echo(): the call was larger than {MAX_MESSAGE_BYTES} bytes" in result.tests[0].message

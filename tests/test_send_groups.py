@@ -211,7 +211,7 @@ def plant_row_at_masked_position(group: dict) -> str:
 
 @pytest.mark.reliability
 @pytest.mark.parametrize("plant", [plant_positive_logprob, plant_row_at_masked_position])
-def test_an_invalid_group_stops_the_send_at_its_line_and_skip_invalid_sends_the_rest(
+def test_an_invalid_group_stops_the_send_before_anything_is_sent_and_skip_invalid_sends_the_rest(
     api, trainer, tmp_path, plant
 ):
     groups = [build_group(seed=s, group_size=GROUP_SIZE) for s in range(6)]
@@ -220,20 +220,17 @@ def test_an_invalid_group_stops_the_send_at_its_line_and_skip_invalid_sends_the_
     ids = write_groups(path, groups)
 
     first = send(path, api.url)
-    assert first.returncode == 1, first.stderr
-    assert f"line 3: [{kind}]" in first.stdout, first.stdout
-    assert "stopped at line 3: nothing after it was sent" in first.stdout
-    wait_until(lambda: len(trainer.trained) == 2, 30, "the two groups before line 3 did not arrive")
+    # The file is validated before the API is contacted (issue 31): a bad line, and nothing is sent.
+    assert first.returncode == 2, first.stderr
+    assert f"groups.jsonl: line 3: [{kind}]" in first.stderr, first.stderr
+    assert "1 line(s) of " in first.stderr and "nothing was sent" in first.stderr
     time.sleep(0.5)
-    # The API packs a batch in its own order: which groups, each once, is what the send decides.
-    assert Counter(trainer.trained) == Counter(ids[:2])  # nothing after the invalid line
-    assert load_cursor(cursor_path(path)).acked_lines == 2
+    assert trainer.trained == [] and load_cursor(cursor_path(path)).acked_lines == 0
 
     second = send(path, api.url, "--skip-invalid")
     assert second.returncode == 0, second.stdout + second.stderr
     assert "1 invalid group(s) skipped:" in second.stdout and f"line 3: [{kind}]" in second.stdout
-    assert "2 line(s) were sent by an earlier run" in second.stdout
-    wait_until(lambda: len(trainer.trained) == 5, 30, "the rest did not arrive")
+    wait_until(lambda: len(trainer.trained) == 5, 30, "the valid groups did not arrive")
     assert Counter(trainer.trained) == Counter(ids[:2] + ids[3:]) and trainer.repeats.dropped == 0
 
 

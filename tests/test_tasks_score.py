@@ -34,7 +34,7 @@ def test_scores_builtin_samples_and_writes_every_verdict(tmp_path, capsys):
     assert lines[0].startswith("fizzbuzz\tPASS\t")
     assert lines[1].startswith("dedupe\tFAIL\t0/5\t0.000  test_")
     summary = json.loads(lines[-1])
-    assert list(summary) == ["tasks", "passed", "mean_score", "seconds_per_task"]
+    assert list(summary) == ["tasks", "passed", "mean_score", "seconds_per_task", "unusable_lines"]
     assert (summary["tasks"], summary["passed"], summary["mean_score"]) == (2, 1, 0.5)
     verdicts = [json.loads(line) for line in out.read_text().splitlines()]
     assert [v["task_id"] for v in verdicts] == ["fizzbuzz", "dedupe"]

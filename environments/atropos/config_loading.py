@@ -102,7 +102,7 @@ def _parse_value(raw: str, annotation: Any, name: str) -> Any:
     adapter = TypeAdapter(annotation)
     try:
         candidate = yaml.safe_load(raw)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):  # a value nested too deeply is taken as its text
         candidate = raw
     for value in (candidate, raw):
         try:
@@ -151,6 +151,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{p}: not valid YAML{where}: {problem}") from exc
+    except RecursionError:
+        raise ConfigError(f"{p}: nested too deeply to read") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {p}: {exc}") from exc
     if data is None:

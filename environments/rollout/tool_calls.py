@@ -122,7 +122,7 @@ def _with_id(call: ParsedCall, call_id: str) -> ParsedCall:
 def _is_json(body: str) -> bool:
     try:
         json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # the model's text: nested too deeply is not JSON here
         return False
     return True
 
@@ -145,7 +145,7 @@ def _best_close(text: str, body_start: int, first_close: int) -> int:
 def _parse_body(raw: str, body: str, known_tools: Collection[str] | None) -> list[ParsedCall]:
     try:
         payload = json.loads(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         return [ToolCallError(raw=raw, reason=f"tool call is not valid JSON ({exc}); {_EXPECTED}", id="")]
     if isinstance(payload, list) and payload:
         return [_parse_object(raw, item, known_tools) for item in payload]
@@ -170,7 +170,7 @@ def _parse_object(raw: str, payload: Any, known_tools: Collection[str] | None) -
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             return ToolCallError(
                 raw=raw, reason=f'"arguments" is a string that is not valid JSON ({exc})', id="", name=name
             )

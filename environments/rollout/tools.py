@@ -22,6 +22,7 @@ from typing import Any
 
 from environments.rollout.sandbox.limits import SandboxError
 from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.sandbox_output import parse_off_loop
 from environments.rollout.tool_calls import ToolCall, ToolCallError
 from hermes_opd.contract.errors import HermesOPDError
 
@@ -399,6 +400,13 @@ async def _write_file(args: dict[str, Any], sandbox: Sandbox) -> tuple[str, bool
 
 async def _read_file(args: dict[str, Any], sandbox: Sandbox) -> tuple[str, bool]:
     data, size, shown = await sandbox.offload(read_bytes, Jail.of(sandbox), args["path"], MAX_READ_BYTES)
+    return await parse_off_loop(
+        _shown_lines, data, size, shown, args.get("offset", 1), args.get("limit")
+    ), False
+
+
+def _shown_lines(data: bytes, size: int, shown: str, offset: int, limit: int | None) -> str:
+    """What read_file answers for the first bytes of a file: the asked lines, with notes."""
     text = data.decode("utf-8", errors="replace")
     notes = []
     if "\ufffd" in text and b"\xef\xbf\xbd" not in data:
@@ -406,8 +414,6 @@ async def _read_file(args: dict[str, Any], sandbox: Sandbox) -> tuple[str, bool]
     if size > len(data):
         notes.append(f"only the first {len(data)} of {size} bytes were loaded")
     lines = text.splitlines(keepends=True)
-    offset = args.get("offset", 1)
-    limit = args.get("limit")
     if offset > max(len(lines), 1):
         raise ToolError(f"offset {offset} is past the end of {shown} ({len(lines)} lines)")
     selected = lines[offset - 1 : None if limit is None else offset - 1 + limit]
@@ -419,7 +425,7 @@ async def _read_file(args: dict[str, Any], sandbox: Sandbox) -> tuple[str, bool]
         notes.append(f"showing lines {offset}-{offset - 1 + len(selected)} of {len(lines)}")
     if not body:
         body = "(empty file)"
-    return body + "".join(f"\n[{note}]" for note in notes), False
+    return body + "".join(f"\n[{note}]" for note in notes)
 
 
 async def _patch(args: dict[str, Any], sandbox: Sandbox) -> tuple[str, bool]:

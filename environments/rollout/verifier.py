@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from environments.rollout.sandbox.limits import TIMEOUT_EXIT_CODE, SandboxLimits
 from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.sandbox_output import parse_off_loop
 from environments.rollout.tools import Jail, ToolError, read_bytes, write_bytes
 from environments.rollout.verifier_feedback import FeedbackItem, choose_public, feedback_text
 from environments.rollout.verifier_rpc import run_code_suite
@@ -50,7 +51,6 @@ from environments.rollout.verifier_stdio import run_stdio_suite
 from environments.tasks.code_suite import CodeSuite
 from environments.tasks.suite_child import RESULT_MARK as CHILD_RESULT_MARK
 from environments.tasks.suite_format import (
-    MAX_REPORT_CHARS,
     MalformedResult,
     TestSuite,
     judge_test,
@@ -277,9 +277,9 @@ async def _run_data_tests(
             run = await sandbox.run(
                 command, timeout_s=min(budget, remaining), stdin=json.dumps(spec).encode(), cpu_time_s=cpu
             )
-            # Untrusted text of up to max_output_bytes: parsed and judged in a worker thread, at a
-            # cost linear in its size (environments/tasks/suite_format.py bounds it), so the event loop never waits on it.
-            judged = await asyncio.to_thread(_judge_batch, tests, batch, run, cpu, config, cut_short)
+            # Untrusted text of up to max_output_bytes: parsed (within suite_format.SANDBOX_JSON) and
+            # judged in a worker thread, so the event loop never waits on it.
+            judged = await parse_off_loop(_judge_batch, run, tests, batch, cpu, config, cut_short)
             outcomes.update(judged)
             if run.timed_out and cut_short:
                 timed_out = True
@@ -296,7 +296,7 @@ async def _run_data_tests(
     return outcomes, timed_out, output_tail
 
 
-def _judge_batch(tests, batch: list[int], run, cpu: int | None, config: VerifierConfig, cut_short: bool):
+def _judge_batch(run, tests, batch: list[int], cpu: int | None, config: VerifierConfig, cut_short: bool):
     """{test name: outcome} for one batch, from the child's output."""
     reports = _reports(run.output)
     return {
@@ -310,7 +310,7 @@ def _reports(output: str) -> dict[int, object]:
     lines that are not strict JSON objects with an integer "test" are ignored."""
     reports: dict[int, object] = {}
     for line in output.splitlines():
-        if not line.startswith(CHILD_RESULT_MARK) or len(line) > MAX_REPORT_CHARS:
+        if not line.startswith(CHILD_RESULT_MARK):
             continue
         try:
             report = strict_json(line[len(CHILD_RESULT_MARK) :])

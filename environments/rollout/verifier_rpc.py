@@ -8,9 +8,11 @@ For each test (environments/tasks/code_suite.py), in order:
 2. The tests' sandbox (empty) runs `environments/tasks/code_tests_child.py` with the dataset's code:
    every call of a solution function there becomes a request on a FIFO in its own directory.
 3. Here, `_relay` moves each request to the solution and each reply back. A reply is parsed with
-   the strict JSON parser and decoded into plain values (environments/tasks/suite_format.py), then
-   encoded again by the trusted encoder: all the solution can send is a plain value with exact
-   types, the name of an exception, or nothing. No object of the solution's reaches the tests.
+   the strict, bounded JSON parser and decoded into plain values (environments/tasks/suite_format.py),
+   then encoded again by the trusted encoder, in a worker thread
+   (environments/rollout/sandbox_output.py): all the solution can send is a plain value with exact
+   types, the name of an exception, or nothing, and a reply too large or too complex to decode
+   quickly is refused unread. No object of the solution's reaches the tests.
 4. The test's verdict is what the tests' process reports; the solution never shares a process,
    a directory or a pipe with it. When the test ends, the solution's process is killed.
 
@@ -32,9 +34,16 @@ from pathlib import Path
 
 from environments.rollout.sandbox.limits import CommandResult, SandboxLimits
 from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.sandbox_output import parse_off_loop
 from environments.rollout.tools import Jail, ToolError, read_bytes, write_bytes
 from environments.tasks.code_suite import CodeSuite, CodeTest
-from environments.tasks.suite_format import MalformedResult, decode_value, encode_value, strict_json
+from environments.tasks.suite_format import (
+    MAX_REPORT_CHARS,
+    MalformedResult,
+    decode_value,
+    encode_value,
+    strict_json,
+)
 
 _TASKS = Path(__file__).resolve().parents[1] / "tasks"
 _SHARED = (_TASKS / "suite_child.py").read_text(encoding="utf-8")
@@ -46,7 +55,7 @@ TEST_RESULT_MARK = "@@hermes-code-test@@ "
 
 REQUESTS_FIFO, REPLIES_FIFO = ".hermes-rpc-requests", ".hermes-rpc-replies"
 CALLS_FIFO, RETURNS_FIFO = ".hermes-rpc-calls", ".hermes-rpc-returns"
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+MAX_MESSAGE_BYTES = MAX_REPORT_CHARS
 """A call or reply longer than this (one JSON line) is refused."""
 _MAX_NAMES = 16
 
@@ -204,7 +213,7 @@ async def _run_test(
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
-    return _verdict(run, wall_s)
+    return await parse_off_loop(_verdict, run, wall_s)
 
 
 def _verdict(run: CommandResult, wall_s: float) -> CodeTestVerdict:
@@ -241,25 +250,26 @@ async def _relay(
             continue
         call_id += 1
         try:
-            call = _check_call(line)
+            request = await parse_off_loop(_check_call, line, call_id)
         except ValueError as exc:
             await _write(returns, _line({"error": f"the call was refused: {exc}"}))
             continue
         if broken:
             await _write(returns, _line({"error": broken}))
             continue
-        await _write(requests, _line({"id": call_id, **call}))
+        await _write(requests, request)
         answer, broken = await _answer(replies, solution, call_id)
-        await _write(returns, _line(answer))
+        await _write(returns, answer)
 
 
 def _line(message: dict) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
 
-def _check_call(line: bytes) -> dict:
-    """A call from the tests' process: the function's module and name, and plain arguments."""
-    call = strict_json(line.decode("utf-8"))
+def _check_call(line: bytes, call_id: int) -> bytes:
+    """A call from the tests' process (the function's module and name, and plain arguments), as
+    the request line for the solution."""
+    call = strict_json(line)
     if not isinstance(call, dict) or set(call) != {"module", "name", "args", "kwargs"}:
         raise ValueError("malformed call")
     if not all(isinstance(call[k], str) and call[k].isidentifier() for k in ("module", "name")):
@@ -268,11 +278,11 @@ def _check_call(line: bytes) -> dict:
         raise ValueError("malformed call")
     decode_value(call["args"])
     decode_value(call["kwargs"])
-    return call
+    return _line({"id": call_id, **call})
 
 
-async def _answer(replies: asyncio.StreamReader, solution: asyncio.Task, call_id: int) -> tuple[dict, str]:
-    """(the answer for the tests, why the channel is broken from now on or "")."""
+async def _answer(replies: asyncio.StreamReader, solution: asyncio.Task, call_id: int) -> tuple[bytes, str]:
+    """(the answer line for the tests, why the channel is broken from now on or "")."""
     reading = asyncio.ensure_future(replies.readline())
     try:
         await asyncio.wait({reading, solution}, return_when=asyncio.FIRST_COMPLETED)
@@ -284,22 +294,27 @@ async def _answer(replies: asyncio.StreamReader, solution: asyncio.Task, call_id
         why = f"the solution's process ended without answering (exit status {result.exit_code})"
         if result.timed_out:
             why = "the solution's process timed out without answering"
-        return {"error": why}, why
+        return _line({"error": why}), why
     try:
         line = reading.result()
     except (ValueError, asyncio.LimitOverrunError):
         why = f"the solution's reply was larger than {MAX_MESSAGE_BYTES} bytes"
-        return {"error": why}, why
+        return _line({"error": why}), why
     try:
-        return _checked_reply(line, call_id), ""
-    except (MalformedResult, ValueError, UnicodeDecodeError) as exc:
+        return await parse_off_loop(_checked_reply, line, call_id), ""
+    except (MalformedResult, ValueError) as exc:
         why = f"the solution's reply was malformed ({str(exc)[:200]})"
-        return {"error": why}, why
+        return _line({"error": why}), why
 
 
-def _checked_reply(line: bytes, call_id: int) -> dict:
-    """The solution's reply, decoded strictly and encoded again by the trusted encoder."""
-    reply = strict_json(line.decode("utf-8"))
+def _checked_reply(line: bytes, call_id: int) -> bytes:
+    """The solution's reply, decoded strictly and encoded again by the trusted encoder, as the
+    answer line for the tests."""
+    return _line(_checked_answer(line, call_id))
+
+
+def _checked_answer(line: bytes, call_id: int) -> dict:
+    reply = strict_json(line)
     if not isinstance(reply, dict) or reply.get("id") != call_id or type(reply.get("id")) is not int:
         raise ValueError("not an answer to this call")
     if set(reply) == {"id", "value"}:

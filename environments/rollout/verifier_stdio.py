@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from environments.rollout.sandbox.limits import SandboxLimits
 from environments.rollout.sandbox.sandbox import Sandbox
+from environments.rollout.sandbox_output import parse_off_loop
 from environments.rollout.tools import Jail, write_bytes
 from environments.tasks.stdio_suite import StdioCase, StdioSuite, normalise, outputs_match
 
@@ -65,11 +66,12 @@ async def run_stdio_suite(
                 continue
             wall = min(per_test_timeout_s, remaining)
             run = await sandbox.run(command, timeout_s=wall, stdin=case.input.encode("utf-8"))
-            verdicts[case.name] = _judge(case, run, wall, suite.float_tol)
+            verdicts[case.name] = await parse_off_loop(_judge, run, case, wall, suite.float_tol)
     return verdicts, timed_out
 
 
-def _judge(case: StdioCase, run, wall_s: float, float_tol: float | None) -> CaseVerdict:
+def _judge(run, case: StdioCase, wall_s: float, float_tol: float | None) -> CaseVerdict:
+    """Compare in the trusted process: up to max_output_bytes of untrusted text (in a worker thread)."""
     if run.timed_out:
         return CaseVerdict(False, f"timed out after {wall_s:g}s")
     if run.truncated:

@@ -30,16 +30,21 @@ fit are all reported, each with its index, in one TaskLoadError; none is skipped
 from __future__ import annotations
 
 import gzip
-import json
 import logging
+import os
+import socket
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from environments.tasks.code_suite import CODE_KIND, discover_tests
+from environments.tasks.file_names import UnsafeFileName, checked_name
 from environments.tasks.stdio_suite import STDIO_KIND, cases_from_columns
 from environments.tasks.suite_format import is_data_suite
 from environments.tasks.task import Task
+from hermes_opd.contract.bounded_json import TASK_INPUT, BoundedJSONError, loads_bounded
 from hermes_opd.contract.errors import HermesOPDError
 
 log = logging.getLogger(__name__)
@@ -67,7 +72,22 @@ class TaskLoadError(HermesOPDError, ValueError):
     """A dataset could not be turned into tasks; the message says where and why."""
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A record that could not even be read (reported with the others that do not fit)."""
+
+    reason: str
+
+
 def _check_field_map(field_map: Mapping[str, str] | None) -> dict[str, str]:
+    if field_map is not None and not (
+        isinstance(field_map, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in field_map.items())
+    ):
+        raise TaskLoadError(
+            f'field_map must be an object of strings (Task field -> column), e.g. {{"hidden_tests": "test"}}; '
+            f"got {str(field_map)[:80]}"
+        )
     explicit = dict(field_map or {})
     unknown = set(explicit) - set(_KNOWN_FIELDS)
     if unknown:
@@ -140,7 +160,7 @@ def _as_tests(values: Mapping[str, Any], test_format: str, where: str) -> str | 
         if isinstance(value, Mapping):
             return dict(value)
         if is_data_suite(value):
-            return json.loads(value)
+            return loads_bounded(value, TASK_INPUT)
         raise TaskLoadError(f"{where}: hidden_tests is not a data-style suite (a JSON object with tests)")
     if test_format == "code":
         code = _as_text(value, "hidden_tests", where)
@@ -189,6 +209,8 @@ def tasks_from_records(
     errors: list[str] = []
     for where, record in records:
         try:
+            if isinstance(record, Unreadable):
+                raise TaskLoadError(f"{where}: {record.reason}")
             if not isinstance(record, Mapping):
                 raise TaskLoadError(f"{where}: expected a JSON object, got {type(record).__name__}")
             task = task_from_record(record, field_map, where=where, test_format=test_format)
@@ -219,27 +241,57 @@ def task_dir_record(directory: str | Path) -> dict[str, Any]:
     solution files when present), for `task_from_record`."""
     directory = Path(directory)
     try:
-        record = json.loads((directory / TASK_FILE).read_text(encoding="utf-8"))
+        record = _read_json(directory / TASK_FILE)
     except FileNotFoundError:
         raise TaskLoadError(f"{directory}: no {TASK_FILE}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise TaskLoadError(f"{directory / TASK_FILE}: invalid JSON ({exc})") from None
     if not isinstance(record, dict):
         raise TaskLoadError(f"{directory / TASK_FILE}: expected a JSON object")
     record.setdefault("task_id", directory.name)
     if (directory / PROMPT_FILE).is_file() and "prompt" not in record:
-        record["prompt"] = (directory / PROMPT_FILE).read_text(encoding="utf-8")
+        record["prompt"] = _read_text(directory / PROMPT_FILE)
     if (directory / TESTS_FILE).is_file() and "hidden_tests" not in record:
-        try:
-            record["hidden_tests"] = json.loads((directory / TESTS_FILE).read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise TaskLoadError(f"{directory / TESTS_FILE}: invalid JSON ({exc})") from None
+        record["hidden_tests"] = _read_json(directory / TESTS_FILE)
     if "reference_solution" not in record:
         names = _as_names(record.get("solution_files", ("solution.py",)))
-        found = {n: (directory / n).read_text(encoding="utf-8") for n in names if (directory / n).is_file()}
+        found = {n: _read_text(path) for n in names if (path := _inside(directory, n)).is_file()}
         if found:
             record["reference_solution"] = found
     return record
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskLoadError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise TaskLoadError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _read_json(path: Path) -> Any:
+    """One JSON file of a task source, within TASK_INPUT; FileNotFoundError when it is missing."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise TaskLoadError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return loads_bounded(data, TASK_INPUT)
+    except BoundedJSONError as exc:
+        raise TaskLoadError(f"{path}: invalid JSON ({exc})") from None
+
+
+def _inside(directory: Path, name: str) -> Path:
+    """`directory / name` for a name that follows the rule and resolves inside `directory`."""
+    try:
+        checked_name(name)
+    except UnsafeFileName as exc:
+        raise TaskLoadError(f"{directory}: {exc}") from None
+    path = directory / name
+    if not path.resolve().is_relative_to(directory.resolve()):
+        raise TaskLoadError(f"{directory}: {name!r} resolves outside the task directory (a symbolic link)")
+    return path
 
 
 def load_task_dirs(
@@ -252,10 +304,10 @@ def load_task_dirs(
     if not root.is_dir():
         raise TaskLoadError(f"task directory {str(root)!r} does not exist")
     if (root / INDEX_FILE).is_file():
-        names = json.loads((root / INDEX_FILE).read_text(encoding="utf-8"))
+        names = _read_json(root / INDEX_FILE)
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise TaskLoadError(f"{root / INDEX_FILE}: expected a list of directory names")
-        dirs = [root / n for n in names]
+        dirs = [_inside(root, n) for n in names]
     else:
         dirs = sorted(p for p in root.iterdir() if (p / TASK_FILE).is_file())
     return tasks_from_records(((str(d), task_dir_record(d)) for d in dirs), field_map, str(root), test_format)
@@ -273,19 +325,17 @@ def load_jsonl_tasks(
     def records() -> Iterable[tuple[str, Mapping[str, Any]]]:
         with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as f:
             for number, raw_line in enumerate(f, start=1):
-                try:
-                    line = raw_line.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise TaskLoadError(
-                        f"{path}:{number}: not valid UTF-8 ({exc.reason} at byte {exc.start})"
-                    ) from None
-                if not line.strip():
+                if not raw_line.strip():
                     continue
                 where = f"{path}:{number}"
                 try:
-                    yield where, json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise TaskLoadError(f"{where}: invalid JSON ({exc})") from None
+                    yield where, loads_bounded(raw_line, TASK_INPUT)
+                except BoundedJSONError as exc:
+                    text = str(exc)
+                    yield (
+                        where,
+                        Unreadable(text if text.startswith("not valid UTF-8") else f"invalid JSON ({text})"),
+                    )
 
     return tasks_from_records(records(), field_map, str(path), test_format)
 
@@ -301,11 +351,23 @@ def load_hf_tasks(
 ) -> list[Task]:
     """Tasks from a Hugging Face dataset: a directory written by `save_to_disk` (a Dataset or a
     DatasetDict), a local json/jsonl/csv/parquet file, or else a hub dataset name."""
-    import datasets  # heavy; imported only when used
-
     _check_field_map(field_map)
     source = str(dataset_name_or_path)
     path = Path(source)
+    looks_local = source.startswith(("/", "./", "../", "~")) or path.suffix.lower() in {
+        *_LOCAL_FORMATS,
+        ".gz",
+    }
+    if looks_local and not path.exists():
+        raise TaskLoadError(f"dataset {source!r} does not exist (no such file or directory)")
+    hub_note = ""
+    if not path.exists() and not _hub_reachable():
+        os.environ["HF_HUB_OFFLINE"] = "1"  # read when `datasets` is imported: no retries for minutes
+        hub_note = "; the Hugging Face hub is unreachable, so only a dataset in the local cache can load"
+    import datasets  # heavy; imported only when used
+
+    if hub_note:
+        datasets.config.HF_HUB_OFFLINE = True
     try:
         if path.is_dir() and any(
             (path / marker).exists() for marker in ("dataset_info.json", "dataset_dict.json", "state.json")
@@ -327,11 +389,30 @@ def load_hf_tasks(
     except TaskLoadError:
         raise
     except Exception as exc:  # `datasets` raises many types (even StopIteration for an empty file)
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        raise TaskLoadError(f"could not load dataset {source!r} (split {split!r}): {detail}") from exc
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        detail = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        raise TaskLoadError(
+            f"could not load dataset {source!r} (split {split!r}): {detail}{hub_note}"
+        ) from exc
     where = f"{source}[{split}]"
     rows = ((f"{where} row {i}", row) for i, row in enumerate(loaded))
     return tasks_from_records(rows, field_map, where, test_format)
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Can the Hugging Face hub be reached at all (a TCP connection within `timeout_s`)? Skipped
+    (True) when offline mode is already set, so that `datasets` answers from its cache."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") or os.environ.get(
+        "HF_DATASETS_OFFLINE", ""
+    ).lower() in ("1", "true", "yes"):
+        return True
+    endpoint = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((endpoint.hostname or "huggingface.co", port), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
 
 
 TASK_SOURCES = ("jsonl", "hf", "dirs")

@@ -17,11 +17,12 @@ leaves the trusted process.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from hermes_opd.contract.bounded_json import TASK_INPUT, loads_bounded
 
 STDIO_KIND = "stdio"
 _KEYS = {"kind", "program", "float_tol", "cases"}
@@ -98,7 +99,7 @@ def cases_from_columns(value: Any, *, public: bool = False, start: int = 0) -> l
     (CodeContests), or the JSON text of any of these. ValueError for anything else."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = loads_bounded(value, TASK_INPUT)
         except ValueError as exc:
             raise ValueError(f"stdio tests: not JSON ({exc})") from None
     if isinstance(value, Mapping):

@@ -41,7 +41,9 @@ def encode(value, depth=0):
     if kind is tuple:
         return {"$tuple": [encode(v, depth + 1) for v in value]}
     if kind in (set, frozenset):
-        items = sorted((encode(v, depth + 1) for v in value), key=canonical_json)
+        items = [encode(v, depth + 1) for v in value]
+        # canonical_json of a plain int is its str(): the same order, without a json.dumps per member.
+        items.sort(key=str if all(type(i) is int for i in items) else canonical_json)
         return {"$set" if kind is set else "$frozenset": items}
     if kind is dict:
         if all(type(k) is str and not k.startswith("$") for k in value):

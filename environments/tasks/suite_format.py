@@ -36,7 +36,6 @@ tag is a dict with string keys. Types are exact: `1`, `True` and `1.0` are three
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -46,6 +45,7 @@ from typing import Any
 
 from environments.tasks.suite_child import MAX_DEPTH, canonical_json, digest
 from environments.tasks.suite_child import encode as encode_value
+from hermes_opd.contract.bounded_json import TASK_INPUT, BoundedJSONError, JSONBounds, loads_bounded
 from hermes_opd.contract.errors import HermesOPDError
 
 _TAGS = ("$tuple", "$set", "$frozenset", "$dict", "$float", "$bytes")
@@ -92,11 +92,19 @@ def decode_value(data: Any, depth: int = 0) -> Any:
         raise MalformedResult(f"{tag} needs a list")
     if tag == "$tuple":
         return tuple(decode_value(v, depth + 1) for v in body)
+    if len(body) > MAX_MEMBERS and tag in ("$set", "$frozenset", "$dict"):
+        raise MalformedResult(f"{tag} with more than {MAX_MEMBERS} members")
     if tag in ("$set", "$frozenset"):
         values = [decode_value(v, depth + 1) for v in body]
         _check_hashes(values, tag)
         result = set(values) if tag == "$set" else frozenset(values)
-        if len(result) != len({canonical(v) for v in values}):
+        one_plain_type = len({type(v) for v in values}) <= 1 and type(values[0] if values else 0) in (
+            int,
+            str,
+            bytes,
+        )
+        # Members of one of these types are equal only when they are identical: nothing to compare.
+        if not one_plain_type and len(result) != len({canonical(v) for v in values}):
             raise MalformedResult(f"{tag} with members Python treats as equal (e.g. 1 and True)")
         return result
     pairs = []
@@ -111,8 +119,13 @@ def decode_value(data: Any, depth: int = 0) -> Any:
     return result
 
 
-MAX_REPORT_CHARS = 8_000_000
-"""A report line longer than this is ignored (the sandbox's output bound is usually far smaller)."""
+MAX_REPORT_CHARS = 4 * 1024 * 1024
+"""A report, call or reply longer than this (bytes of one JSON line) is refused (the sandbox's
+output bound is usually far smaller)."""
+MAX_MEMBERS = 50_000
+"""Members of one decoded set, frozenset or $dict: building one sorts and hashes them all in single
+C calls, which hold the interpreter; 50,000 take some tens of milliseconds. A larger value is refused as
+malformed (a test that needs one compares its digest, `returns_sha256`)."""
 MAX_SAME_HASH = 8
 """Members of one decoded set or dict that may share a hash value. Integer and tuple hashes are
 predictable, so a forged report could fill a set with values of one hash, and building it would
@@ -140,27 +153,21 @@ def sha256_of(value: Any) -> str:
     return digest(value)
 
 
-def _reject_constant(name: str) -> Any:
-    raise MalformedResult(f"non-standard JSON constant {name}")
+SANDBOX_JSON = JSONBounds(max_bytes=MAX_REPORT_CHARS, max_depth=MAX_DEPTH + 8, max_elements=100_000)
+"""Every JSON document that comes out of a sandbox (a data-style report, a code-suite call, reply
+or verdict): refused before it is decoded when it holds more than 100,000 values or nests deeper
+than the value codec (plus the report's own wrapping), so that decoding, checking and encoding it
+again costs at most a fraction of a second, in a worker thread
+(environments/rollout/sandbox_output.py)."""
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise MalformedResult(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def strict_json(text: str) -> Any:
-    """json.loads without NaN/Infinity, duplicate keys or unbounded nesting; MalformedResult on error."""
+def strict_json(text: str | bytes) -> Any:
+    """Untrusted JSON within SANDBOX_JSON: no NaN/Infinity, duplicate keys, deep nesting or
+    excess size; MalformedResult on error."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
-    except MalformedResult:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise MalformedResult(f"not valid JSON: {str(exc)[:200]}") from None
+        return loads_bounded(text, SANDBOX_JSON)
+    except BoundedJSONError as exc:
+        raise MalformedResult(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,7 +307,7 @@ def is_data_suite(value: Any) -> bool:
         if not text.startswith("{"):
             return False
         try:
-            value = json.loads(text)
+            value = loads_bounded(text, TASK_INPUT)
         except ValueError:
             return False
     return isinstance(value, Mapping) and "tests" in value
@@ -316,7 +323,7 @@ def _compiles(source: str, mode: str, where: str) -> None:
 def parse_suite(document: Any) -> TestSuite:
     """Validate a data suite (a mapping, or its JSON text); ValueError says where and why."""
     if isinstance(document, str):
-        document = json.loads(document)
+        document = loads_bounded(document, TASK_INPUT)
     if not isinstance(document, Mapping):
         raise ValueError(f"a data test suite must be an object, got {type(document).__name__}")
     unknown = set(document) - _SUITE_KEYS

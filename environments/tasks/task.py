@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 from typing import Any
 
 from environments.tasks.code_suite import is_code_suite
+from environments.tasks.file_names import UnsafeFileName, checked_name
 from environments.tasks.stdio_suite import is_stdio_suite
 from environments.tasks.suites import parse_tests
 
@@ -58,11 +58,12 @@ class Task:
         if not self.solution_files:
             raise ValueError(f"task {self.task_id!r}: solution_files is empty")
         for name in self.solution_files:
-            path = PurePosixPath(name)
-            if not name or path.is_absolute() or ".." in path.parts:
+            try:
+                checked_name(name)
+            except UnsafeFileName as exc:
                 raise ValueError(
-                    f"task {self.task_id!r}: solution file {name!r} must be a relative path inside the working directory"
-                )
+                    f"task {self.task_id!r}: a solution file must be a relative path inside the working directory: {exc}"
+                ) from None
         if self.reference_solution is not None:
             extra = set(self.reference_solution) - set(self.solution_files)
             if extra:

@@ -1,4 +1,4 @@
-"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|sandbox|hint-selection|student-topk|send|learning>
+"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|sandbox|hint-selection|student-topk|send|learning|reply-flood>
 [--json] [--quick] [--repeat N]`.
 
 Every benchmark prints a short human summary and, with `--json`, one JSON object on its LAST line.
@@ -32,6 +32,7 @@ BENCHES = (
     "student-topk",
     "send",
     "learning",
+    "reply-flood",
 )
 
 
@@ -85,6 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sandbox", help="sandbox command overhead: shell-built root vs bubblewrap (root only)")
     _common(p)
     p.add_argument("--commands", type=int, default=None, help="commands per builder (default 100; quick 10)")
+
+    p = sub.add_parser(
+        "reply-flood", help="code-suite replies built to be costly to decode, beside honest neighbours (root)"
+    )
+    _common(p)
+    p.add_argument("--shapes", default=None, help="comma-separated payloads (default dicts,zeros,set,tuples; "
+                   "quick dicts)")  # fmt: skip
+    p.add_argument("--attackers", default="1,2", help="comma-separated attacker counts (default 1,2)")
+    p.add_argument("--humaneval", type=int, default=None, help="HumanEval neighbours (default 4; quick 2)")
+    p.add_argument("--stdio", type=int, default=None, help="stdio neighbours (default 2; quick 1)")
 
     p = sub.add_parser(
         "learning", help="GRPO only / OPD only / both through the real online loop (docs/learning.md)"
@@ -290,6 +301,15 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 iters=_pick(args.iters, 6, 2, q),
                 teacher_k=args.teacher_k,
             )
+        )
+    if args.bench == "reply-flood":
+        from hermes_opd.bench import reply_flood_bench
+
+        return reply_flood_bench.run_sync(
+            _pick(args.shapes, "dicts,zeros,set,tuples", "dicts", q).split(","),
+            [int(n) for n in args.attackers.split(",")],
+            humaneval=_pick(args.humaneval, 4, 2, q),
+            stdio=_pick(args.stdio, 2, 1, q),
         )
     if args.bench == "send":
         from hermes_opd.bench import send_bench

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import deque
@@ -53,6 +52,7 @@ from environments.atropos.send_spool import (
 from hermes_opd.commands.send_cursor import CursorError, SendCursor, cursor_path, load_cursor, save_cursor
 from hermes_opd.commands.tinker_drops import TinkerDropCount
 from hermes_opd.commands.validate_file import unwrap_group
+from hermes_opd.contract.bounded_json import GROUPS_INPUT, BoundedJSONError, loads_bounded
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.group_id import group_digest, with_group_id
 from hermes_opd.contract.validation import validate_group
@@ -285,8 +285,8 @@ class GroupReplayer:
     def _check(self, raw: bytes, line: int) -> tuple[dict[str, Any] | None, str | None]:
         """The payload of a line (wrapper fields dropped, id stamped), or why it must not be sent."""
         try:
-            record = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            record = loads_bounded(raw, GROUPS_INPUT)
+        except BoundedJSONError as exc:
             return None, f"invalid JSON: {exc}"
         group = unwrap_group(record)
         if group is None:
@@ -353,8 +353,8 @@ class GroupReplayer:
     @staticmethod
     def _parse_only(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
         try:
-            group = unwrap_group(json.loads(raw))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            group = unwrap_group(loads_bounded(raw, GROUPS_INPUT))
+        except BoundedJSONError as exc:
             return None, str(exc)
         if group is None:
             return None, "not an object"

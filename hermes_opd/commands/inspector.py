@@ -16,7 +16,6 @@ CSS, script and SVG plots are all inline.
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import math
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from hermes_opd.commands.cli_input import OneLineParser, number_in
 from hermes_opd.commands.validate_file import iter_groups
 from hermes_opd.contract.constants import MASKED, MODE_DENSE_K1
 from hermes_opd.contract.provenance import Provenance, TurnRecord, parse_provenance, scored_positions
@@ -605,12 +605,20 @@ def render_report(
     """The whole HTML page for `(group index, line, group)` triples (pure apart from reading the template)."""
     builder = ReportBuilder(token_text)
     for group_index, line, group in groups:
-        builder.add_group(group_index, line, group)
+        kept = len(builder.parts)
+        try:
+            builder.add_group(group_index, line, group)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+            del builder.parts[kept:]  # a group too malformed to draw: named, and the others drawn
+            builder.parts.append(
+                f'<section class="group"><h2>line {line}: not rendered ({html.escape(type(exc).__name__)}: '
+                f"{html.escape(str(exc)[:200])}); run hermes-opd validate on the file</h2></section>"
+            )
     return builder.render(title, subtitle)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="hermes-opd inspect",
         description="Render a JSONL file of OPD groups as a self-contained HTML report.",
     )
@@ -619,7 +627,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tokenizer", default=None, help="tokenizer directory (transformers) to decode tokens"
     )
-    parser.add_argument("--max-groups", type=int, default=None, help="render at most this many groups")
+    parser.add_argument(
+        "--max-groups", type=number_in(int, 1, 2**31), default=None, help="render at most this many groups"
+    )
     args = parser.parse_args(argv)
     try:
         loaded = load_groups(args.file, args.max_groups)
@@ -628,7 +638,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for line, error in loaded.invalid_lines:
         print(f"skipping line {line}: {error}", file=sys.stderr)
-    token_text = load_token_text(args.tokenizer) if args.tokenizer else None
+    try:
+        token_text = load_token_text(args.tokenizer) if args.tokenizer else None
+    except (OSError, ValueError) as exc:
+        print(f"hermes-opd inspect: cannot load the tokenizer {args.tokenizer}: {str(exc).splitlines()[0][:200]}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     subtitle = f"{args.file} \u00b7 {len(loaded.groups)} group(s)"
     if loaded.invalid_lines:
         subtitle += f" \u00b7 {len(loaded.invalid_lines)} unreadable line(s) skipped"

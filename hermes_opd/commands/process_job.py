@@ -38,10 +38,12 @@ from typing import Any
 from environments.atropos.config_loading import JobConfig, load_job_config, split_overrides
 from environments.atropos.dense_k1_notice import DenseK1Notice
 from environments.atropos.role_servers import RoleServers, check_role_servers
+from hermes_opd.commands.cli_input import OneLineParser
 from hermes_opd.commands.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
 from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
 from hermes_opd.commands.send_cursor import CursorError, cursor_path
 from hermes_opd.commands.send_groups import add_pacing_arguments, options_from, pacing_error, summary_lines
+from hermes_opd.contract.bounded_json import GROUPS_INPUT, BoundedJSONError, loads_bounded
 from hermes_opd.contract.errors import ConfigError, HermesOPDError
 
 logger = logging.getLogger(__name__)
@@ -91,8 +93,8 @@ def _head_of(line: bytes) -> tuple[int, str] | None:
             if isinstance(task_id, str):
                 return int(match.group(1)), task_id
     try:
-        record = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        record = loads_bounded(line, GROUPS_INPUT)
+    except BoundedJSONError:
         return None
     if isinstance(record, dict) and isinstance(record.get("group_index"), int):
         return record["group_index"], str(record.get("task_id"))
@@ -613,7 +615,7 @@ async def _collect_loop(
 
 # -- command line ---------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="hermes-opd process",
         description="Collect OPD groups to a JSONL file with progress, resume and a clean Ctrl-C. "
         "Any --env.KEY VALUE / --openai.KEY VALUE (--openai.N.KEY for a list) overrides the config.",
@@ -735,7 +737,7 @@ def _main(argv: list[str]) -> int:
     if groups < 1:
         print(f"hermes-opd process: --groups must be >= 1 (got {groups})", file=sys.stderr)
         return EXIT_USAGE
-    concurrency = args.concurrency or job.concurrency
+    concurrency = job.concurrency if args.concurrency is None else args.concurrency
     if concurrency < 1:
         print(f"hermes-opd process: --concurrency must be >= 1 (got {concurrency})", file=sys.stderr)
         return EXIT_USAGE

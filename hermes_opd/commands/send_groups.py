@@ -5,9 +5,15 @@ puts a file written by `hermes-opd process` (or any file `hermes-opd validate` r
 progress bar, a rate limit, and a cursor file next to the input so that a rerun of the same command
 after a kill or an API restart continues without losing a group (group_replay.py says how).
 
+The file is checked BEFORE the API is contacted: every line is read (within the bounds of
+`hermes_opd.contract.bounded_json.GROUPS_INPUT`) and validated against the contract; a bad line is
+named with its number and nothing is sent (or, with --skip-invalid, it is skipped and listed).
+
 Exit codes: 0 every line was sent (or skipped as invalid with --skip-invalid); 1 stopped at an
-invalid group, the file ends in an incomplete line, or the API stayed away (`--give-up-after`);
-2 a usage error (missing file, a cursor of another file); 130 Ctrl-C. A rerun continues.
+invalid group found during the send (the file changed), the file ends in an incomplete line, or
+the API stayed away (`--give-up-after`); 2 bad input, found before anything is sent (a missing or
+empty file, lines that are not valid groups, a bad flag, a cursor of another file); 130 Ctrl-C.
+A rerun continues.
 """
 
 from __future__ import annotations
@@ -18,14 +24,18 @@ import sys
 import time
 from pathlib import Path
 
+from hermes_opd.commands.cli_input import OneLineParser
 from hermes_opd.commands.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
 from hermes_opd.commands.progress import format_duration
 from hermes_opd.commands.send_cursor import CursorError
+from hermes_opd.commands.validate_file import iter_groups
+from hermes_opd.contract.validation import validate_group
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_SIGINT = 130
+FIRST_PROBLEMS = 20
 
 
 class SendProgress:
@@ -73,7 +83,7 @@ class SendProgress:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="hermes-opd send",
         description="Replay a groups JSONL file into an Atropos API (for any Atropos trainer), resumable.",
         epilog="See docs/process.md, 'Collect here, train there'.",
@@ -187,6 +197,55 @@ async def _run(path: Path, options: ReplayOptions, progress_mode: str) -> Replay
         progress.close()
 
 
+def file_problems(path: Path) -> tuple[int, list[str]]:
+    """(groups, "line N: why" for every line that is not a valid group), read before the API is
+    contacted. A torn last line (no newline yet: a file still being written) is not a problem."""
+    groups, problems, last = 0, [], 0
+    for line, group, error in iter_groups(path):
+        last = line
+        if group is None:
+            problems.append((line, error or "unreadable"))
+            continue
+        groups += 1
+        violations = validate_group(group, group_index=line - 1)
+        if violations:
+            first = violations[0]
+            more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+            problems.append((line, f"[{first.kind}] {first.message}{more}"))
+    if problems and problems[-1][0] == last and not _ends_with_newline(path):
+        problems.pop()
+    return groups, [f"line {line}: {why}" for line, why in problems]
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(0, 2)
+        if handle.tell() == 0:
+            return True
+        handle.seek(-1, 2)
+        return handle.read(1) == b"\n"
+
+
+def _check_file(path: Path, skip_invalid: bool) -> str | None:
+    """Why the file must not be sent (one line per bad line, then what to do), or None."""
+    try:
+        groups, problems = file_problems(path)
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    if not groups and not problems:
+        return f"{path}: no groups: the file is empty (or holds only blank lines)"
+    if not problems or skip_invalid:
+        return None
+    shown = [f"{path}: {p}" for p in problems[:FIRST_PROBLEMS]]
+    if len(problems) > FIRST_PROBLEMS:
+        shown.append(f"... and {len(problems) - FIRST_PROBLEMS} more")
+    shown.append(
+        f"{len(problems)} line(s) of {path} are not valid groups; nothing was sent. Fix or remove them, "
+        "or rerun with --skip-invalid"
+    )
+    return "\nhermes-opd send: ".join(shown)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     path = Path(args.file)
@@ -194,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hermes-opd send: {path} is not a file", file=sys.stderr)
         return EXIT_USAGE
     if error := pacing_error(args):
+        print(f"hermes-opd send: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if error := _check_file(path, args.skip_invalid):
         print(f"hermes-opd send: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:

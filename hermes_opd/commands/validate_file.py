@@ -4,13 +4,18 @@ Each non-blank line is one JSON object: a ScoredDataGroup dict exactly as Atropo
 writes it, or a wrapper `{"group": {...}, ...}` (any other keys of the wrapper are ignored). A line
 counts as a wrapper when it has a dict under "group" and no "tokens" of its own.
 
-Exit codes: 0 clean; 1 contract violations (the first ones are listed); 2 the file cannot be read
-or a line is not a JSON object (each such line is named). Blank lines are skipped.
+Every line is read within `hermes_opd.contract.bounded_json.GROUPS_INPUT` (256 MiB, nesting 64
+deep); a group of more than MAX_GROUP_SEQUENCES sequences is one violation, found before any of its
+sequences is checked.
+
+Exit codes: 0 clean; 1 contract violations (the first ones are listed); 2 the file cannot be read,
+a line is not a JSON object (each such line is named, and the lines after it are still
+validated), or the file holds no group at all (empty, or only blank lines: there is nothing a
+trainer could read, so an empty file is unusable input, not a clean one). Blank lines are skipped.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import sys
@@ -22,6 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from hermes_opd.commands.cli_input import OneLineParser, iter_jsonl
+from hermes_opd.contract.bounded_json import GROUPS_INPUT
+from hermes_opd.contract.constants import MAX_GROUP_SEQUENCES
 from hermes_opd.contract.provenance import parse_provenance, scored_positions
 from hermes_opd.contract.validation import Violation, validate_group
 
@@ -60,12 +68,22 @@ class ValidationReport:
         return sum(self.violations_by_kind.values())
 
     @property
+    def empty(self) -> bool:
+        """Not a single non-blank line: nothing to validate, which is unusable input (exit 2)."""
+        return self.read_error is None and self.groups == 0 and self.invalid_line_count == 0
+
+    @property
     def clean(self) -> bool:
-        return self.read_error is None and self.invalid_line_count == 0 and self.violation_count == 0
+        return (
+            self.read_error is None
+            and not self.empty
+            and self.invalid_line_count == 0
+            and self.violation_count == 0
+        )
 
     @property
     def exit_code(self) -> int:
-        if self.read_error is not None or self.invalid_line_count:
+        if self.read_error is not None or self.invalid_line_count or self.empty:
             return 2
         return 1 if self.violation_count else 0
 
@@ -84,6 +102,7 @@ class ValidationReport:
             "invalid_line_count": self.invalid_line_count,
             "invalid_lines": [{"line": i.line, "message": i.message} for i in self.invalid_lines],
             "read_error": self.read_error,
+            "empty": self.empty,
         }
 
 
@@ -98,39 +117,27 @@ def unwrap_group(record: Any) -> dict[str, Any] | None:
 
 
 def iter_groups(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
-    """Yield `(line_number, group, error)` for each non-blank line, one line in memory at a time.
+    """Yield `(line_number, group, error)` for each non-blank line, one line in memory at a time,
+    each read within GROUPS_INPUT (hermes_opd/contract/bounded_json.py).
 
-    `group` is None and `error` says why when the line is not a JSON object. Raises OSError when
-    the file cannot be opened.
+    `group` is None and `error` says why when the line is not a JSON object (or too large, too
+    deep, not UTF-8); the lines after it are still read. Raises OSError when the file cannot be
+    opened.
     """
-    with open(path, encoding="utf-8", errors="strict") as handle:
-        line_number = 0
-        while True:
-            try:
-                line = handle.readline()
-            except UnicodeDecodeError as exc:
-                yield line_number + 1, None, f"not UTF-8: {exc}"
-                return
-            if not line:
-                return
-            line_number += 1
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield line_number, None, f"invalid JSON: {exc}"
-                continue
-            group = unwrap_group(record)
-            if group is None:
-                yield line_number, None, f"a JSON {type(record).__name__}, not an object"
-                continue
-            yield line_number, group, None
+    for line_number, record, error in iter_jsonl(path, GROUPS_INPUT):
+        if error is not None:
+            yield line_number, None, error
+            continue
+        group = unwrap_group(record)
+        if group is None:
+            yield line_number, None, f"a JSON {type(record).__name__}, not an object"
+            continue
+        yield line_number, group, None
 
 
 def _count_group(report: ValidationReport, group: dict[str, Any]) -> None:
     tokens = group.get("tokens")
-    if not isinstance(tokens, list):
+    if not isinstance(tokens, list) or len(tokens) > MAX_GROUP_SEQUENCES:
         return
     report.sequences += len(tokens)
     overrides = group.get("overrides") if isinstance(group.get("overrides"), list) else []
@@ -185,7 +192,7 @@ def _format_violation(v: Violation) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`hermes-opd validate FILE.jsonl`: JSON summary on stdout, human lines on stderr."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="hermes-opd validate",
         description="Check a JSONL file of ScoredDataGroups against distill format v1.",
     )
@@ -195,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report.to_dict(), indent=2))
     if report.read_error is not None:
         print(f"cannot read {args.file}: {report.read_error}", file=sys.stderr)
+    elif report.empty:
+        print(f"{args.file}: no groups: the file is empty (or holds only blank lines)", file=sys.stderr)
     for invalid in report.invalid_lines:
         print(f"line {invalid.line}: {invalid.message}", file=sys.stderr)
     if report.violation_count:

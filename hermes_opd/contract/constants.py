@@ -35,3 +35,7 @@ log-softmax); anything larger is a bug upstream and is refused."""
 TOPK_MASS_TOLERANCE = 1e-4
 """A row's logsumexp (all its entries) may exceed 0 by this much (float32 rounding), no more. The one
 tolerance of the contract: the env, `hermes-opd validate` and both trainers check with it."""
+
+MAX_GROUP_SEQUENCES = 4096
+"""The most sequences one group may hold. A larger "group" is refused as a whole, before any of its
+sequences is checked (checking millions of them would take minutes and say nothing more)."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from hermes_opd.contract.constants import MASKED, MODE_DENSE_K1, TOPK_MASS_TOLERANCE
+from hermes_opd.contract.constants import MASKED, MAX_GROUP_SEQUENCES, MODE_DENSE_K1, TOPK_MASS_TOLERANCE
 from hermes_opd.contract.process_reward import PRM_KEY, prm_problems
 from hermes_opd.contract.provenance import Provenance, parse_provenance, scored_position_mask
 from hermes_opd.contract.student_topk import STUDENT_TOPK_KEY, student_topk_problems
@@ -112,6 +112,11 @@ def validate_group(
         out.add(SHAPE, None, None, "field 'tokens' is missing or not a list")
         return out.violations
     n_seqs = len(tokens)
+    if n_seqs > MAX_GROUP_SEQUENCES:
+        out.add(
+            SHAPE, None, None, f"the group has {n_seqs} sequences; at most {MAX_GROUP_SEQUENCES} are allowed"
+        )
+        return out.violations
     present: dict[str, list[Any]] = {}
     for name in GROUP_FIELDS[1:]:
         value = group.get(name)
