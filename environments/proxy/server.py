@@ -47,6 +47,10 @@ from hermes_opd.vllm_api.wire_format import GeneratedSequence
 logger = logging.getLogger(__name__)
 
 NO_TRAIN_VALUES = frozenset({"false", "0", "off", "no"})
+OWNER = web.RequestKey("owner", str)
+"""Whose sessions a request may touch: one name per API key."""
+KEY_KIND = web.RequestKey("key_kind", str)
+"""`train` or `serve` (a serve-only key)."""
 OPEN = "open"
 """The owner of every session when the proxy takes no keys (loopback only)."""
 
@@ -128,14 +132,14 @@ class ProxyServer:
     @web.middleware
     async def _auth(self, request: web.Request, handler):
         if not self._keys or request.path == "/health":
-            request["owner"], request["key_kind"] = OPEN, "train"
+            request[OWNER], request[KEY_KIND] = OPEN, "train"
             return await handler(request)
         header = request.headers.get("Authorization", "")
         given = header[7:].strip() if header.lower().startswith("bearer ") else ""
         for key, kind in self._keys.items():
             if given and hmac.compare_digest(given.encode(), key.encode()):
-                request["owner"] = "key-" + uuid.uuid5(uuid.NAMESPACE_OID, key).hex[:12]
-                request["key_kind"] = kind
+                request[OWNER] = "key-" + uuid.uuid5(uuid.NAMESPACE_OID, key).hex[:12]
+                request[KEY_KIND] = kind
                 return await handler(request)
         self.counts["unauthorized"] += 1
         return _error(401, "Incorrect API key provided." if given else "Missing API key: send Authorization: Bearer <key>.",
@@ -157,7 +161,7 @@ class ProxyServer:
         return web.json_response(body)
 
     async def end_session(self, request: web.Request) -> web.Response:
-        key = (request["owner"], request.match_info["session_id"])
+        key = (request[OWNER], request.match_info["session_id"])
         held = self.sessions.sessions.get(key)
         if held is None:
             return _error(404, f"no session {key[1]!r}", code="session_not_found")
@@ -208,16 +212,16 @@ class ProxyServer:
     # -- answering -----------------------------------------------------------------------------
     def _trainable(self, request: web.Request) -> bool:
         wanted = request.headers.get(TRAIN_HEADER, "true").strip().lower() not in NO_TRAIN_VALUES
-        return self.config.train and self.feed is not None and wanted and request["key_kind"] == "train"
+        return self.config.train and self.feed is not None and wanted and request[KEY_KIND] == "train"
 
     async def _answer(
         self, request: web.Request, chat: ChatRequest
     ) -> tuple[dict[str, Any], str, tuple[int, int]]:
         header_id = request.headers.get(SESSION_HEADER) or None
-        if request["key_kind"] == "serve" or not self.config.train:
+        if request[KEY_KIND] == "serve" or not self.config.train:
             self.counts["served_only"] += 1
             return await self._answer_untracked(chat)
-        held, _ = self.sessions.resolve(request["owner"], header_id, chat.messages)
+        held, _ = self.sessions.resolve(request[OWNER], header_id, chat.messages)
         async with held.lock:
             held.last_used = time.monotonic()
             if not self._trainable(request):
