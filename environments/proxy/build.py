@@ -40,7 +40,7 @@ async def build_proxy(config: ProxyConfig, tokenizer: Any | None = None) -> Prox
     sink = GroupFileSink(config.groups_path)
     settings = FeedSettings(queue_size=config.queue_size, workers=config.workers,
                             samples_per_group=config.samples_per_group, group_wait_s=config.group_wait_s,
-                            retry_window_s=config.retry_window_s)  # fmt: skip
+                            retry_window_s=config.retry_window_s, retry_backoff_s=config.retry_backoff_s)  # fmt: skip
     server: ProxyServer | None = None
 
     async def follow_policy() -> None:

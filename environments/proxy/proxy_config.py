@@ -60,6 +60,11 @@ class ProxyConfig(BaseModel):
     retry_window_s: float = Field(
         default=3600.0, gt=0, description="How long a turn whose judge/teacher failed is retried."
     )
+    retry_backoff_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="First wait before a failed turn is tried again (doubling, at most 30 s).",
+    )
     opd: OPDConfig = Field(default_factory=OPDConfig, description="The OPD pipeline (judge, teacher).")
 
     @model_validator(mode="after")
