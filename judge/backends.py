@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.record.turn_pairs import TurnPair
 from judge.parsing import Vote
+
+JudgeKind = Literal["hint", "prm"]
+"""What a judge is asked: `hint` (judge/prompt.py: can the turn be improved, and how) or `prm`, the
+process-reward judge (judge/prm_prompt.py: was the turn good, bad or neither)."""
 
 
 class JudgeError(HermesOPDError, RuntimeError):

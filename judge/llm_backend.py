@@ -36,12 +36,31 @@ from hermes_opd.vllm_api.chat_client import (
     ChatStatusError,
     MalformedResponseError,
 )
-from judge.backends import JudgeError
+from judge.backends import JudgeError, JudgeKind
 from judge.config import JudgeConfig
-from judge.parsing import Vote, parse_vote
-from judge.prompt import build_judge_prompt_from_config
+from judge.parsing import Vote, parse_process_vote, parse_vote
+from judge.prm_prompt import build_prm_prompt_from_config
+from judge.prompt import JudgePrompt, build_judge_prompt_from_config
 
 Sleep = Callable[[float], Awaitable[None]]
+PromptBuilder = Callable[[TurnPair, JudgeConfig], JudgePrompt]
+AnswerParser = Callable[[str, JudgeConfig], Vote]
+
+
+def _parse_hint_vote(text: str, config: JudgeConfig) -> Vote:
+    return parse_vote(text, config.min_hint_chars)
+
+
+def _parse_process_vote(text: str, config: JudgeConfig) -> Vote:
+    return parse_process_vote(text)
+
+
+JUDGE_KINDS: dict[str, tuple[PromptBuilder, AnswerParser]] = {
+    "hint": (build_judge_prompt_from_config, _parse_hint_vote),
+    "prm": (build_prm_prompt_from_config, _parse_process_vote),
+}
+"""What each kind of judge asks and how its answers are read: `hint` (judge/prompt.py, a verdict and a
+hint) and `prm`, the process-reward judge (judge/prm_prompt.py, a +1 / 0 / -1 verdict)."""
 
 
 __all__ = ["LLMJudgeBackend", "LLMJudgeStats", "MalformedResponseError", "backoff_seconds", "retry_after_seconds",
@@ -114,7 +133,8 @@ def describe_error(exc: BaseException) -> str:
 
 
 class LLMJudgeBackend:
-    """m concurrent chat-completion votes per turn pair, parsed with `parse_vote`."""
+    """m concurrent chat-completion votes per turn pair, asked and parsed as `kind` says
+    (`JUDGE_KINDS`: the hint judge by default, `prm` for the process-reward judge)."""
 
     name = "llm"
 
@@ -128,8 +148,11 @@ class LLMJudgeBackend:
         client: openai.AsyncOpenAI | None = None,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
+        kind: JudgeKind = "hint",
     ) -> None:
         self.config = config
+        self.kind = kind
+        self._build_prompt, self._parse = JUDGE_KINDS[kind]
         self.base_url = base_url
         self.model = model
         self.client = client
@@ -140,7 +163,7 @@ class LLMJudgeBackend:
         self._jitter = jitter
 
     async def collect_votes(self, pair: TurnPair) -> list[Vote]:
-        messages = build_judge_prompt_from_config(pair, self.config).as_messages()
+        messages = self._build_prompt(pair, self.config).as_messages()
         votes = await self.votes_within_deadline(messages)
         if all(v.failed for v in votes):
             self.stats.all_failed_turns += 1
@@ -170,7 +193,7 @@ class LLMJudgeBackend:
         except Exception as exc:  # every failure of one vote is that vote's; cancellation still propagates
             self.stats.failed_votes += 1
             return Vote.failure(describe_error(exc))
-        return parse_vote(text, self.config.min_hint_chars)
+        return self._parse(text, self.config)
 
     async def complete_with_retries(self, messages: list[dict[str, str]]) -> str:
         attempt = 0

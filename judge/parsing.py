@@ -35,6 +35,8 @@ _HINT_BLOCK = re.compile(
     re.DOTALL | re.IGNORECASE,
 )
 _SCORES = {"1": 1, "+1": 1, "-1": -1, "\u22121": -1}  # U+2212 is the typographic minus sign
+PROCESS_SCORES = {**_SCORES, "0": 0, "+0": 0, "-0": 0, "\u22120": 0}
+"""The process-reward judge's verdicts (judge/prm_prompt.py): the hint judge's two plus 0, neutral."""
 
 
 @dataclass(frozen=True)
@@ -92,17 +94,18 @@ def _group_end(text: str, start: int) -> int | None:
     return None
 
 
-def boxed_value(argument: str) -> int | None:
-    """+1/-1 for a box's argument: spaces ignored, `\\text{...}` unwrapped; None for anything else."""
+def boxed_value(argument: str, scores: dict[str, int] = _SCORES) -> int | None:
+    """+1/-1 (or any value of `scores`) for a box's argument: spaces ignored, `\\text{...}` unwrapped;
+    None for anything else."""
     value = _WHITESPACE.sub("", argument)
     while (wrapped := _TEXT_WRAPPER.match(value)) and _group_end(value, len("\\text{")) == len(value):
         value = wrapped.group(1)
-    return _SCORES.get(value)
+    return scores.get(value)
 
 
-def last_boxed_score(text: str) -> int | None:
-    """+1/-1 from the last `\\boxed{...}`; None if there is none, it never closes, or it holds
-    anything else."""
+def last_boxed_score(text: str, scores: dict[str, int] = _SCORES) -> int | None:
+    """+1/-1 (or any value of `scores`) from the last `\\boxed{...}`; None if there is none, it never
+    closes, or it holds anything else."""
     argument: str | None = None
     position = 0
     while (opened := _BOXED_OPEN.search(text, position)) is not None:
@@ -111,7 +114,7 @@ def last_boxed_score(text: str) -> int | None:
             return None
         argument = text[opened.end() : end - 1]
         position = end  # a box nested in this one's argument is part of the argument
-    return None if argument is None else boxed_value(argument)
+    return None if argument is None else boxed_value(argument, scores)
 
 
 def without_hint_blocks(text: str) -> str:
@@ -141,3 +144,14 @@ def parse_vote(text: str | None, min_hint_chars: int = 11) -> Vote:
         hint=last_hint(answer, min_hint_chars),
         raw=raw,
     )
+
+
+def parse_process_vote(text: str | None) -> Vote:
+    """One process-reward answer (judge/prm_prompt.py): rule 1 as above, then rule 3 with `0` allowed
+    besides `1`/`+1`/`-1` (`+0`, `-0` and U+2212 `0` read as 0); no hint. The last box counts,
+    hint-marker blocks included (the process judge writes none, and a quoted one is defused)."""
+    raw = text or ""
+    answer = strip_thinking(raw)
+    if not answer.strip():
+        return Vote(score=None, hint=None, raw=raw)
+    return Vote(score=last_boxed_score(answer, PROCESS_SCORES), hint=None, raw=raw)

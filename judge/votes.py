@@ -13,6 +13,10 @@ In every policy a +1 vote without a usable hint still counts as +1 (the judge di
 be better), but only +1 votes WITH a hint can supply the hint; a positive decision with no hint at
 all is not accepted, since there is nothing to give the teacher.
 
+Process votes (the PRM judge, judge/prm_prompt.py): `decide_process_votes` counts +1, -1 and 0
+verdicts with the same `majority` rule (of the m requested, failed votes count for nothing) and gives
+the verdict that has it, else 0: a tie is 0.
+
 Hint choice among the +1 votes that have a hint
 - `longest`: the reference behaviour (longest in characters).
 - `representative` (default): the hint whose lowercased word set has the highest mean Jaccard
@@ -190,4 +194,86 @@ def decide_votes(
         requested=m,
         quorum=needed,
         candidates=candidates if accepted else (),
+    )
+
+
+@dataclass(frozen=True)
+class ProcessOutcome:
+    """The process-reward decision for one turn: +1, -1 or 0, with the counts behind it."""
+
+    score: int
+    n: int
+    positive: int
+    negative: int
+    neutral: int
+    unparsed: int
+    failed: int
+    requested: int
+    policy: str
+    quorum: int | None
+    tie: bool
+    """True when two verdicts had the most votes each (so none won), or, with a quorum below a
+    strict majority, when two reached it."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Vote summary for provenance JSON (`overrides[seq]["prm"]["turns"][k]["votes"]`)."""
+        return {
+            "n": self.n,
+            "requested": self.requested,
+            "positive": self.positive,
+            "negative": self.negative,
+            "neutral": self.neutral,
+            "unparsed": self.unparsed,
+            "failed": self.failed,
+            "policy": self.policy,
+            "quorum": self.quorum,
+            "tie": self.tie,
+            "score": self.score,
+        }
+
+
+def decide_process_votes(
+    votes: Sequence[Vote],
+    policy: VotePolicyName = "majority",
+    *,
+    requested: int | None = None,
+    quorum: int | None = None,
+) -> ProcessOutcome:
+    """The process score of m votes of +1 / -1 / 0: the verdict with a strict majority, else 0.
+
+    `majority` (default): a verdict needs at least `quorum` of the m votes REQUESTED (default
+    `strict_majority(m)`; a failed or unparsed vote counts for no verdict), as in `decide_votes`.
+    `majority_of_parsed`: more than half of the votes that parsed. With no such verdict the score
+    is 0 (a tie, e.g. one +1, one -1 and one 0, or two +1 and two -1, gives 0). `any` has no meaning
+    for a three-way verdict and is refused."""
+    m = len(votes) if requested is None else requested
+    if m < len(votes):
+        raise ValueError(f"{len(votes)} votes for {m} requested")
+    counts = {s: sum(1 for v in votes if v.score == s) for s in (1, -1, 0)}
+    parseable = sum(counts.values())
+    needed: int | None = None
+    if policy == "majority":
+        needed = strict_majority(m) if quorum is None else quorum
+        if not 1 <= needed <= max(m, 1):
+            raise ValueError(f"quorum must be between 1 and m={m}, got {needed}")
+        winners = [s for s, c in counts.items() if m > 0 and c >= needed]
+    elif policy == "majority_of_parsed":
+        winners = [s for s, c in counts.items() if 2 * c > parseable]
+    else:
+        raise ValueError(f"vote policy {policy!r} does not decide a process score; use majority")
+    top = max(counts.values())
+    tie = len(winners) > 1 or (not winners and top > 0 and sum(1 for c in counts.values() if c == top) > 1)
+    score = winners[0] if len(winners) == 1 else 0
+    return ProcessOutcome(
+        score=score,
+        n=len(votes),
+        positive=counts[1],
+        negative=counts[-1],
+        neutral=counts[0],
+        unparsed=len(votes) - parseable,
+        failed=sum(1 for v in votes if v.failed),
+        requested=m,
+        policy=policy,
+        quorum=needed,
+        tie=tie,
     )

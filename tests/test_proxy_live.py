@@ -264,3 +264,28 @@ async def test_keys_refuse_strangers_and_serve_only_keys_never_train(dev_server,
         assert server.counts["unauthorized"] == 2 and server.counts["served_only"] == 2
     groups = read_groups(tmp_path / "groups.jsonl")
     assert [o["proxy"]["session"] for g in groups for o in g["overrides"]] == ["t"]
+
+
+async def test_process_rewards_reach_each_sample_over_its_turn(dev_server, tmp_path):
+    """Combined mode (PRM + OPD) through the proxy: each sample's `advantages` carry its turn's
+    process reward over the turn's span (the rules PRM judge: a traceback in the next state is -1)."""
+    opd = {"judge": {"backend": "rules"}, "teacher": {"path": "completions"},
+           "prm": {"enabled": True, "judge": {"backend": "rules"}}}  # fmt: skip
+    async with running_proxy(proxy_config(dev_server, tmp_path, opd=opd)) as (url, _server):
+        proxy = AsyncOpenAI(base_url=url, api_key="x")
+        messages = first_messages()
+        for turn in range(3):
+            message, _ = await ask(proxy, messages, session="prm", seed=turn, max_tokens=24)
+            messages = messages + next_state(message)
+    groups = read_groups(tmp_path / "groups.jsonl")
+    found = 0
+    for group in groups:
+        assert validate_group(group) == []
+        for seq, override in enumerate(group["overrides"]):
+            ((start, end),) = override["turn_spans"]
+            (turn,) = override["prm"]["turns"]
+            assert (turn["status"], turn["score"]) == ("scored", -1)
+            advantages = group["advantages"][seq]
+            assert advantages[start:end] == [-1.0] * (end - start) and set(advantages[:start]) <= {0.0}
+            found += 1
+    assert found == 2

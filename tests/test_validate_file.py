@@ -178,6 +178,24 @@ def plant_student_topk_at_prompt(group):
     return 1, 0
 
 
+def plant_prm_advantage_off_carrier(group):
+    from hermes_opd.contract.process_reward import ProcessTurn, make_prm_block, process_advantages
+
+    spans = group["overrides"][1]["opd"]["turn_spans"]
+    turns = [ProcessTurn(tuple(spans[0]), "scored", -1, True, {"n": 3})]
+    turns += [ProcessTurn(tuple(span), "no_next_state") for span in spans[1:]]
+    group["overrides"][1]["prm"] = make_prm_block(turns, m=3, backend="rules", at_least_one_effective=True)
+    advantages = process_advantages(len(group["tokens"][1]), turns)
+    advantages[spans[0][0] + 1] = 1.0
+    group["advantages"] = [None, advantages, None]
+    return 1, spans[0][0] + 1
+
+
+def plant_advantages_without_prm(group):
+    group["advantages"] = [[0.0] * len(tokens) for tokens in group["tokens"]]
+    return 0, None
+
+
 PLANTERS: dict[str, list[Planter]] = {
     "shape": [plant_row_length_mismatch, plant_row_list_too_short, plant_missing_field],
     "non_finite": [plant_nan],
@@ -194,6 +212,7 @@ PLANTERS: dict[str, list[Planter]] = {
     "zero_padding": [plant_zero_padding],
     "dense_k1_mismatch": [plant_dense_mismatch],
     "student_topk": [plant_student_topk_at_prompt],
+    "process_reward": [plant_prm_advantage_off_carrier, plant_advantages_without_prm],
 }
 
 

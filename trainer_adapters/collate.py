@@ -16,6 +16,9 @@ over the token AT `pos` (vLLM prompt-logprob indexing). So collated position `j`
     inference_logprobs_BT[b, j] = inference_logprobs[j + 1]
     teacher_topk_*_BTK[b, j]    = distill row j + 1
     advantages_BT[b, j]         = advantages[j + 1]      (when the env sent per-token advantages)
+    prm_advantages_BT[b, j]     = advantages[j + 1]      (instead, when overrides[seq]["prm"] says
+                                                          they carry the process reward; GRPO then
+                                                          keeps the group-relative advantage)
 
 Rows and tokens move together: position `j` compares the student's `logits[j]` with the teacher
 row that scored `tokens[j + 1]`. A row at position 0 can never be a target (nothing predicts the
@@ -98,6 +101,11 @@ class CollatedBatch:
     """float32: the teacher's logprob of those ids; NaN where unknown or invalid."""
     student_topk_valid_BTS: torch.Tensor | None = None
     """bool: entry s exists."""
+    prm_advantages_BT: torch.Tensor | None = None
+    """float32: the process reward of target j + 1 (its turn's score); None when no sequence of the
+    batch carries one (docs/distill-format.md, Process reward)."""
+    prm_mask_BT: torch.Tensor | None = None
+    """bool: target j + 1 is in an effective PRM turn (the PRM term's positions)."""
 
     @property
     def batch_size(self) -> int:
@@ -110,6 +118,11 @@ class CollatedBatch:
     @property
     def num_teacher_positions(self) -> int:
         return int(self.teacher_mask_BT.sum().item())
+
+    @property
+    def num_prm_positions(self) -> int:
+        """Positions of the PRM term (0 when the batch has no process reward)."""
+        return 0 if self.prm_mask_BT is None else int(self.prm_mask_BT.sum().item())
 
     def _tensors(self) -> dict[str, torch.Tensor]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
@@ -200,6 +213,7 @@ def collate_groups(
 
     return CollatedBatch(
         **_student_topk_tensors(sequences, T),
+        **_process_reward_tensors(sequences, T),
         input_ids_BT=torch.from_numpy(input_ids),
         attention_mask_BT=torch.from_numpy(attention),
         target_ids_BT=torch.from_numpy(target_ids),
@@ -215,6 +229,23 @@ def collate_groups(
         scores_B=torch.tensor([s.score for s in sequences], dtype=torch.float32),
         group_index_B=torch.tensor([s.group for s in sequences], dtype=torch.int64),
     )
+
+
+def _process_reward_tensors(sequences: Sequence[Any], T: int) -> dict[str, torch.Tensor]:
+    """The process reward and its mask, causally shifted like every per-token field (position
+    pos -> target pos - 1) and limited to generated targets; {} when no sequence carries one."""
+    if all(s.prm_advantages is None for s in sequences):
+        return {}
+    advantages = np.zeros((len(sequences), T), dtype=np.float32)
+    mask = np.zeros((len(sequences), T), dtype=bool)
+    for b, s in enumerate(sequences):
+        if s.prm_advantages is None:
+            continue
+        t = len(s.tokens) - 1
+        keep = s.prm_mask[1:] & s.generated[1:]
+        mask[b, :t] = keep
+        advantages[b, :t] = np.where(keep, s.prm_advantages[1:], 0.0)
+    return {"prm_advantages_BT": torch.from_numpy(advantages), "prm_mask_BT": torch.from_numpy(mask)}
 
 
 def _student_topk_tensors(sequences: Sequence[Any], T: int) -> dict[str, torch.Tensor]:

@@ -30,6 +30,7 @@ import numpy as np
 
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.contract.process_reward import PRM_KEY, parse_prm_block
 from hermes_opd.contract.provenance import parse_provenance, scored_position_mask
 from hermes_opd.contract.student_topk import STUDENT_TOPK_KEY, StudentTopK, parse_student_topk
 from hermes_opd.contract.validation import validate_group as contract_violations
@@ -97,6 +98,10 @@ class ValidatedSequence:
     group: int
     student_topk: StudentTopK | None = None
     """The sampler's own top-K rows (`overrides[seq]["student_topk"]`), when the env sent them."""
+    prm_advantages: np.ndarray | None = None
+    """The per-token process reward (`advantages` under an `overrides[seq]["prm"]` block), if any."""
+    prm_mask: np.ndarray | None = None
+    """bool: the positions of the effective PRM turns (those the PRM term trains, 0 scores included)."""
 
 
 def _as_list(value: Any, name: str, group: int, seq: int | None = None) -> list:
@@ -247,7 +252,10 @@ def _validate_sequence(
     inference = None
     if "inference_logprobs" in fields_:
         inference = np.asarray(fields_["inference_logprobs"][seq], dtype=np.float64)
-    if "advantages" in fields_:
+    prm_advantages, prm_mask = _process_reward(fields_, seq, n)
+    if prm_advantages is not None:  # `advantages` carry the process reward: GRPO keeps the group's
+        advantages = np.full(n, group_adv)
+    elif "advantages" in fields_:
         advantages = _per_position(fields_["advantages"][seq], n, "advantages", group, seq)
         bad = generated & ~np.isfinite(advantages)
         if bad.any():
@@ -275,7 +283,27 @@ def _validate_sequence(
         score=score,
         group=group,
         student_topk=_student_topk(fields_, seq),
+        prm_advantages=prm_advantages,
+        prm_mask=prm_mask,
     )
+
+
+def _process_reward(
+    fields_: dict[str, list], seq: int, n: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(per-token process reward, effective-turn mask) when the sequence has a PRM block
+    (hermes_opd/contract/process_reward.py; the contract validator has already checked it against
+    `advantages`), else (None, None)."""
+    override = fields_["overrides"][seq] if "overrides" in fields_ else None
+    block = override.get(PRM_KEY) if isinstance(override, Mapping) else None
+    if block is None:
+        return None, None
+    turns, _ = parse_prm_block(block, n)
+    mask = np.zeros(n, dtype=bool)
+    for turn in turns:
+        if turn.effective:
+            mask[turn.span[0] : turn.span[1]] = True
+    return np.asarray(fields_["advantages"][seq], dtype=np.float64), mask
 
 
 def _student_topk(fields_: dict[str, list], seq: int) -> StudentTopK | None:

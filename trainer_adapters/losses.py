@@ -12,9 +12,10 @@ The trainer passes the count over the whole optimizer step, so accumulating micr
 same gradient as one big batch. Metrics use the same convention (a sum over positions divided by
 the same count), so they too add up across micro-batches.
 
-Independence. `combine_terms` adds `w_grpo * L_grpo + w_opd * L_opd` and leaves out a term whose
-weight is 0, so w_opd = 0 gives exactly the GRPO gradient and vice versa. The GRPO advantages are
-inputs here and no OPD quantity is ever written into them.
+Independence. `combine_terms` adds `w_grpo * L_grpo + w_prm * L_prm + w_opd * L_opd` and leaves out
+a term whose weight is 0, so w_opd = 0 gives exactly the GRPO gradient and vice versa. The GRPO
+advantages (outcome), the process rewards (PRM, per turn) and the teacher rows (OPD) are separate
+inputs; no term's quantity is ever written into another's.
 """
 
 from __future__ import annotations
@@ -94,6 +95,37 @@ def ppo_clipped_objective(
     return torch.where(mask_BT, objective, torch.zeros_like(objective)), ratio, was_clipped
 
 
+def _ppo_term(
+    prefix: str,
+    logprobs_BT: torch.Tensor,
+    behaviour_logprobs_BT: torch.Tensor,
+    advantages_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    num_tokens: float | int | torch.Tensor | None,
+) -> LossTerm:
+    """A PPO-clipped token mean over `mask_BT`, with its metrics under `prefix/`."""
+    denominator = _denominator(mask_BT, num_tokens)
+    objective, ratio, was_clipped = ppo_clipped_objective(
+        logprobs_BT, behaviour_logprobs_BT, advantages_BT, mask_BT, clip_low=clip_low, clip_high=clip_high
+    )
+    loss = -objective.sum() / denominator
+    with torch.no_grad():
+        log_ratio = torch.log(ratio)
+        capped = mask_BT & ((logprobs_BT - behaviour_logprobs_BT).abs() > LOG_RATIO_CAP)
+        metrics = {
+            f"{prefix}/clip_frac": was_clipped.sum() / denominator,
+            f"{prefix}/ratio_capped_frac": capped.sum() / denominator,
+            f"{prefix}/ratio_mean": _masked_mean(ratio, mask_BT, denominator),
+            # k3 estimator of KL(sampler || current), >= 0 per token.
+            f"{prefix}/approx_kl": _masked_mean(ratio - 1.0 - log_ratio, mask_BT, denominator),
+            f"{prefix}/advantage_mean": _masked_mean(advantages_BT, mask_BT, denominator),
+        }
+    return LossTerm(loss, metrics)
+
+
 def grpo_loss(
     logprobs_BT: torch.Tensor,
     behaviour_logprobs_BT: torch.Tensor,
@@ -109,23 +141,31 @@ def grpo_loss(
     `advantages_BT` are the group-relative advantages (constant along a sequence unless the env
     sent per-token advantages); they are read, never modified.
     """
-    denominator = _denominator(mask_BT, num_tokens)
-    objective, ratio, was_clipped = ppo_clipped_objective(
-        logprobs_BT, behaviour_logprobs_BT, advantages_BT, mask_BT, clip_low=clip_low, clip_high=clip_high
-    )
-    loss = -objective.sum() / denominator
+    return _ppo_term("grpo", logprobs_BT, behaviour_logprobs_BT, advantages_BT, mask_BT,
+                     clip_low=clip_low, clip_high=clip_high, num_tokens=num_tokens)  # fmt: skip
+
+
+def prm_loss(
+    logprobs_BT: torch.Tensor,
+    behaviour_logprobs_BT: torch.Tensor,
+    prm_advantages_BT: torch.Tensor,
+    prm_mask_BT: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    num_tokens: float | int | torch.Tensor | None = None,
+) -> LossTerm:
+    """Binary RL: the PPO-clipped ratio with each turn's process score (+1 / -1 / 0) as the advantage
+    of every token of the turn, token mean over the effective turns' positions (`prm_mask_BT`; a
+    promoted 0 turn counts in the mean and carries no gradient). No groups: the score itself is the
+    signal. Metrics under `prm/`, plus the share of positions with a positive / negative score."""
+    term = _ppo_term("prm", logprobs_BT, behaviour_logprobs_BT, prm_advantages_BT, prm_mask_BT,
+                     clip_low=clip_low, clip_high=clip_high, num_tokens=num_tokens)  # fmt: skip
     with torch.no_grad():
-        log_ratio = torch.log(ratio)
-        capped = mask_BT & ((logprobs_BT - behaviour_logprobs_BT).abs() > LOG_RATIO_CAP)
-        metrics = {
-            "grpo/clip_frac": was_clipped.sum() / denominator,
-            "grpo/ratio_capped_frac": capped.sum() / denominator,
-            "grpo/ratio_mean": _masked_mean(ratio, mask_BT, denominator),
-            # k3 estimator of KL(sampler || current), >= 0 per token.
-            "grpo/approx_kl": _masked_mean(ratio - 1.0 - log_ratio, mask_BT, denominator),
-            "grpo/advantage_mean": _masked_mean(advantages_BT, mask_BT, denominator),
-        }
-    return LossTerm(loss, metrics)
+        denominator = _denominator(prm_mask_BT, num_tokens)
+        term.metrics["prm/positive_frac"] = (prm_mask_BT & (prm_advantages_BT > 0)).sum() / denominator
+        term.metrics["prm/negative_frac"] = (prm_mask_BT & (prm_advantages_BT < 0)).sum() / denominator
+    return term
 
 
 def opd_token_loss(

@@ -16,6 +16,7 @@ from trainer_adapters.losses import (
     grpo_loss,
     opd_token_loss,
     opd_topk_loss,
+    prm_loss,
 )
 from trainer_adapters.opd_entries import OPDEntries, opd_entries
 from trainer_adapters.opd_variants import opd_subset_ppo_loss, vocab_subset_mask
@@ -90,10 +91,13 @@ def compute_objective(
     *,
     num_generated_tokens: int | None = None,
     num_teacher_positions: int | None = None,
+    num_prm_positions: int | None = None,
 ) -> LossBreakdown:
-    """GRPO over generated tokens plus OPD over positions with teacher rows, weighted and combined.
+    """Total = w_grpo * L_grpo + w_prm * L_prm + w_opd * L_opd: GRPO over generated tokens, the
+    process reward over the effective PRM turns' positions (None when the batch has no process
+    reward), OPD over positions with teacher rows. Each term is computed and logged on its own.
 
-    The two counts are the denominators of the token means; pass the counts of the whole optimizer
+    The three counts are the denominators of the token means; pass the counts of the whole optimizer
     step when `batch` is one micro-batch of it (defaults: this batch's own counts).
     """
     logprobs = student.token_logprobs_BT
@@ -120,4 +124,17 @@ def compute_objective(
             clip_high=config.clip_high,
             num_tokens=num_teacher_positions,
         )
-    return combine_terms({"grpo": (config.w_grpo, grpo), "opd": (config.w_opd, opd)})
+    prm = None
+    if batch.prm_advantages_BT is not None and batch.prm_mask_BT is not None:
+        prm = prm_loss(
+            logprobs,
+            behaviour,
+            batch.prm_advantages_BT.to(logprobs),
+            batch.prm_mask_BT,
+            clip_low=config.prm_clip_low,
+            clip_high=config.prm_clip_high,
+            num_tokens=num_prm_positions,
+        )
+    return combine_terms(
+        {"grpo": (config.w_grpo, grpo), "prm": (config.w_prm, prm), "opd": (config.w_opd, opd)}
+    )

@@ -1,7 +1,7 @@
 """The torch trainer's objective, run through tinker's `forward_backward_custom` (pure logic, no I/O).
 
 One step sends ONE list of datums, one per sequence that carries any signal (a non-zero GRPO
-advantage on a generated token, or a teacher row), whatever the weights are:
+advantage on a generated token, a non-zero process reward, or a teacher row), whatever the weights are:
 
 - `target_tokens` int64: [T] in token mode (the student's own next tokens), [T, 1+E] in topk and
   subset_ppo modes (column 0 the student's token, columns 1..E the OPD entries of
@@ -18,7 +18,8 @@ is what `compute_objective` needs: the token logprob (GRPO, token OPD) and the r
 collated batch's [B, T] / [B, T, E] layout and calls `compute_objective`, the very function the
 torch trainer calls, so both trainers optimize the same loss: PPO-clipped GRPO with
 `loss.clip_low`/`loss.clip_high`, the `LOG_RATIO_CAP`, token means over the whole step, and
-`w_grpo * L_grpo + w_opd * L_opd`. Every term is logged, weight 0 included.
+`w_grpo * L_grpo + w_prm * L_prm + w_opd * L_opd` (the PRM term: the process reward the groups'
+`advantages` carry, docs/process-reward.md). Every term is logged, weight 0 included.
 
 Sequences without any signal are not sent (they add nothing to any term). For the logged metrics
 their logprobs are taken to be the sampler's (ratio 1, no teacher row), i.e. on-policy.
@@ -53,10 +54,18 @@ def _length(batch: CollatedBatch, b: int) -> int:
     return int(batch.attention_mask_BT[b].sum().item())
 
 
+def _prm_signal(batch: CollatedBatch) -> torch.Tensor:
+    """[B, T] bool: a non-zero process reward on a position of the PRM term."""
+    if batch.prm_advantages_BT is None or batch.prm_mask_BT is None:
+        return torch.zeros_like(batch.loss_mask_BT)
+    return (batch.prm_advantages_BT != 0) & batch.prm_mask_BT
+
+
 def rows_with_signal(batch: CollatedBatch) -> list[int]:
-    """Batch rows with a non-zero advantage on a generated token or at least one teacher row."""
+    """Batch rows with a non-zero advantage (GRPO or PRM) on a generated token or at least one
+    teacher row."""
     advantage = (batch.advantages_BT != 0) & batch.loss_mask_BT
-    signal = advantage.any(dim=1) | batch.teacher_mask_BT.any(dim=1)
+    signal = advantage.any(dim=1) | batch.teacher_mask_BT.any(dim=1) | _prm_signal(batch).any(dim=1)
     return [int(b) for b in torch.nonzero(signal).flatten()]
 
 
@@ -189,7 +198,8 @@ class ObjectiveStep:
 def is_trainable(batch: CollatedBatch, config: LossConfig) -> bool:
     grpo = config.w_grpo != 0 and bool(((batch.advantages_BT != 0) & batch.loss_mask_BT).any())
     opd = config.w_opd != 0 and batch.num_teacher_positions > 0
-    return grpo or opd
+    prm = config.w_prm != 0 and bool(_prm_signal(batch).any())
+    return grpo or opd or prm
 
 
 def build_objective_step(groups: Sequence[dict[str, Any]], config: LossConfig) -> ObjectiveStep:

@@ -120,6 +120,7 @@ class TorchTrainer:
                 self.config.loss,
                 num_generated_tokens=num_generated,
                 num_teacher_positions=num_teacher,
+                num_prm_positions=batch.num_prm_positions,
             )
             if backward and out.total.requires_grad:
                 out.total.backward()

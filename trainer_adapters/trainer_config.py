@@ -44,6 +44,15 @@ class LossConfig(_Strict):
 
     w_grpo: float = Field(1.0, ge=0, description="Weight of the GRPO term; 0 turns it off (still logged).")
     w_opd: float = Field(1.0, ge=0, description="Weight of the OPD term; 0 turns it off (still logged).")
+    w_prm: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of the process-reward (PRM, Binary RL) term: each turn's +1/-1/0 score as a "
+        "PPO-clipped advantage over its tokens (docs/process-reward.md); 0 turns it off (still logged). "
+        "Combined mode (OpenClaw-RL's combine): w_grpo 0, w_prm 1, w_opd 1.",
+    )
+    prm_clip_low: float = Field(0.2, ge=0, lt=1, description="PRM term: PPO ratio clip below, 1 - eps.")
+    prm_clip_high: float = Field(0.28, ge=0, description="PRM term: PPO ratio clip above, 1 + eps.")
     opd_mode: Literal["topk", "token", "subset_ppo"] = Field(
         "topk",
         description="topk: KL over the vocabulary subset's bins + a tail bin; token: clipped teacher-student "

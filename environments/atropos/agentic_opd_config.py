@@ -8,7 +8,7 @@ from atroposlib.envs.base import BaseEnvConfig
 from pydantic import ConfigDict, Field, create_model, model_validator
 
 from hermes_opd.pipeline.flat_fields import FlatGroup, flat_fields, nest_values
-from hermes_opd.pipeline.opd_config import OPDConfig, TeacherConfig
+from hermes_opd.pipeline.opd_config import OPDConfig, PRMConfig, TeacherConfig
 from hermes_opd.pipeline.sampling_check import training_sampling_problem
 from judge.config import JudgeConfig
 
@@ -163,9 +163,19 @@ OPD_GROUPS = [
         renames={"check_tokenizer": "check_teacher_tokenizer"},
         exclude=frozenset({"api_key"}),
     ),
+    FlatGroup(PRMConfig, path=("prm",), prefix="prm_"),
+    FlatGroup(
+        JudgeConfig,
+        path=("prm", "judge"),
+        prefix="prm_judge_",
+        renames={"m": "prm_votes"},
+        # secrets stay out of YAML; the hint-only knobs have no meaning for a +1 / 0 / -1 verdict
+        exclude=frozenset({"api_key", "hint_choice", "min_hint_chars"}),
+    ),
 ]
 """How the pipeline's nested config is exposed flat: `--env.judge_votes 5` is `JudgeConfig.m`,
-`--env.teacher_timeout_s` is `TeacherConfig.timeout_s`, and so on; every field keeps its one
+`--env.teacher_timeout_s` is `TeacherConfig.timeout_s`, `--env.prm_enabled true` turns the
+process-reward judge on and `--env.prm_votes 3` is its m, and so on; every field keeps its one
 declaration (default, bounds, description) in its own model."""
 
 

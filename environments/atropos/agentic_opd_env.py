@@ -62,6 +62,7 @@ from hermes_opd.pipeline.build import build_opd_pipeline
 from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.pipeline.opd_metrics import group_metrics
 from hermes_opd.pipeline.opd_pipeline import OPDPipeline
+from hermes_opd.vllm_api.endpoint import Endpoint
 from hermes_opd.vllm_api.wire_format import GeneratedSequence
 
 logger = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             batch_size=16,
             steps_per_eval=100,
             judge_backend="rules",
+            prm_judge_backend="rules",
         )
         servers = [
             APIServerConfig(
@@ -149,7 +151,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             await check_role_servers(
                 self.role_servers
             )  # before the teacher's tokenizer check: errors name the role
-        if self.config.opd_enabled:
+        if self.config.opd_enabled or self.opd_config.prm.enabled:
             self.pipeline = await self._build_pipeline()
         policy_client = getattr(self.server.servers[0], "client", None) if self.server.servers else None
         if policy_client is not None:
@@ -438,6 +440,19 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             self.opd_config,
             self.role_servers.teacher.endpoint,
             self.role_servers.judge.endpoint,
+            prm_judge_server=self._prm_judge_endpoint(),
+        )
+
+    def _prm_judge_endpoint(self) -> Endpoint | None:
+        """The process judge's server (`llm` backend): its own base_url and model when set, else the
+        hint judge's resolved server, else the first policy server."""
+        config = self.opd_config.prm.judge
+        if config.backend != "llm":
+            return None
+        if config.base_url and config.model:
+            return Endpoint(config.base_url, config.model, config.resolved_api_key())
+        return self.role_servers.judge.endpoint or next(
+            (s.endpoint for s in self.role_servers.policy if s.endpoint is not None), None
         )
 
     # -- metrics ---------------------------------------------------------------------------------

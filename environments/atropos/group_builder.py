@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_opd.contract.constants import MASKED
+from hermes_opd.contract.process_reward import PRM_KEY, ProcessTurn, make_prm_block, process_advantages
 from hermes_opd.contract.provenance import turn_provenance
 from hermes_opd.contract.rows import empty_rows, sequence_distill
 from hermes_opd.contract.student_topk import STUDENT_TOPK_KEY
@@ -42,10 +43,15 @@ def trim_after_last_turn(trajectory: Trajectory, max_length: int) -> Trajectory:
 
 
 def has_distill_signal(group: dict[str, Any]) -> bool:
-    """True when any sequence carries at least one scored turn."""
+    """True when any sequence carries at least one scored turn, or a process reward that trains
+    (an effective turn with a non-zero score): such a group teaches something even when its
+    verifier scores are all equal."""
     for override in group.get("overrides") or []:
         for turn in (override or {}).get("opd", {}).get("turns", []):
             if turn.get("status") == "scored":
+                return True
+        for turn in ((override or {}).get(PRM_KEY) or {}).get("turns", []):
+            if turn.get("effective") and turn.get("score"):
                 return True
     return False
 
@@ -60,7 +66,10 @@ def build_group(
 ) -> dict[str, Any]:
     """A `ScoredDataGroup` dict with tokens, masks, scores, inference_logprobs, distill rows, messages
     and per-sequence overrides (turn spans, OPD provenance, rollout info, and with `student_topk_k` > 0
-    the sampler's own top-K rows the trajectory recorded, as `overrides[seq]["student_topk"]`)."""
+    the sampler's own top-K rows the trajectory recorded, as `overrides[seq]["student_topk"]`). With
+    `opd.prm.enabled`, `advantages` carries each sequence's per-turn process reward and
+    `overrides[seq]["prm"]` says so (docs/distill-format.md, Process reward); a rollout whose
+    pipeline failed gets every turn `skipped` and zero advantages."""
     group: dict[str, Any] = {
         "tokens": [],
         "masks": [],
@@ -100,5 +109,21 @@ def build_group(
         if student_topk_k > 0 and traj.sampled_topk:
             teacher = rollout.distill.student_topk_teacher if rollout.distill is not None else None
             override[STUDENT_TOPK_KEY] = student_topk_block(student_topk_k, traj.sampled_topk, teacher)
+        if opd.prm.enabled:
+            block, advantages = _process_reward(rollout, opd)
+            override[PRM_KEY] = block
+            group["advantages"] = [*(group["advantages"] or []), advantages]
         group["overrides"].append(override)
     return group
+
+
+def _process_reward(rollout: FinishedRollout, opd: OPDConfig) -> tuple[dict[str, Any], list[float]]:
+    """The rollout's PRM block and carrier; every turn `skipped` when the pipeline gave none."""
+    distill = rollout.distill
+    if distill is not None and distill.prm is not None and distill.prm_advantages is not None:
+        return distill.prm, distill.prm_advantages
+    traj = rollout.trajectory
+    turns = [ProcessTurn((t.start, t.end), "skipped") for t in traj.turns]
+    block = make_prm_block(turns, m=opd.prm.judge.m, backend=opd.prm.judge.backend,
+                           at_least_one_effective=opd.prm.at_least_one_effective)  # fmt: skip
+    return block, process_advantages(len(traj.tokens), turns)

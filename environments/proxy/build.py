@@ -12,12 +12,21 @@ from environments.proxy.server import ProxyServer
 from hermes_opd.pipeline.build import build_opd_pipeline
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
 from hermes_opd.vllm_api.endpoint import Endpoint
+from judge.config import JudgeConfig
 
 
 def load_tokenizer(path: str) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path)
+
+
+def _llm_judge_server(judge: JudgeConfig, policy: Endpoint) -> Endpoint | None:
+    """An llm judge's server: its own base_url/model where set, else the policy server's."""
+    if judge.backend != "llm":
+        return None
+    return Endpoint(judge.base_url or policy.base_url, judge.model or policy.model,
+                    judge.resolved_api_key() if judge.base_url else policy.api_key)  # fmt: skip
 
 
 async def build_proxy(config: ProxyConfig, tokenizer: Any | None = None) -> ProxyServer:
@@ -32,11 +41,11 @@ async def build_proxy(config: ProxyConfig, tokenizer: Any | None = None) -> Prox
     policy = Endpoint(config.policy_base_url, config.policy_model, config.policy_api_key)
     teacher = Endpoint(opd.teacher.base_url or policy.base_url, opd.teacher.model or policy.model,
                        opd.teacher.api_key if opd.teacher.base_url else policy.api_key)  # fmt: skip
-    judge = None
-    if opd.judge.backend == "llm":
-        judge = Endpoint(opd.judge.base_url or policy.base_url, opd.judge.model or policy.model,
-                         opd.judge.resolved_api_key() or policy.api_key)  # fmt: skip
-    pipeline = await build_opd_pipeline(tokenizer, opd, teacher, judge) if opd.enabled else None
+    judge = _llm_judge_server(opd.judge, policy)
+    prm_judge = _llm_judge_server(opd.prm.judge, policy) if opd.prm.enabled else None
+    pipeline = None
+    if opd.enabled or opd.prm.enabled:
+        pipeline = await build_opd_pipeline(tokenizer, opd, teacher, judge, prm_judge_server=prm_judge)
     sink = GroupFileSink(config.groups_path)
     settings = FeedSettings(queue_size=config.queue_size, workers=config.workers,
                             samples_per_group=config.samples_per_group, group_wait_s=config.group_wait_s,

@@ -25,8 +25,8 @@ from hermes_opd.pipeline.opd_pipeline import OPDPipeline
 
 logger = logging.getLogger(__name__)
 
-RETRY_STATUSES = frozenset({"judge_error", "teacher_error"})
-"""Turn statuses that a judge or teacher that comes back can still change."""
+RETRY_STATUSES = frozenset({"judge_error", "teacher_error", "prm_judge_error"})
+"""Turn statuses that a judge or teacher that comes back can still change (`prm_`: the process judge's)."""
 PROXY_KEY = "proxy"
 """Key of a sample's provenance in `overrides[seq]`: session, turn, policy version and lag."""
 
@@ -75,6 +75,8 @@ class SampleFeed:
         self._retry_tasks: set[asyncio.Task] = set()
         self._busy = 0
         self._batch_lock = asyncio.Lock()
+        self._effective_sessions: set[str] = set()
+        """Sessions that already have a process-reward turn that trains (at least one per session)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -128,15 +130,20 @@ class SampleFeed:
         if self.pipeline is not None:
             if self.before_process is not None:
                 await self.before_process()
-            distill = await self.pipeline.process(sample.trajectory)
-            statuses = [t.status for t in distill.turns]
+            distill = await self.pipeline.process(
+                sample.trajectory, prm_already_effective=sample.session in self._effective_sessions
+            )
+            prm_turns = (distill.prm or {}).get("turns", [])
+            statuses = [t.status for t in distill.turns] + [f"prm_{t['status']}" for t in prm_turns]
+            if any(t.get("effective") for t in prm_turns):
+                self._effective_sessions.add(sample.session)
             if any(s in RETRY_STATUSES for s in statuses) and self._retry_later(sample):
                 return
             for status in statuses:
                 self.stats.statuses[status] = self.stats.statuses.get(status, 0) + 1
-            scored = sum(s == "scored" for s in statuses)
+            scored = sum(t.status == "scored" for t in distill.turns)
             self.stats.scored_turns += scored
-            self.stats.unscored_turns += len(statuses) - scored
+            self.stats.unscored_turns += len(distill.turns) - scored
         lag = max(0, self.newest_version() - sample.policy_version)
         info = {PROXY_KEY: {"session": sample.session, "turn": sample.turn, "policy_model": sample.policy_model,
                             POLICY_VERSION_KEY: sample.policy_version, "policy_lag": lag,

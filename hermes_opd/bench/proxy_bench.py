@@ -28,7 +28,7 @@ from hermes_opd.bench.common import machine_info, with_headline
 
 SYSTEM = "You are a coding agent."
 CORRECTION = (
-    "It fails:\nTraceback (most recent call last):\n  File \"main.py\", line 3, in <module>\n    print(total(3))\n"
+    'It fails:\nTraceback (most recent call last):\n  File "main.py", line 3, in <module>\n    print(total(3))\n'
     "NameError: name 'total' is not defined\nName the function `total` and write it to helpers.py."
 )
 """The user's reply after every turn: a failure the rules judge turns into a hint, so every turn of

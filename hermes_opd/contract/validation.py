@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from hermes_opd.contract.constants import MASKED, MODE_DENSE_K1, TOPK_MASS_TOLERANCE
+from hermes_opd.contract.process_reward import PRM_KEY, prm_problems
 from hermes_opd.contract.provenance import Provenance, parse_provenance, scored_position_mask
 from hermes_opd.contract.student_topk import STUDENT_TOPK_KEY, student_topk_problems
 
@@ -28,6 +29,7 @@ PROVENANCE = "provenance"
 ZERO_PADDING = "zero_padding"
 DENSE_K1_MISMATCH = "dense_k1_mismatch"
 STUDENT_TOPK = "student_topk"
+PROCESS_REWARD = "process_reward"
 
 VIOLATION_KINDS = (
     SHAPE,
@@ -45,6 +47,7 @@ VIOLATION_KINDS = (
     ZERO_PADDING,
     DENSE_K1_MISMATCH,
     STUDENT_TOPK,
+    PROCESS_REWARD,
 )
 
 GROUP_FIELDS = ("tokens", "masks", "scores", "inference_logprobs", "distill_token_ids", "distill_logprobs")
@@ -143,6 +146,7 @@ def validate_group(
         )
         if isinstance(override, dict) and STUDENT_TOPK_KEY in override:
             _check_student_topk(out, seq, override[STUDENT_TOPK_KEY], tokens[seq], group)
+        _check_process_reward(out, seq, override, tokens[seq], group, require_provenance)
     out.violations.sort(key=lambda v: (-1 if v.seq is None else v.seq, -1 if v.pos is None else v.pos))
     return out.violations
 
@@ -163,6 +167,34 @@ def _check_student_topk(
         inference = None
     for pos, message in student_topk_problems(block, tokens.tolist(), generated.tolist(), inference):
         out.add(STUDENT_TOPK, seq, pos, message)
+
+
+def _check_process_reward(
+    out: _Collector, seq: int, override: Any, raw_tokens: Any, group: dict[str, Any], strict: bool
+) -> None:
+    """The per-turn process reward (hermes_opd/contract/process_reward.py): a sequence with a PRM
+    block must carry exactly its `advantages`. In strict mode (our env's own output) `advantages`
+    without a PRM block is a violation too: nothing else of ours writes them."""
+    block = override.get(PRM_KEY) if isinstance(override, dict) else None
+    advantages = group.get("advantages")
+    seq_advantages = advantages[seq] if isinstance(advantages, list) and len(advantages) > seq else None
+    if block is None:
+        if strict and seq_advantages is not None:
+            out.add(
+                PROCESS_REWARD, seq, None, "advantages without overrides[seq]['prm'] saying what they carry"
+            )
+        return
+    tokens = _int_array(raw_tokens)
+    if tokens is None:
+        return
+    masks = _int_array((group.get("masks") or [None] * (seq + 1))[seq])
+    generated = (
+        masks != MASKED if masks is not None and len(masks) == len(tokens) else np.ones(len(tokens), bool)
+    )
+    opd = override.get("opd")
+    spans = override.get("turn_spans", opd.get("turn_spans") if isinstance(opd, dict) else None)
+    for pos, message in prm_problems(block, seq_advantages, len(tokens), generated.tolist(), spans):
+        out.add(PROCESS_REWARD, seq, pos, message)
 
 
 def _numeric_array(values: Any, dtype: type, kinds: str) -> np.ndarray | None:

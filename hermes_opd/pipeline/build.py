@@ -17,10 +17,20 @@ from scoring.teacher import TeacherScorer
 
 
 async def build_opd_pipeline(
-    tokenizer: Any, opd: OPDConfig, teacher_server: Endpoint | None, judge_server: Endpoint | None
+    tokenizer: Any,
+    opd: OPDConfig,
+    teacher_server: Endpoint | None,
+    judge_server: Endpoint | None,
+    *,
+    prm_judge_server: Endpoint | None = None,
 ) -> OPDPipeline:
     """The pipeline for `opd`, scoring with the teacher at `teacher_server` and judging with the
-    backend `opd.judge` names (an llm judge at `judge_server`)."""
+    backend `opd.judge` names (an llm judge at `judge_server`); with `opd.prm.enabled`, also the
+    process-reward judge `opd.prm.judge` names (an llm one at `prm_judge_server`). With OPD off and
+    the process reward on, the pipeline has no hint judge and no teacher."""
+    prm_judge = make_judge_backend(opd.prm.judge, prm_judge_server, kind="prm") if opd.prm.enabled else None
+    if not opd.enabled:  # process reward alone: no hint judge, no teacher
+        return OPDPipeline(tokenizer, None, None, opd, prm_judge=prm_judge)
     if teacher_server is None:
         raise ConfigError("OPD needs a teacher server: set env.teacher_base_url or a policy server")
     teacher_client = VLLMCompletionsClient(
@@ -42,4 +52,4 @@ async def build_opd_pipeline(
         await teacher.aclose()
         raise
     judge = make_judge_backend(opd.judge, judge_server)
-    return OPDPipeline(tokenizer, judge, teacher, opd)
+    return OPDPipeline(tokenizer, judge, teacher, opd, prm_judge=prm_judge)

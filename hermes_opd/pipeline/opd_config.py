@@ -51,6 +51,30 @@ class TeacherConfig(BaseModel):
     )
 
 
+class PRMConfig(BaseModel):
+    """The process-reward judge (Binary RL, docs/process-reward.md): every assistant turn with a next
+    state scored +1 / -1 / 0 by m votes, carried to the trainers in `advantages`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        default=False,
+        description="Score every turn with the process-reward judge and send the scores as the groups' "
+        "`advantages` (docs/distill-format.md, Process reward). Off: the groups are unchanged.",
+    )
+    at_least_one_effective: bool = Field(
+        default=True,
+        description="When no turn of a rollout (a session) has a non-zero score yet, its first scored "
+        "turn enters the PRM term anyway, with advantage 0 (OpenClaw-RL's at least one effective sample "
+        "per session). False: only turns with a non-zero score enter it.",
+    )
+    judge: JudgeConfig = Field(
+        default_factory=JudgeConfig,
+        description="The process judge's backend, endpoint and votes (`m`, `vote_policy`, `quorum`); "
+        "`llm` without a base_url uses the hint judge's server, else the policy server.",
+    )
+
+
 class OPDConfig(BaseModel):
     """The hindsight OPD pipeline: turn pairs -> voted hints -> teacher scoring -> distill fields."""
 
@@ -80,3 +104,6 @@ class OPDConfig(BaseModel):
     )
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="Judge backend and vote policy.")
     teacher: TeacherConfig = Field(default_factory=TeacherConfig, description="Teacher endpoint.")
+    prm: PRMConfig = Field(
+        default_factory=PRMConfig, description="The process-reward judge (off by default)."
+    )

@@ -1,5 +1,6 @@
 """The OPD pipeline for one finished rollout: every turn pair judged and scored concurrently, each
-failure confined to its turn.
+failure confined to its turn. With `prm.enabled`, the process-reward judge scores every turn too,
+next to the hint judge (docs/process-reward.md).
 
 turn pairs -> judge (m votes, bounded by the judge semaphore) -> hint tokens spliced into the
 student's exact prefix -> teacher prompt logprobs (bounded by the teacher semaphore) -> rows placed
@@ -13,10 +14,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hermes_opd.contract.constants import TURN_STATUSES
+from hermes_opd.contract.process_reward import ProcessTurn, make_prm_block, mark_effective, process_advantages
 from hermes_opd.contract.provenance import turn_provenance
 from hermes_opd.contract.rows import empty_rows, sequence_distill
 from hermes_opd.pipeline.opd_config import OPDConfig
@@ -25,7 +27,7 @@ from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.turn_pairs import TurnPair, extract_turn_pairs
 from judge.backends import JudgeBackend
 from judge.hint_choice import TEACHER_POLICIES, TEXT_POLICIES, select_by_teacher, select_by_text
-from judge.judge_turn import judge_turn
+from judge.judge_turn import judge_process_turn, judge_turn
 from scoring.teacher import TeacherScorer
 from scoring.teacher_rows import place_turn_rows
 
@@ -85,32 +87,58 @@ class SequenceDistill:
     scored_positions: int = 0
     generated_positions: int = 0
     duration_s: float = 0.0
+    prm: dict[str, Any] | None = None
+    """The process-reward block (`overrides[seq]["prm"]`, hermes_opd/contract/process_reward.py),
+    None when the process judge is off."""
+    prm_advantages: list[float] | None = None
+    """Its carrier, the sequence's `advantages`: each effective turn's score over its span, else 0."""
 
 
 class OPDPipeline:
     """Turns a finished trajectory into distill rows. Safe to share across concurrent rollouts."""
 
     def __init__(
-        self, tokenizer: Any, judge: JudgeBackend, teacher: TeacherScorer, config: OPDConfig
+        self,
+        tokenizer: Any,
+        judge: JudgeBackend | None,
+        teacher: TeacherScorer | None,
+        config: OPDConfig,
+        prm_judge: JudgeBackend | None = None,
     ) -> None:
+        """`judge` and `teacher` may be None only with `config.enabled` False (process reward alone);
+        `prm_judge` is the process-reward backend, required with `config.prm.enabled`."""
+        if config.prm.enabled and prm_judge is None:
+            raise ValueError(
+                "prm.enabled needs a process-reward judge backend (make_judge_backend(kind='prm'))"
+            )
         self.tokenizer = tokenizer
         self.judge = judge
         self.teacher = teacher
+        self.prm_judge = prm_judge
         self.config = config
         self.judge_semaphore = asyncio.Semaphore(config.judge_concurrency)
         self._codec = tokenizer_codec(tokenizer)
 
     async def aclose(self) -> None:
-        """Close the judge's and the teacher's HTTP sessions."""
-        with contextlib.suppress(Exception):
-            await self.judge.aclose()
-        with contextlib.suppress(Exception):
-            await self.teacher.aclose()
+        """Close the judges' and the teacher's HTTP sessions."""
+        for part in (self.judge, self.teacher, self.prm_judge):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    await part.aclose()
 
-    async def process(self, trajectory: Trajectory) -> SequenceDistill:
+    async def process(
+        self, trajectory: Trajectory, *, prm_already_effective: bool = False
+    ) -> SequenceDistill:
+        """Rows, provenance and (with `prm.enabled`) process rewards of one sequence.
+        `prm_already_effective`: an earlier sequence of the same session already has an effective
+        process-reward turn (hermes_opd/contract/process_reward.py, `mark_effective`)."""
         started = time.perf_counter()
         pairs = extract_turn_pairs(trajectory, self.config.hint_max_next_state_chars)
-        results = list(await asyncio.gather(*(self._process_turn(trajectory, p) for p in pairs)))
+        hint_turns = [
+            self._process_turn(trajectory, p) if self.config.enabled else _skipped(p) for p in pairs
+        ]
+        prm_run = self.process_rewards(pairs, already_effective=prm_already_effective)
+        *results, prm_turns = await asyncio.gather(*hint_turns, prm_run)
         ids_rows, lp_rows = empty_rows(len(trajectory.tokens))
         distill = SequenceDistill(ids_rows=ids_rows, lp_rows=lp_rows, opd={}, turns=results)
         distill.generated_positions = sum(1 for m in trajectory.masks if m != -100)
@@ -139,8 +167,43 @@ class OPDPipeline:
         )  # fmt: skip
         if trajectory.template_history is not None:
             distill.opd["template_history"] = dict(trajectory.template_history)
+        if prm_turns is not None:
+            prm = self.config.prm
+            distill.prm = make_prm_block(prm_turns, m=prm.judge.m, backend=getattr(self.prm_judge, "name", "?"),
+                                         at_least_one_effective=prm.at_least_one_effective)  # fmt: skip
+            distill.prm_advantages = process_advantages(len(trajectory.tokens), prm_turns)
         distill.duration_s = time.perf_counter() - started
         return distill
+
+    async def process_rewards(
+        self, pairs: list[TurnPair], *, already_effective: bool = False
+    ) -> list[ProcessTurn] | None:
+        """Every turn's process reward (the m votes of the process judge, concurrently, each
+        failure confined to its turn) with the effective turns marked; None when the judge is off."""
+        if not self.config.prm.enabled or self.prm_judge is None:
+            return None
+        judged = await asyncio.gather(*(self._process_reward(p) for p in pairs))
+        effective = mark_effective(
+            [t.score if t.status == "scored" else None for t in judged],
+            at_least_one=self.config.prm.at_least_one_effective,
+            already_effective=already_effective,
+        )
+        return [replace(t, effective=mark) for t, mark in zip(judged, effective, strict=True)]
+
+    async def _process_reward(self, pair: TurnPair) -> ProcessTurn:
+        span = (pair.span.start, pair.span.end)
+        if not pair.has_next_state:
+            return ProcessTurn(span, "no_next_state")
+        if len(pair.span) == 0:
+            return ProcessTurn(span, "skipped")
+        assert self.prm_judge is not None
+        try:
+            async with self.judge_semaphore:
+                verdict = await judge_process_turn(pair, self.prm_judge, self.config.prm.judge)
+        except Exception as exc:  # noqa: BLE001 - a judge failure leaves this turn without a reward
+            logger.warning("turn %d: process judge: %s: %s", pair.turn_index, type(exc).__name__, exc)
+            return ProcessTurn(span, "judge_error", error=f"{type(exc).__name__}: {exc}"[:300])
+        return ProcessTurn(span, "scored", verdict.score, False, verdict.as_dict())
 
     async def _process_turn(self, trajectory: Trajectory, pair: TurnPair) -> TurnResult:
         if not pair.has_next_state:
@@ -223,6 +286,11 @@ class OPDPipeline:
         result.teacher_latency_s = scored.stats.latency_s
         result.teacher_path = scored.stats.path
         return result
+
+
+async def _skipped(pair: TurnPair) -> TurnResult:
+    """A turn the hint judge is not asked about (OPD off, process reward alone)."""
+    return TurnResult(pair, "skipped")
 
 
 def _student_topk_ids(trajectory: Trajectory, start: int, end: int) -> list[list[int]] | None:

@@ -25,6 +25,11 @@ class TurnPair:
     """`tool` when tool results follow, `user` when a user (or verifier) message follows, None at the end."""
     next_state_text: str
     """The tool results (each truncated, joined) or the user message; empty when there is none."""
+    next_state_messages: tuple[dict[str, Any], ...] = ()
+    """The messages of the next state as they are in the conversation (tool results, then the user
+    message that may follow them), for judges that read each message with its own role (the process
+    reward judge, judge/prm_prompt.py). Empty when there is no next state, or when the pair was built
+    from text alone: then `next_state_text` under `next_state_role` is the whole next state."""
 
     @property
     def has_next_state(self) -> bool:
@@ -62,6 +67,7 @@ def extract_turn_pairs(trajectory: Trajectory, max_next_state_chars: int = 4000)
         follow = span.message_index + 1
         role: NextStateRole | None = None
         text = ""
+        state: list[dict[str, Any]] = []
         if follow < len(messages):
             first_role = messages[follow].get("role")
             if first_role == "tool":
@@ -69,6 +75,7 @@ def extract_turn_pairs(trajectory: Trajectory, max_next_state_chars: int = 4000)
                 parts = []
                 j = follow
                 while j < len(messages) and messages[j].get("role") == "tool":
+                    state.append(messages[j])
                     name = messages[j].get("name") or "tool"
                     parts.append(
                         f"[{name}]\n" + truncate_text(message_text(messages[j]), max_next_state_chars)
@@ -77,6 +84,7 @@ def extract_turn_pairs(trajectory: Trajectory, max_next_state_chars: int = 4000)
                 if j < len(messages) and messages[j].get("role") == "user":
                     # A rollout that stopped on a tool call: the verifier's word follows the results
                     # directly and is part of this turn's next state.
+                    state.append(messages[j])
                     name = messages[j].get("name") or "user"
                     parts.append(
                         f"[{name}]\n" + truncate_text(message_text(messages[j]), max_next_state_chars)
@@ -84,6 +92,7 @@ def extract_turn_pairs(trajectory: Trajectory, max_next_state_chars: int = 4000)
                 text = "\n\n".join(parts)
             elif first_role == "user":
                 role = "user"
+                state.append(messages[follow])
                 text = truncate_text(message_text(messages[follow]), max_next_state_chars)
         pairs.append(
             TurnPair(
@@ -93,6 +102,7 @@ def extract_turn_pairs(trajectory: Trajectory, max_next_state_chars: int = 4000)
                 context_messages=messages[: span.message_index],
                 next_state_role=role,
                 next_state_text=text,
+                next_state_messages=tuple(state),
             )
         )
     return pairs
