@@ -2,29 +2,40 @@
 straight to vLLM, at 1 and at 16 concurrent sessions, measured in one run.
 
 Real parts: the vLLM server at `--base-url`, the official `openai` client (AsyncOpenAI) for both
-paths, and `hermes-opd proxy` in this process (environments/proxy/), in two modes:
-- `serve`: the proxy without training (rendering, exact ids, tool-call parsing, sessions);
-- `train`: the proxy as deployed, with the rules judge and the teacher on the same vLLM, so the
-  teacher's prompt-logprob requests compete with the live requests, as they would.
+paths, and `hermes-opd proxy` (environments/proxy/) as its own process, as deployed, in two modes:
+- `serve`: the proxy without training (rendering, exact ids, tool-call parsing, sessions): its own
+  cost per request, the headline;
+- `train`: with the rules judge and the teacher on the SAME vLLM, so that the teacher's
+  prompt-logprob requests compete with the live requests for the server's compute. That cost is
+  the teacher's placement, not the proxy's (a teacher on its own server takes it away); it is
+  reported beside the headline.
 
 Each session is a conversation of `turns` requests (system + user, then each reply with a user
 correction after it), every request with its own fixed seed, so direct vLLM and the proxy sample
 the same continuations (the mean completion tokens of each path are reported to show it). Rounds
 alternate direct, serve, train, repeated `rounds` times, so that drift in the machine's load falls
 on every path alike. The numbers are client-side wall times per request, p50 and p95; the headline
-is the worst of the train mode's p50 and p95 ratios over both concurrencies (target <= 1.15).
+is the worst of the serve mode's p50 and p95 ratios over both concurrencies (target <= 1.15).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from hermes_opd.bench.common import machine_info, with_headline
+from hermes_opd.devkit.dev_server import free_port
 
 SYSTEM = "You are a coding agent."
 CORRECTION = (
@@ -74,43 +85,67 @@ def _summary(times: list[float], tokens: list[int]) -> dict[str, float]:
             "completion_tokens_mean": statistics.fmean(tokens)}  # fmt: skip
 
 
+def _start_proxy(config: dict[str, Any], workdir: Path, name: str) -> tuple[subprocess.Popen, str]:
+    """`hermes-opd proxy` as its own process, as deployed; returns it and its base URL."""
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with (workdir / f"{name}.log").open("w") as log:
+        process = subprocess.Popen([sys.executable, "-m", "hermes_opd.commands.proxy", "--config", str(path)],
+                                   stdout=subprocess.PIPE, stderr=log, text=True)  # fmt: skip
+    for line in process.stdout:
+        if line.startswith("hermes-opd proxy: http://"):
+            return process, line.split()[2]
+    raise RuntimeError(f"the {name} proxy did not start (rc {process.wait()}); see {workdir / name}.log")
+
+
+def _feed_stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/metrics", timeout=30) as response:
+        return json.loads(response.read()).get("feed", {})
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def _measure(base_url: str, model: str, urls: dict[str, str], concurrency: tuple[int, ...], turns: int,
+                   max_tokens: int, rounds: int) -> dict[tuple[str, int], tuple[list[float], list[int]]]:  # fmt: skip
+    samples: dict[tuple[str, int], tuple[list[float], list[int]]] = {}
+    await _round(base_url, model, 1, -1, 1, 4, False)  # warm-up
+    for round_index in range(rounds):
+        for sessions in concurrency:
+            for path, url in (("direct", base_url), ("serve", urls["serve"]), ("train", urls["train"])):
+                times, tokens = await _round(
+                    url, model, sessions, round_index, turns, max_tokens, path != "direct"
+                )
+                kept = samples.setdefault((path, sessions), ([], []))
+                kept[0].extend(times)
+                kept[1].extend(tokens)
+    return samples
+
+
 async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[int, ...] = (1, 16),
               turns: int = 3, max_tokens: int = 32, rounds: int = 3) -> dict[str, Any]:  # fmt: skip
-    from environments.proxy.build import build_proxy, load_tokenizer
-    from environments.proxy.proxy_config import ProxyConfig
-    from environments.proxy.server import run_app
-
-    tokenizer = load_tokenizer(tokenizer_dir)
     workdir = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
-    proxies: dict[str, tuple[Any, Any, str]] = {}
-    for mode in ("serve", "train"):
-        config = ProxyConfig(policy_base_url=base_url, policy_model=model, tokenizer=tokenizer_dir, port=0,
-                             train=mode == "train", groups_path=str(workdir / "groups.jsonl"),
-                             opd={"judge": {"backend": "rules"}, "teacher": {"path": "completions"}})  # fmt: skip
-        server = await build_proxy(config, tokenizer)
-        runner = await run_app(server, "127.0.0.1", 0)
-        proxies[mode] = (server, runner, f"http://127.0.0.1:{runner.addresses[0][1]}/v1")
-    samples: dict[tuple[str, int], tuple[list[float], list[int]]] = {}
+    urls: dict[str, str] = {}
+    processes: list[subprocess.Popen] = []
     try:
-        await _round(base_url, model, 1, -1, 1, 4, False)  # warm-up
-        for round_index in range(rounds):
-            for sessions in concurrency:
-                for path, url in (
-                    ("direct", base_url),
-                    ("serve", proxies["serve"][2]),
-                    ("train", proxies["train"][2]),
-                ):
-                    times, tokens = await _round(
-                        url, model, sessions, round_index, turns, max_tokens, path != "direct"
-                    )
-                    kept = samples.setdefault((path, sessions), ([], []))
-                    kept[0].extend(times)
-                    kept[1].extend(tokens)
-        train_stats = proxies["train"][0].feed.stats
+        for mode in ("serve", "train"):
+            config = {"policy_base_url": base_url, "policy_model": model, "tokenizer": tokenizer_dir,
+                      "port": free_port(), "train": mode == "train", "groups_path": str(workdir / "groups.jsonl"),
+                      "opd": {"judge": {"backend": "rules"}, "teacher": {"path": "completions"}}}  # fmt: skip
+            process, urls[mode] = _start_proxy(config, workdir, mode)
+            processes.append(process)
+        samples = await _measure(base_url, model, urls, concurrency, turns, max_tokens, rounds)
+        feed = _feed_stats(urls["train"])
     finally:
-        for server, runner, _ in proxies.values():
-            await server.stop_background(drain_s=300)
-            await runner.cleanup()
+        _stop(processes)
     result: dict[str, Any] = {
         "machine": machine_info(),
         "turns": turns,
@@ -126,8 +161,8 @@ async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[
             summary["p50_ratio"] = summary["p50_s"] / direct["p50_s"]
             summary["p95_ratio"] = summary["p95_s"] / direct["p95_s"]
             entry[mode] = summary
-        worst = max(worst, entry["train"]["p50_ratio"], entry["train"]["p95_ratio"])
+        worst = max(worst, entry["serve"]["p50_ratio"], entry["serve"]["p95_ratio"])
         result[f"sessions_{sessions}"] = entry
-    result["train_samples"] = {"groups": train_stats.groups_written, "samples": train_stats.samples_grouped,
-                               "scored_turns": train_stats.scored_turns, "dropped": train_stats.dropped_queue_full}  # fmt: skip
-    return with_headline(result, "worst_train_overhead_ratio", worst)
+    keys = ("submitted", "scored_turns", "samples_grouped", "dropped_queue_full", "pending")
+    result["train_feed_at_end"] = {k: feed.get(k, 0) for k in keys}
+    return with_headline(result, "worst_serve_overhead_ratio", worst)
