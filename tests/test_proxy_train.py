@@ -1,0 +1,47 @@
+"""The proxy's groups train unchanged: a live session through `hermes-opd proxy` (real dev vLLM,
+the official openai client), its groups file replayed by `hermes-opd send` into a real `run-api`,
+and `hermes-opd train` (the reference torch trainer) takes an optimizer step on every sequence of
+the file, once."""
+
+from __future__ import annotations
+
+import pytest
+from openai import AsyncOpenAI
+
+from hermes_opd.devkit.dev_server import free_port
+from tests.proxy_factory import proxy_config, read_groups, running_proxy
+from tests.test_proxy_live import ask, first_messages, next_state
+from tests.test_send_e2e import GROUP_SIZE, WatchedTrainer, file_digests, kill, send_argv, start
+from tests.test_send_spool import AtroposAPI
+
+pytestmark = pytest.mark.integration
+
+GROUPS = 2
+
+
+async def test_the_proxys_groups_train_unchanged(dev_server, tmp_path):
+    path = tmp_path / "groups.jsonl"
+    config = proxy_config(dev_server, tmp_path, samples_per_group=GROUP_SIZE, group_wait_s=600)
+    async with running_proxy(config) as (url, _server):
+        client = AsyncOpenAI(base_url=url, api_key="x")
+        for session in range(GROUPS):
+            messages = first_messages(f"task {session}")
+            for turn in range(GROUP_SIZE + 1):  # GROUP_SIZE turns with a next state
+                message, _ = await ask(client, messages, session=f"s{session}", seed=turn, max_tokens=24)
+                messages = messages + next_state(message)
+    groups = read_groups(path)
+    assert [len(g["tokens"]) for g in groups] == [GROUP_SIZE] * GROUPS
+    api = AtroposAPI(free_port(), tmp_path / "api.log", watchdog_s=900).start()
+    log = tmp_path / "send.log"
+    try:
+        trainer = WatchedTrainer(api.url, str(dev_server.model_dir), tmp_path, steps=GROUPS).start()
+        proc = start(send_argv(path, api.url), log)
+        try:
+            assert proc.wait(300) == 0, log.read_text()[-3000:]
+        finally:
+            kill(proc)
+        assert trainer.join(300) == 0
+    finally:
+        api.stop()
+    assert trainer.trained == file_digests(path) and trainer.dropped == 0
+    assert f"send complete: {GROUPS} group(s), {GROUPS * GROUP_SIZE} sequences" in log.read_text()
