@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from environments.proxy.group_sink import GroupFileSink
+from environments.proxy.group_sink import AtroposSink, GroupFileSink
 from environments.proxy.proxy_config import ProxyConfig
 from environments.proxy.sample_feed import FeedSettings, SampleFeed
 from environments.proxy.server import ProxyServer
@@ -46,7 +46,13 @@ async def build_proxy(config: ProxyConfig, tokenizer: Any | None = None) -> Prox
     pipeline = None
     if opd.enabled or opd.prm.enabled:
         pipeline = await build_opd_pipeline(tokenizer, opd, teacher, judge, prm_judge_server=prm_judge)
-    sink = GroupFileSink(config.groups_path)
+    if config.atropos_url:
+        sink: GroupFileSink | AtroposSink = AtroposSink(
+            config.atropos_url, config.spool_dir or config.groups_path + ".spool"
+        )
+        flush_sink = sink.flush
+    else:
+        sink, flush_sink = GroupFileSink(config.groups_path), None
     settings = FeedSettings(queue_size=config.queue_size, workers=config.workers,
                             samples_per_group=config.samples_per_group, group_wait_s=config.group_wait_s,
                             retry_window_s=config.retry_window_s, retry_backoff_s=config.retry_backoff_s)  # fmt: skip
@@ -62,6 +68,6 @@ async def build_proxy(config: ProxyConfig, tokenizer: Any | None = None) -> Prox
             pipeline.teacher.client.model = server.weights.model
 
     feed = SampleFeed(pipeline, opd, sink.write, settings, lambda: server.weights.version if server else 0,
-                      before_process=follow_policy)  # fmt: skip
+                      before_process=follow_policy, flush_sink=flush_sink)  # fmt: skip
     server = ProxyServer(config, tokenizer, feed, client)
     return server

@@ -34,7 +34,16 @@ class ProxyConfig(BaseModel):
         default_factory=list, description="Keys that are answered, never trained on."
     )
     train: bool = Field(default=True, description="Turn sessions into samples (False: a plain proxy).")
-    groups_path: str = Field(default="proxy-groups.jsonl", description="Where groups are appended.")
+    groups_path: str = Field(
+        default="proxy-groups.jsonl", description="Where groups are appended (without atropos_url)."
+    )
+    atropos_url: str | None = Field(
+        default=None,
+        description="Send groups to this Atropos API (through the send spool) instead of the file.",
+    )
+    spool_dir: str | None = Field(
+        default=None, description="The send spool's directory (default: <groups_path>.spool)."
+    )
     policy_lora_prefix: str | None = Field(
         default=None, description="Serve the newest `<prefix>-step<N>` adapter."
     )

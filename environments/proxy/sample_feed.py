@@ -61,13 +61,16 @@ class SampleFeed:
 
     def __init__(self, pipeline: OPDPipeline | None, opd: OPDConfig, write: Callable[[dict[str, Any]], Awaitable[None]],
                  settings: FeedSettings, newest_version: Callable[[], int],
-                 before_process: Callable[[], Awaitable[None]] | None = None) -> None:  # fmt: skip
+                 before_process: Callable[[], Awaitable[None]] | None = None,
+                 flush_sink: Callable[[], Awaitable[None]] | None = None) -> None:  # fmt: skip
         self.pipeline = pipeline
         self.opd = opd
         self.write = write
         self.settings = settings
         self.newest_version = newest_version
         self.before_process = before_process
+        self.flush_sink = flush_sink
+        """Called every second and at the end: a sink that keeps groups for later resends them."""
         self.queue: asyncio.Queue[TurnSample] = asyncio.Queue(maxsize=settings.queue_size)
         self.stats = FeedStats()
         self._batches: dict[int, list[tuple[float, FinishedRollout]]] = {}
@@ -94,6 +97,9 @@ class SampleFeed:
             with contextlib.suppress(BaseException):
                 await task
         await self.flush_batches(force=True)
+        if self.flush_sink is not None:
+            with contextlib.suppress(Exception):
+                await self.flush_sink()
         if self.pipeline is not None:
             await self.pipeline.aclose()
 
@@ -199,4 +205,9 @@ class SampleFeed:
     async def _flush_old_batches(self) -> None:
         while True:
             await asyncio.sleep(min(1.0, self.settings.group_wait_s))
-            await self.flush_batches()
+            try:
+                await self.flush_batches()
+                if self.flush_sink is not None:
+                    await self.flush_sink()
+            except Exception:  # noqa: BLE001 - the next tick tries again; groups stay in the sink
+                logger.exception("writing groups failed")

@@ -14,7 +14,8 @@ Each session is a conversation of `turns` requests (system + user, then each rep
 correction after it), every request with its own fixed seed, so direct vLLM and the proxy sample
 the same continuations (the mean completion tokens of each path are reported to show it). Rounds
 alternate direct, serve, train, repeated `rounds` times, so that drift in the machine's load falls
-on every path alike. The numbers are client-side wall times per request, p50 and p95; the headline
+on every path alike; after each train round the bench waits until that proxy has scored every turn,
+so that its teacher requests never fall into another path's round. The numbers are client-side wall times per request, p50 and p95; the headline
 is the worst of the serve mode's p50 and p95 ratios over both concurrencies (target <= 1.15).
 """
 
@@ -127,7 +128,16 @@ async def _measure(base_url: str, model: str, urls: dict[str, str], concurrency:
                 kept = samples.setdefault((path, sessions), ([], []))
                 kept[0].extend(times)
                 kept[1].extend(tokens)
+                if path == "train":  # its teacher requests must not spill into the next path's round
+                    await _drained(urls["train"])
     return samples
+
+
+async def _drained(url: str, timeout_s: float = 900.0) -> None:
+    """Wait until the train proxy's feed has scored every turn it was given."""
+    deadline = time.monotonic() + timeout_s
+    while (await asyncio.to_thread(_feed_stats, url)).get("pending", 0) and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
 
 
 async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[int, ...] = (1, 16),

@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", help="bind address (default 127.0.0.1; anything wider needs keys)")
     parser.add_argument("--port", type=int, help="default 8100")
     parser.add_argument("--groups", help="groups JSONL to append to (default proxy-groups.jsonl)")
+    parser.add_argument(
+        "--atropos", help="send groups to this Atropos API (spooled while it is away) instead of --groups"
+    )
     parser.add_argument("--judge", choices=("rules", "llm"), help="the hint judge's backend")
     parser.add_argument("--lora-prefix", help="serve the newest <prefix>-step<N> adapter (live weights)")
     parser.add_argument("--no-train", action="store_true", help="serve only; never build samples")
@@ -42,7 +45,7 @@ def config_from(args: argparse.Namespace):
     data = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
     flags = {"policy_base_url": args.policy_url, "policy_model": args.policy_model, "tokenizer": args.tokenizer,
              "host": args.host, "port": args.port, "groups_path": args.groups,
-             "policy_lora_prefix": args.lora_prefix}  # fmt: skip
+             "policy_lora_prefix": args.lora_prefix, "atropos_url": args.atropos}  # fmt: skip
     data.update({k: v for k, v in flags.items() if v is not None})
     if args.no_train:
         data["train"] = False
@@ -61,7 +64,7 @@ async def serve(config) -> int:
     server = await build_proxy(config)
     runner = await run_app(server, config.host, config.port)
     print(f"hermes-opd proxy: http://{config.host}:{config.port}/v1 -> {config.policy_base_url} "
-          f"({config.model_name}); groups -> {config.groups_path if config.train else 'none (serve only)'}",
+          f"({config.model_name}); groups -> {_destination(config)}",
           flush=True)  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -72,6 +75,12 @@ async def serve(config) -> int:
     await server.stop_background()
     await runner.cleanup()
     return 0
+
+
+def _destination(config) -> str:
+    if not config.train:
+        return "none (serve only)"
+    return f"Atropos API {config.atropos_url}" if config.atropos_url else config.groups_path
 
 
 def main(argv: list[str] | None = None) -> int:
