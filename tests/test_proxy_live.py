@@ -232,18 +232,23 @@ async def test_sessions_that_end_without_a_next_state_give_no_sample(dev_server,
 
 
 async def test_a_request_marked_not_for_training_enters_no_sample(dev_server, tmp_path):
+    """An opt-out drops the waiting turn, and the session (by header or by history) never trains again:
+    its history now holds the private exchange."""
     async with running_proxy(proxy_config(dev_server, tmp_path)) as (url, server):
         proxy = AsyncOpenAI(base_url=url, api_key="x")
-        messages = first_messages()
-        message, _ = await ask(proxy, messages, session="private", max_tokens=16)
-        messages = messages + next_state(message)
-        opted_out = await proxy.chat.completions.create(
-            model="dev-model", messages=messages, tools=TOOLS, max_tokens=16,
-            extra_headers={"X-Session-Id": "private", "X-Hermes-Train": "false"})  # fmt: skip
-        messages = messages + next_state(opted_out.choices[0].message)
-        await ask(proxy, messages, session="private", max_tokens=16)
-        await ask(proxy, messages + [{"role": "user", "content": "again"}], session="private", max_tokens=16)
-        assert server.feed.stats.submitted == 0 and server.counts["not_for_training"] == 1
+        for session in ("private", None):
+            messages = first_messages(f"task of {session}")
+            message, _ = await ask(proxy, messages, session=session, max_tokens=16)
+            messages = messages + next_state(message)
+            headers = {"X-Hermes-Train": "false", **({"X-Session-Id": session} if session else {})}
+            opted_out = await proxy.chat.completions.create(
+                model="dev-model", messages=messages, tools=TOOLS, max_tokens=16, extra_headers=headers)  # fmt: skip
+            messages = messages + next_state(opted_out.choices[0].message)
+            for _ in range(2):  # the session goes on, with and without its header: nothing is trained
+                message, _ = await ask(proxy, messages, session=session, max_tokens=16)
+                messages = messages + next_state(message)
+        assert server.feed.stats.submitted == 0 and server.counts["not_for_training"] == 2
+        assert len(server.sessions.sessions) == 2 and server.counts.get("forks_history_edited", 0) == 0
     assert read_groups(tmp_path / "groups.jsonl") == []
 
 

@@ -27,6 +27,7 @@ from environments.proxy.openai_wire import (
     ChatRequest,
     RequestError,
     assistant_reply,
+    comparable,
     completion_body,
     error_body,
     parse_request,
@@ -231,9 +232,12 @@ class ProxyServer:
                 held.state.waiting = None
                 self.counts["not_for_training"] += 1
             if held.state.private:
-                out = await self._answer_untracked(chat)
-                self.sessions.remove(held)
-                return out
+                reply, finish, usage = await self._answer_untracked(chat)
+                # kept as a tombstone (no record), found again by header or by history, never trained
+                held.state.recorder = None
+                held.state.expected = [comparable(m) for m in chat.messages] + [comparable(reply)]
+                self.sessions.remember_history(held)
+                return reply, finish, usage
             out = await self._answer_in_session(held, chat)
             if request.headers.get(END_HEADER, "").strip().lower() in {"true", "1", "yes"}:
                 self._end(held, "ended")
