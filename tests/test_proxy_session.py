@@ -164,3 +164,21 @@ def test_cut_turn_keeps_only_that_turns_sampled_rows(dev_tokenizer):
     record.sampled_topk = {record.turns[0].start: ([1, 2], [-0.1, -2.0])}
     cut = cut_turn(record, 0)
     assert cut.sampled_topk == record.sampled_topk and len(cut.tokens) == record.turns[0].end
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--host", "0.0.0.0"], "binding 0.0.0.0 needs API keys"),
+        ([], "policy_base_url"),
+    ],
+)
+def test_an_unusable_proxy_configuration_exits_2_with_one_line(capsys, extra, message):
+    from hermes_opd.commands.proxy import main
+
+    base = ["--policy-url", "http://127.0.0.1:9/v1"] if extra else []
+    argv = [*base, "--policy-model", "m", "--tokenizer", "t", *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hermes-opd proxy: unusable configuration:") and message in err and "\n" not in err
