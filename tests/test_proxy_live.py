@@ -294,3 +294,30 @@ async def test_process_rewards_reach_each_sample_over_its_turn(dev_server, tmp_p
             assert advantages[start:end] == [-1.0] * (end - start) and set(advantages[:start]) <= {0.0}
             found += 1
     assert found == 2
+
+
+@pytest.mark.reliability
+async def test_bad_requests_get_openai_errors_and_session_limits_hold(dev_server, tmp_path):
+    import aiohttp
+
+    config = proxy_config(dev_server, tmp_path, max_trained_turns_per_session=1, max_request_bytes=4096)
+    async with running_proxy(config) as (url, server):
+        proxy = AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as caught:
+            await proxy.chat.completions.create(model="dev-model", messages=[], max_tokens=4)
+        assert caught.value.body == {"message": "'messages' must be a non-empty list", "type": "invalid_request_error",
+                                     "param": "messages", "code": None}  # fmt: skip
+        with pytest.raises(openai.NotFoundError):
+            await proxy.chat.completions.create(model="gpt-4o", messages=first_messages(), max_tokens=4)
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{url}/chat/completions", data=b"{not json") as response:
+                assert (response.status, (await response.json())["error"]["message"]) == (
+                    400, "the request body is not valid JSON")  # fmt: skip
+            big = {"model": "dev-model", "messages": [{"role": "user", "content": "x" * 5000}]}
+            async with http.post(f"{url}/chat/completions", json=big) as response:
+                assert response.status == 413
+        messages = first_messages()
+        for turn in range(3):  # only the first turn may train
+            message, _ = await ask(proxy, messages, session="limited", seed=turn, max_tokens=8)
+            messages = messages + next_state(message)
+        assert server.feed.stats.submitted == 1 and server.counts["turns_over_session_limits"] == 2
