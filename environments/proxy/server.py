@@ -275,7 +275,7 @@ class ProxyServer:
 
     async def _answer_untracked(self, chat: ChatRequest) -> tuple[dict[str, Any], str, tuple[int, int]]:
         recorder = TranscriptRecorder(self.tokenizer, chat.tools)
-        context = await asyncio.to_thread(recorder.start, template_messages(chat.messages))
+        context = recorder.start(template_messages(chat.messages))  # ~1 ms: cheaper than a thread hop
         generated, _ = await self._generate(context, chat)
         reply, _, _, finish = self._reply(generated, chat)
         return reply, finish, (len(context), len(generated.token_ids))
@@ -284,7 +284,7 @@ class ProxyServer:
         self, held: HeldSession, chat: ChatRequest
     ) -> tuple[dict[str, Any], str, tuple[int, int]]:
         state = held.state
-        prepared = await asyncio.to_thread(state.prepare, chat.messages, chat.tools)
+        prepared = state.prepare(chat.messages, chat.tools)  # ~1 ms of rendering: inline, no thread hop
         if prepared.forked not in (None, "new"):
             self.counts[f"forks_{prepared.forked}"] += 1
         if prepared.dropped_turn:
