@@ -19,6 +19,7 @@ from hermes_opd.contract.process_reward import (
 )
 from hermes_opd.contract.validation import PROCESS_REWARD, validate_group
 from hermes_opd.pipeline.opd_config import OPDConfig, PRMConfig
+from hermes_opd.pipeline.opd_metrics import group_metrics
 from hermes_opd.pipeline.opd_pipeline import OPDPipeline
 from judge.config import JudgeConfig
 from judge.make_backend import make_judge_backend
@@ -144,13 +145,17 @@ def _prm_config(**prm) -> OPDConfig:
     return OPDConfig(enabled=False, judge=judge, prm=PRMConfig(enabled=True, judge=judge, **prm))
 
 
-async def _groups(tokenizer, config: OPDConfig, feedback: list[str], tool_states=TOOL_STATES) -> dict:
+async def _distills(tokenizer, config: OPDConfig, feedback: list[str], tool_states=TOOL_STATES):
     trajectories = _trajectories(tokenizer, feedback, tool_states)
-    pipeline = OPDPipeline(
-        tokenizer, None, None, config, prm_judge=make_judge_backend(config.prm.judge, kind="prm")
-    )
+    backend = make_judge_backend(config.prm.judge, kind="prm")
+    pipeline = OPDPipeline(tokenizer, None, None, config, prm_judge=backend)
     distills = [await pipeline.process(t) for t in trajectories]
     await pipeline.aclose()
+    return trajectories, distills
+
+
+async def _groups(tokenizer, config: OPDConfig, feedback: list[str], tool_states=TOOL_STATES) -> dict:
+    trajectories, distills = await _distills(tokenizer, config, feedback, tool_states)
     rollouts = [FinishedRollout(t, 0.5, d, {}) for t, d in zip(trajectories, distills, strict=True)]
     return build_group(rollouts, include_messages=True, opd=config)
 
@@ -194,6 +199,22 @@ def test_a_session_without_signal_keeps_one_effective_turn_unless_told_not_to(de
         assert has_distill_signal(group) is False  # a 0 turn adds tokens to the mean, no gradient
 
 
+def test_group_metrics_report_the_process_reward_only_when_it_is_on(dev_tokenizer):
+    feedback = ["Thanks, that works.", "No, I meant a function called make_slug."]
+    _, distills = asyncio.run(_distills(dev_tokenizer, _prm_config(), feedback))
+    metrics = group_metrics(distills)
+    prm = {k: v for k, v in metrics.items() if k.startswith("prm/") and "latency" not in k}
+    assert prm == {
+        "prm/turns": 6, "prm/turns_scored": 6, "prm/turns_no_next_state": 0, "prm/turns_judge_error": 0,
+        "prm/turns_skipped": 0, "prm/score_mean": pytest.approx(-1 / 3), "prm/scored_positive_frac": 1 / 6,
+        "prm/scored_negative_frac": 3 / 6, "prm/scored_zero_frac": 2 / 6, "prm/effective_turns": 4,
+        "prm/tie_frac": 0.0,
+    }  # fmt: skip
+    for distill in distills:
+        distill.prm = None
+    assert not any(k.startswith("prm/") for k in group_metrics(distills))
+
+
 def test_prm_off_leaves_the_group_as_it_was(dev_tokenizer):
     trajectories = _trajectories(dev_tokenizer, ["Thanks!"])
     config = OPDConfig(enabled=False)
@@ -204,3 +225,8 @@ def test_prm_off_leaves_the_group_as_it_was(dev_tokenizer):
     assert [t["status"] for t in prm_on["overrides"][0]["prm"]["turns"]] == ["skipped"] * 3
     assert prm_on["advantages"] == [[0.0] * len(group["tokens"][0])]
     assert validate_group(prm_on) == []
+
+
+def test_a_vote_policy_without_a_score_is_refused_at_config_time():
+    with pytest.raises(ValueError, match="prm judge vote_policy 'any' does not decide a"):
+        PRMConfig(judge=JudgeConfig(vote_policy="any"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from judge.config import JudgeConfig
 
@@ -73,6 +73,12 @@ class PRMConfig(BaseModel):
         description="The process judge's backend, endpoint and votes (`m`, `vote_policy`, `quorum`); "
         "`llm` without a base_url uses the hint judge's server, else the policy server.",
     )
+
+    @model_validator(mode="after")
+    def _vote_policy_decides_a_score(self) -> PRMConfig:
+        if self.judge.vote_policy == "any":
+            raise ValueError("prm judge vote_policy 'any' does not decide a +1/0/-1 score; use majority")
+        return self
 
 
 class OPDConfig(BaseModel):

@@ -1,4 +1,5 @@
-"""Per-group OPD metrics (pure): rates, the A_t distribution and latencies."""
+"""Per-group OPD metrics (pure): rates, the A_t distribution and latencies; `prm/...` metrics of
+the process reward when it is on."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from hermes_opd.contract.process_reward import PRM_STATUSES
 from hermes_opd.pipeline.opd_pipeline import TURN_STATUSES, SequenceDistill
 
 
@@ -67,4 +69,30 @@ def group_metrics(sequences: list[SequenceDistill]) -> dict[str, Any]:
     if looked_up:  # the env recorded the student's top-K (env.student_topk_k) and the teacher scored it
         metrics["opd/student_topk_ids_scored"] = len(looked_up)
         metrics["opd/student_topk_teacher_unknown_frac"] = sum(v is None for v in looked_up) / len(looked_up)
+    metrics.update(process_reward_metrics(sequences))
     return metrics
+
+
+def process_reward_metrics(sequences: list[SequenceDistill]) -> dict[str, Any]:
+    """Flat `prm/...` metrics for one group: turns per status, the scores of the scored turns, the
+    effective turns, ties and the judge's latency; {} when no sequence carries a process reward."""
+    turns = [t for seq in sequences if seq.prm is not None for t in seq.prm["turns"]]
+    if not turns and all(seq.prm is None for seq in sequences):
+        return {}
+    statuses = Counter(t["status"] for t in turns)
+    scored = [t for t in turns if t["status"] == "scored"]
+    scores = [t["score"] for t in scored]
+    latency = [t["votes"]["latency_s"] for t in scored if "latency_s" in t["votes"]]
+    return {
+        "prm/turns": len(turns),
+        **{f"prm/turns_{status}": statuses.get(status, 0) for status in PRM_STATUSES},
+        "prm/score_mean": statistics.fmean(scores) if scores else 0.0,
+        **{
+            f"prm/scored_{name}_frac": sum(s == v for s in scores) / len(scores) if scores else 0.0
+            for name, v in (("positive", 1), ("negative", -1), ("zero", 0))
+        },  # fmt: skip
+        "prm/effective_turns": sum(1 for t in turns if t["effective"]),
+        "prm/tie_frac": sum(1 for t in scored if t["votes"].get("tie")) / len(scored) if scored else 0.0,
+        "prm/judge_latency_mean_s": statistics.fmean(latency) if latency else 0.0,
+        "prm/judge_latency_p95_s": _quantile(latency, 0.95),
+    }
