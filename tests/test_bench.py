@@ -292,3 +292,17 @@ def test_teacher_scaling_bench_quick(capsys, dev_server):
         assert cell["generate"]["bytes"] < cell["completions"]["bytes"]  # no decoded strings
         assert cell["completions"]["max_abs_diff_vs_completions"] == 0.0
         assert cell["transformers"]["max_abs_diff_vs_completions"] <= 1e-4
+
+
+@pytest.mark.integration
+def test_proxy_bench_quick(capsys, dev_server):
+    argv = ["proxy", "--quick", "--sessions", "1,4", "--base-url", dev_server.base_url,
+            "--model", dev_server.model_name, "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    result = run_bench(capsys, argv)
+    assert_shape(result, "worst_serve_overhead_ratio")
+    for sessions, requests in (("sessions_1", 2), ("sessions_4", 8)):
+        cell = result[sessions]
+        assert [cell[p]["requests"] for p in ("direct", "serve", "train")] == [requests] * 3
+        # the same seeds give the same continuations on every path
+        assert cell["direct"]["completion_tokens_mean"] == cell["serve"]["completion_tokens_mean"]
+    assert result["train_feed_at_end"]["submitted"] == 5  # each session's first turn got its next state

@@ -29,8 +29,9 @@ FLOORS: dict[str, int] = {
     "environments.tasks": 4,
     "environments.rollout": 5,
     "environments.atropos": 6,
-    "hermes_opd.commands": 7,
-    "hermes_opd.bench": 7,
+    "environments.proxy": 7,  # the live-session producer: built on the env's recorder, parser, builder
+    "hermes_opd.commands": 8,
+    "hermes_opd.bench": 8,
 }
 ATROPOS_ONLY = ("atroposlib",)
 """Third-party packages that only `environments.atropos` (and the commands above it) may import."""

@@ -58,14 +58,12 @@ from environments.tasks.task import Task
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY
 from hermes_opd.devkit.paths import default_dev_model_dir
+from hermes_opd.pipeline.build import build_opd_pipeline
 from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.pipeline.opd_metrics import group_metrics
 from hermes_opd.pipeline.opd_pipeline import OPDPipeline
-from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient
 from hermes_opd.vllm_api.endpoint import Endpoint
 from hermes_opd.vllm_api.wire_format import GeneratedSequence
-from judge.make_backend import make_judge_backend
-from scoring.teacher import TeacherScorer
 
 logger = logging.getLogger(__name__)
 
@@ -437,33 +435,13 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
         )
 
     async def _build_pipeline(self) -> OPDPipeline:
-        opd = self.opd_config
-        prm_judge = (
-            make_judge_backend(opd.prm.judge, self._prm_judge_endpoint(), kind="prm")
-            if opd.prm.enabled
-            else None
+        return await build_opd_pipeline(
+            self.tokenizer,
+            self.opd_config,
+            self.role_servers.teacher.endpoint,
+            self.role_servers.judge.endpoint,
+            prm_judge_server=self._prm_judge_endpoint(),
         )
-        if not opd.enabled:  # process reward alone: no hint judge, no teacher
-            return OPDPipeline(self.tokenizer, None, None, opd, prm_judge=prm_judge)
-        server = self.role_servers.teacher.endpoint
-        if server is None:
-            raise ConfigError("OPD needs a teacher server: set env.teacher_base_url or a policy server")
-        teacher_client = VLLMCompletionsClient(
-            base_url=server.base_url,
-            model=server.model,
-            api_key=server.api_key,
-            timeout_s=opd.teacher.timeout_s,
-            retry=RetryPolicy(max_attempts=opd.teacher.max_attempts),
-        )
-        teacher = TeacherScorer(teacher_client, k=opd.distill_topk, concurrency=opd.teacher.concurrency,
-                                timeout_s=opd.teacher.timeout_s, path=opd.teacher.path,
-                                max_positions_in_flight=opd.teacher.max_positions_in_flight,
-                                local_model_dir=opd.teacher.local_model_dir)  # fmt: skip
-        if opd.teacher.check_tokenizer:
-            await teacher.check_tokenizer(self.tokenizer)
-        await teacher.choose_path()  # one log line: which path scores the turns, and why
-        judge = make_judge_backend(opd.judge, self.role_servers.judge.endpoint)
-        return OPDPipeline(self.tokenizer, judge, teacher, opd, prm_judge=prm_judge)
 
     def _prm_judge_endpoint(self) -> Endpoint | None:
         """The process judge's server (`llm` backend): its own base_url and model when set, else the

@@ -1,4 +1,4 @@
-"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|sandbox|hint-selection|student-topk|send|learning|reply-flood>
+"""`hermes-opd bench <pipeline|payload|loss|teacher|teacher-scaling|sandbox|hint-selection|student-topk|send|learning|reply-flood|proxy>
 [--json] [--quick] [--repeat N]`.
 
 Every benchmark prints a short human summary and, with `--json`, one JSON object on its LAST line.
@@ -33,6 +33,7 @@ BENCHES = (
     "send",
     "learning",
     "reply-flood",
+    "proxy",
 )
 
 
@@ -161,6 +162,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="trainer batch in sequences (default 8)")
     p.add_argument("--step-s", type=float, default=None,
                    help="the slow trainer's seconds per batch (default: 4x slower than send's throughput)")  # fmt: skip
+    p = sub.add_parser(
+        "proxy", help="hermes-opd proxy: p50/p95 per request against direct vLLM, 1 and 16 sessions"
+    )
+    _common(p)
+    p.add_argument("--turns", type=int, default=None, help="requests per session (default 3; quick 2)")
+    p.add_argument("--max-tokens", type=int, default=None, help="per request (default 32; quick 8)")
+    p.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3; quick 1)")
+    p.add_argument("--sessions", default="1,16", help="concurrencies, comma-separated (default 1,16)")
+    _server_args(p)
     return parser
 
 
@@ -315,6 +325,20 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         from hermes_opd.bench import send_bench
 
         return send_bench.run(args.groups, batch_size=_pick(args.batch_size, 8, 4, q), step_s=args.step_s)
+    if args.bench == "proxy":
+        from hermes_opd.bench import proxy_bench
+
+        return asyncio.run(
+            proxy_bench.run(
+                base_url=args.base_url,
+                model=args.model,
+                tokenizer_dir=args.tokenizer,
+                concurrency=tuple(int(s) for s in args.sessions.split(",") if s),
+                turns=_pick(args.turns, 3, 2, q),
+                max_tokens=_pick(args.max_tokens, 32, 8, q),
+                rounds=_pick(args.rounds, 3, 1, q),
+            )
+        )
     raise ValueError(f"unknown benchmark {args.bench!r}")
 
 

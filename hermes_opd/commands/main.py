@@ -62,6 +62,10 @@ DELEGATED = {
         "hermes_opd.commands.student_eval",
         "measure a student's hint-following on the held-out convention tasks",
     ),
+    "proxy": (
+        "hermes_opd.commands.proxy",
+        "serve an OpenAI-compatible proxy in front of a vLLM policy that trains on live sessions",
+    ),
     "train": (
         "trainer_adapters.train_cli",
         "train from an Atropos API with the trainer the config selects (torch or tinker)",

@@ -1,0 +1,62 @@
+"""Where the proxy's groups go.
+
+- `GroupFileSink`: a groups JSONL file (`hermes-opd send` replays it, `hermes-opd validate` checks
+  it). Each group is one line, appended and fsynced before it counts as written, so a proxy killed
+  at any moment leaves whole lines only, each written once.
+- `AtroposSink`: straight to an Atropos API through the env's send spool
+  (environments/atropos/send_spool.py): sent, or kept on disk while the API or its trainer is away
+  and resent, oldest first, when it is back. Groups carry no env id (as `hermes-opd send`'s do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from environments.atropos.send_spool import SendSpool, SpoolSettings
+
+
+class GroupFileSink:
+    """Appends groups to a JSONL file, durably."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.written = 0
+        self._lock = asyncio.Lock()
+
+    def _append(self, line: bytes) -> None:
+        with self.path.open("ab") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    async def write(self, group: dict[str, Any]) -> None:
+        line = (json.dumps(group, separators=(",", ":")) + "\n").encode()
+        async with self._lock:
+            await asyncio.to_thread(self._append, line)
+            self.written += 1
+
+
+class AtroposSink:
+    """Sends groups to an Atropos API through a `SendSpool` in `spool_dir`."""
+
+    def __init__(
+        self, api_url: str, spool_dir: str | os.PathLike[str], settings: SpoolSettings | None = None
+    ) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.spool = SendSpool(spool_dir, base_url=lambda: self.api_url, env_id=lambda: None, post_json=None,
+                               settings=settings)  # fmt: skip
+        self.written = 0
+
+    async def write(self, group: dict[str, Any]) -> None:
+        await self.spool.send(group)
+        self.written += 1
+
+    async def flush(self) -> None:
+        """Resend what is spooled (the feed calls it every second and at the end)."""
+        if self.spool.opened and self.spool.spool.segments():
+            await self.spool.flush()

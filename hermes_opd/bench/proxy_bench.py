@@ -1,0 +1,178 @@
+"""`hermes-opd bench proxy`: the proxy's cost per request, as a ratio to the same requests sent
+straight to vLLM, at 1 and at 16 concurrent sessions, measured in one run.
+
+Real parts: the vLLM server at `--base-url`, the official `openai` client (AsyncOpenAI) for both
+paths, and `hermes-opd proxy` (environments/proxy/) as its own process, as deployed, in two modes:
+- `serve`: the proxy without training (rendering, exact ids, tool-call parsing, sessions): its own
+  cost per request, the headline;
+- `train`: with the rules judge and the teacher on the SAME vLLM, so that the teacher's
+  prompt-logprob requests compete with the live requests for the server's compute. That cost is
+  the teacher's placement, not the proxy's (a teacher on its own server takes it away); it is
+  reported beside the headline.
+
+Each session is a conversation of `turns` requests (system + user, then each reply with a user
+correction after it), every request with its own fixed seed, so direct vLLM and the proxy sample
+the same continuations (the mean completion tokens of each path are reported to show it). Rounds
+alternate direct, serve, train, repeated `rounds` times, so that drift in the machine's load falls
+on every path alike; after each train round the bench waits until that proxy has scored every turn,
+so that its teacher requests never fall into another path's round. The numbers are client-side wall times per request, p50 and p95; the headline
+is the worst of the serve mode's p50 and p95 ratios over both concurrencies (target <= 1.15).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hermes_opd.bench.common import machine_info, with_headline
+from hermes_opd.devkit.dev_server import free_port
+
+SYSTEM = "You are a coding agent."
+CORRECTION = (
+    'It fails:\nTraceback (most recent call last):\n  File "main.py", line 3, in <module>\n    print(total(3))\n'
+    "NameError: name 'total' is not defined\nName the function `total` and write it to helpers.py."
+)
+"""The user's reply after every turn: a failure the rules judge turns into a hint, so every turn of
+the train mode also costs a teacher request on the same vLLM."""
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def _session(client, model: str, index: int, round_index: int, turns: int, max_tokens: int,
+                   headers: dict[str, str] | None) -> tuple[list[float], list[int]]:  # fmt: skip
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                      {"role": "user", "content": f"Write function number {index}."}]  # fmt: skip
+    times, tokens = [], []
+    for turn in range(turns):
+        started = time.perf_counter()
+        answer = await client.chat.completions.create(
+            model=model, messages=messages, max_tokens=max_tokens, temperature=1.0,
+            seed=10_000 * round_index + 100 * index + turn, extra_headers=headers)  # fmt: skip
+        times.append(time.perf_counter() - started)
+        tokens.append(answer.usage.completion_tokens)
+        messages = messages + [answer.choices[0].message.model_dump(exclude_none=True),
+                               {"role": "user", "content": CORRECTION}]  # fmt: skip
+    return times, tokens
+
+
+async def _round(url: str, model: str, sessions: int, round_index: int, turns: int, max_tokens: int,
+                 with_header: bool) -> tuple[list[float], list[int]]:  # fmt: skip
+    from openai import AsyncOpenAI
+
+    async with AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=600) as client:
+        results = await asyncio.gather(*(
+            _session(client, model, i, round_index, turns, max_tokens,
+                     {"X-Session-Id": f"r{round_index}-s{i}"} if with_header else None)
+            for i in range(sessions)))  # fmt: skip
+    return [t for ts, _ in results for t in ts], [n for _, ns in results for n in ns]
+
+
+def _summary(times: list[float], tokens: list[int]) -> dict[str, float]:
+    return {"p50_s": percentile(times, 0.5), "p95_s": percentile(times, 0.95), "requests": len(times),
+            "completion_tokens_mean": statistics.fmean(tokens)}  # fmt: skip
+
+
+def _start_proxy(config: dict[str, Any], workdir: Path, name: str) -> tuple[subprocess.Popen, str]:
+    """`hermes-opd proxy` as its own process, as deployed; returns it and its base URL."""
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with (workdir / f"{name}.log").open("w") as log:
+        process = subprocess.Popen([sys.executable, "-m", "hermes_opd.commands.proxy", "--config", str(path)],
+                                   stdout=subprocess.PIPE, stderr=log, text=True)  # fmt: skip
+    for line in process.stdout:
+        if line.startswith("hermes-opd proxy: http://"):
+            return process, line.split()[2]
+    raise RuntimeError(f"the {name} proxy did not start (rc {process.wait()}); see {workdir / name}.log")
+
+
+def _feed_stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/metrics", timeout=30) as response:
+        return json.loads(response.read()).get("feed", {})
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def _measure(base_url: str, model: str, urls: dict[str, str], concurrency: tuple[int, ...], turns: int,
+                   max_tokens: int, rounds: int) -> dict[tuple[str, int], tuple[list[float], list[int]]]:  # fmt: skip
+    samples: dict[tuple[str, int], tuple[list[float], list[int]]] = {}
+    await _round(base_url, model, 1, -1, 1, 4, False)  # warm-up
+    for round_index in range(rounds):
+        for sessions in concurrency:
+            for path, url in (("direct", base_url), ("serve", urls["serve"]), ("train", urls["train"])):
+                times, tokens = await _round(
+                    url, model, sessions, round_index, turns, max_tokens, path != "direct"
+                )
+                kept = samples.setdefault((path, sessions), ([], []))
+                kept[0].extend(times)
+                kept[1].extend(tokens)
+                if path == "train":  # its teacher requests must not spill into the next path's round
+                    await _drained(urls["train"])
+    return samples
+
+
+async def _drained(url: str, timeout_s: float = 900.0) -> None:
+    """Wait until the train proxy's feed has scored every turn it was given."""
+    deadline = time.monotonic() + timeout_s
+    while (await asyncio.to_thread(_feed_stats, url)).get("pending", 0) and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+
+
+async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[int, ...] = (1, 16),
+              turns: int = 3, max_tokens: int = 32, rounds: int = 3) -> dict[str, Any]:  # fmt: skip
+    workdir = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
+    urls: dict[str, str] = {}
+    processes: list[subprocess.Popen] = []
+    try:
+        for mode in ("serve", "train"):
+            config = {"policy_base_url": base_url, "policy_model": model, "tokenizer": tokenizer_dir,
+                      "port": free_port(), "train": mode == "train", "groups_path": str(workdir / "groups.jsonl"),
+                      "opd": {"judge": {"backend": "rules"}, "teacher": {"path": "completions"}}}  # fmt: skip
+            process, urls[mode] = _start_proxy(config, workdir, mode)
+            processes.append(process)
+        samples = await _measure(base_url, model, urls, concurrency, turns, max_tokens, rounds)
+        feed = _feed_stats(urls["train"])
+    finally:
+        _stop(processes)
+    result: dict[str, Any] = {
+        "machine": machine_info(),
+        "turns": turns,
+        "max_tokens": max_tokens,
+        "rounds": rounds,
+    }
+    worst = 0.0
+    for sessions in concurrency:
+        direct = _summary(*samples[("direct", sessions)])
+        entry: dict[str, Any] = {"direct": direct}
+        for mode in ("serve", "train"):
+            summary = _summary(*samples[(mode, sessions)])
+            summary["p50_ratio"] = summary["p50_s"] / direct["p50_s"]
+            summary["p95_ratio"] = summary["p95_s"] / direct["p95_s"]
+            entry[mode] = summary
+        worst = max(worst, entry["serve"]["p50_ratio"], entry["serve"]["p95_ratio"])
+        result[f"sessions_{sessions}"] = entry
+    keys = ("submitted", "scored_turns", "samples_grouped", "dropped_queue_full", "pending")
+    result["train_feed_at_end"] = {k: feed.get(k, 0) for k in keys}
+    return with_headline(result, "worst_serve_overhead_ratio", worst)
