@@ -79,6 +79,7 @@ def test_module_tasks_are_classified_by_the_first_candidate_file_written():
     for files, expected in cases:
         choice = classify(task, files, passed=False)
         assert (choice.chosen, choice.followed) == expected, files
+        assert choice.written == (files[0][0].rsplit("/", 1)[-1] if files else None)
         assert (choice.task_id, choice.kind) == (MODULE_TASK, "module")
 
 
@@ -100,6 +101,8 @@ def test_name_tasks_are_classified_by_the_first_candidate_name_defined():
     for files, expected in cases:
         choice = classify(task, files, passed=True)
         assert (choice.chosen, choice.followed, choice.passed) == (*expected, True), files
+    assert classify(task, [("helpers.py", "def _h(x): ...\ndef get_quota(x): ...")], False).written == "_h"
+    assert classify(task, [("helpers.py", "x = 1")], False).written is None
 
 
 def test_the_summary_counts_per_kind_and_the_metrics_are_flat_floats():
@@ -120,4 +123,6 @@ def test_the_summary_counts_per_kind_and_the_metrics_are_flat_floats():
         "eval/convention_module_followed": 2.0, "eval/convention_module_attempts": 3.0,
     }  # fmt: skip
     assert choice_metrics([]) == {}
-    assert classify_attempt(MODULE_TASK, transcript(write("helpers.py", "")), True) == choices[0]
+    assert classify_attempt(MODULE_TASK, transcript(write("helpers.py", "")), True) == ConventionChoice(
+        MODULE_TASK, "module", "helpers.py", True, True, "helpers.py"
+    )

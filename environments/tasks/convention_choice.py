@@ -46,6 +46,9 @@ class ConventionChoice:
     """The choice is the convention the hints reveal (`helpers.py`, `compute_<noun>`)."""
     passed: bool
     """Every hidden test passed (convention and function right)."""
+    written: str | None = None
+    """What was written in the convention's place, candidate or not: the first file name (module
+    tasks) or the first function defined (name tasks); None when there is none."""
 
     def record(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,13 +106,15 @@ def classify(task: ConventionTask, files: Sequence[tuple[str, str]], passed: boo
         chosen = next((name for name in written if name in task.candidates), None)
         followed = chosen == f"{PREFERRED_MODULE}.py"
     else:
-        defined = [name for _, content in files for name in defined_functions(content)]
-        name = next((name for name in defined if name in task.candidates), None)
+        written = [name for _, content in files for name in defined_functions(content)]
+        name = next((name for name in written if name in task.candidates), None)
         chosen = name.split("_", 1)[0] if name else None
         followed = name == f"{PREFERRED_VERB}_{task.noun}"
     if chosen is None:
         chosen = NO_CANDIDATE if files else NOTHING_WRITTEN
-    return ConventionChoice(task.task_id, task.kind, chosen, followed, passed)
+    return ConventionChoice(
+        task.task_id, task.kind, chosen, followed, passed, written[0] if written else None
+    )
 
 
 def classify_attempt(
