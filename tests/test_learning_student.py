@@ -6,10 +6,10 @@ tests/test_student_recipe.py checks that it is today's recipe): its own CPU vLLM
 hot-loading, atroposlib's run-api, an env `serve` worker on the convention tasks and
 `hermes-opd train`, OPD only, 6 steps of 2 groups of 4.
 
-What it asserts is what only the hint's information produces (docs/notes/learning-proof.md): on the
-24 held-out tasks, the env's own greedy `evaluate` (no hint), the attempts that write the file or
-the name the hints revealed (`helpers.py`, `compute_<noun>`) rise by at least
-`learning_proof.MIN_FOLLOWED_GAIN`, and held-out success rises. The held-out tasks' conventions are
+What it asserts is what only the hint's information produced in the measured runs
+(docs/notes/learning-proof.md): on the 12 held-out module tasks, the env's own greedy `evaluate` (no
+hint), the attempts that write the file the hints revealed (`helpers.py`) rise by at least
+`learning_proof.MIN_MODULE_GAIN`, and held-out success rises. The held-out tasks' conventions are
 never in the student's pretraining and the evaluation sends no hint, so only what OPD moved from the
 hinted teacher into the unhinted policy can raise them; the same runs with a constant hint
 (configs/bench/learning-student-quick-constant*.yaml) were measured below the margin. The
@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 STUDENT = shipped_student_dir()
 START = 5 / 24
 """The student's greedy held-out success before training (measured in every run)."""
-FOLLOWED_START = 6
+MODULE_NAME_START = (6, 0)
 """Held-out attempts that follow the revealed conventions before training: 6 of 12 module tasks write
 `helpers.py`, 0 of 12 name tasks define `compute_<noun>` (measured in every run)."""
 
@@ -57,13 +57,10 @@ def test_opd_moves_the_revealed_conventions_into_the_unhinted_copying_student(tm
     # one grid for every run: the start, then the weights after steps 2, 4 and 6 (8 generations a step)
     assert [x for x, _ in run["curve"]] == [0, 16, 32, 48]
     assert run["curve"][0][1] == pytest.approx(START)
-    # the criterion every measured run was judged by (docs/notes/learning-proof.md): the rules
-    # judge's hints cleared it, constant hints did not
+    # the criterion every measured run was judged by (docs/notes/learning-proof.md)
     facts = run_facts(run)
     assert verdict(facts) == [], verdict_line(facts)
-    assert (
-        facts["followed_start"] == FOLLOWED_START and run["evals"][0]["conventions"]["name"]["followed"] == 0
-    )
+    assert (facts["module_start"], facts["name_start"]) == MODULE_NAME_START
     # a diagnostic, not evidence for the hint: it falls for any teacher; it fails when sync fails
     assert last["opd_teacher_gap_fell"] == "1/1"
     for step in run["steps"]:
