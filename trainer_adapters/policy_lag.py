@@ -4,8 +4,8 @@ hermes_opd/contract/policy_version.py).
 
 `atropos.max_policy_lag` (trainer_adapters/trainer_config.py, default 1) bounds what is trained: a
 group sampled more than that many steps before the weights it would train is dropped and counted
-(`split_stale`); the env's `max_batches_offpolicy` (default 1) keeps the queue short enough that
-this rarely happens (docs/trainers.md, "Bounded staleness")."""
+(`split_stale`); the env's `max_batches_offpolicy: 1` keeps the queue short enough that this rarely
+happens (docs/trainers.md, "Bounded staleness")."""
 
 from __future__ import annotations
 

@@ -27,14 +27,6 @@ class _EnvKnobs(BaseEnvConfig):
         default="agentic-opd",
         description="Name in wandb and the env's name at the Atropos API (`/register-env` needs one).",
     )
-    max_batches_offpolicy: int = Field(
-        default=1,
-        description="Atropos' back-pressure: the env stops sampling while the API queue holds this many "
-        "batches (counting its groups in flight). 1 (Atropos' own default is 3) keeps what is trained "
-        "within one optimizer step of the weights that sampled it, the bound the trainer's "
-        "`atropos.max_policy_lag` (default 1) enforces by dropping older groups (docs/trainers.md, "
-        '"Bounded staleness"). Raise both together for more overlap of sampling and training.',
-    )
     # -- tasks -----------------------------------------------------------------------------------
     task_source: Literal["builtin", "conventions", "jsonl", "hf", "dirs"] = Field(
         default="builtin",

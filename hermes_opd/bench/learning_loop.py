@@ -206,6 +206,9 @@ def env_document(
         "metrics_path": str(metrics_path),
         "max_num_workers": settings.groups_per_step,
         "judge_backend": "rules",
+        # bounded staleness with the trainer's atropos.max_policy_lag (default 1): the env stops
+        # sampling while the queue holds one batch (Atropos' default 3 let the lag reach 5)
+        "max_batches_offpolicy": 1,
         **settings.env,
     }
     openai = {
