@@ -91,7 +91,15 @@ def test_stage_timings_follow_the_version_each_step_trained_from():
     run.env_groups = [{**group, "policy_version": 0}, {**group, "policy_version": 0},
                       {**group, "policy_version": 1, "group/scores_equal": 0.0, "opd/hint_rate": 0.75}]  # fmt: skip
     run.trainer_steps = [
-        {"policy/lag_mean": 0.0, "step_time_s": 1.0, "time/checkpoint_and_sync_s": 0.5, "loss/total": 1.5},
+        {
+            "policy/lag_mean": 0.0,
+            "step_time_s": 1.0,
+            "time/checkpoint_and_sync_s": 0.5,
+            "loss/total": 1.5,
+            "policy/lag_0_groups": 2.0,
+            "policy/stale_groups_dropped": 0.0,
+            "policy/unversioned_groups": 0.0,
+        },
         {"policy/lag_mean": 0.0, "step_time_s": 1.0, "time/checkpoint_and_sync_s": 0.5, "grad_norm": 0.1},
     ]
     first, second = step_timings(run)
@@ -104,6 +112,8 @@ def test_stage_timings_follow_the_version_each_step_trained_from():
         rows[0]["hint_rate"] == 0.25 and rows[0]["equal_score_share"] == 1.0 and rows[0]["loss/total"] == 1.5
     )
     assert rows[1]["hint_rate"] == 0.75 and rows[1]["equal_score_share"] == 0.0
+    assert (rows[0]["policy/lag_0_groups"], rows[0]["policy/stale_groups_dropped"]) == (2.0, 0.0)
+    assert "policy/unversioned_groups" not in rows[0]
     assert equal_score_share(run.env_groups) == pytest.approx(2 / 3)
     assert equal_score_share([]) is None
     run.evals = [{"policy_version": 0, "eval/pass@1": 0.0}, {"policy_version": 2, "eval/pass@1": 0.5}]

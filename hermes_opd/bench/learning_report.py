@@ -24,9 +24,19 @@ ARMS: dict[str, tuple[float, float]] = {"grpo": (1.0, 0.0), "opd": (0.0, 1.0), "
 STEP_KEYS = (
     "loss/total", "loss/grpo", "loss/opd", "grad_norm", "grpo/ratio_capped_frac", "grpo/clip_frac",
     "opd/reverse_kl", "batch/score_mean", "batch/teacher_coverage", "optim/step_skipped",
-    "policy/lag_mean", "policy/lag_max", "step_time_s", "time/checkpoint_and_sync_s", "time/batch_wait_s",
+    "policy/lag_mean", "policy/lag_max", "policy/stale_groups_dropped", "policy/stale_groups_dropped_total",
+    "step_time_s", "time/checkpoint_and_sync_s", "time/batch_wait_s",
 )  # fmt: skip
-"""Trainer metrics kept per step in the JSON (the rest stay in the run's own metrics file)."""
+"""Trainer metrics kept per step in the JSON (the rest stay in the run's own metrics file), and the
+lag distribution (`policy/lag_<k>_groups`, trainer_adapters/policy_lag.py)."""
+
+
+def _kept(step: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: value
+        for key, value in step.items()
+        if key in STEP_KEYS or (key.startswith("policy/lag_") and key.endswith("_groups"))
+    }
 
 
 @dataclass
@@ -107,7 +117,7 @@ def per_step_records(run: RunRecords) -> list[dict[str, Any]]:
         groups = by_version.get(index - round(lag), []) if lag is not None else []
         hint_rates = [g["opd/hint_rate"] for g in groups if "opd/hint_rate" in g]
         rows.append({
-            **{key: step[key] for key in STEP_KEYS if key in step},
+            **_kept(step),
             "hint_rate": statistics.fmean(hint_rates) if hint_rates else None,
             "equal_score_share": equal_score_share(groups),
             "timings": timings[index],
