@@ -26,7 +26,7 @@ from typing import Any
 
 from hermes_opd.bench.learning_report import CONVENTION_KINDS
 
-MIN_MODULE_GAIN = 3
+MIN_MODULE_GAIN = 2
 """Held-out module tasks (of 12) whose attempt writes `helpers.py` after the last step, more than at
 the start: the test's margin (docs/notes/learning-proof.md, "The margin")."""
 MIN_SUCCESS_GAIN = 1
