@@ -14,6 +14,8 @@ Group 1 is the code. Our tool results end with `exit code N`."""
 
 VotePolicyName = Literal["majority", "majority_of_parsed", "any"]
 HintChoiceName = Literal["representative", "longest", "shortest", "teacher_overlap", "token_optimal"]
+ConstantHintTurns = Literal["failed", "every"]
+DEFAULT_CONSTANT_HINT = "Check your work carefully."
 
 
 class JudgeConfig(BaseModel):
@@ -21,10 +23,12 @@ class JudgeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["llm", "rules"] = Field(
+    backend: Literal["llm", "rules", "constant"] = Field(
         default="llm",
         description="`llm`: an LLM over any OpenAI-compatible chat endpoint. `rules`: deterministic, "
-        "offline hints from tracebacks, failed assertions, exit codes and failing tests.",
+        "offline hints from tracebacks, failed assertions, exit codes and failing tests. `constant`: "
+        "a control that carries no information: the same sentence (`constant_hint`) on the turns "
+        "`constant_hint_turns` names (judge/constant_backend.py).",
     )
     base_url: str | None = Field(
         default=None,
@@ -123,6 +127,18 @@ class JudgeConfig(BaseModel):
         default=DEFAULT_EXIT_CODE_PATTERN,
         description="Regex (rules backend) that finds a command's exit code in a tool result; "
         "group 1 must capture the integer code.",
+    )
+
+    constant_hint: str = Field(
+        default=DEFAULT_CONSTANT_HINT,
+        min_length=1,
+        description="`constant` backend only: the hint every hinted turn gets, whatever went wrong.",
+    )
+    constant_hint_turns: ConstantHintTurns = Field(
+        default="failed",
+        description="`constant` backend only. `failed`: the turns the `rules` backend would hint (a "
+        "failure signal in the next state), so only the hint's text differs from `rules`. `every`: "
+        "every turn that has a next state, successful ones too.",
     )
 
     @model_validator(mode="after")

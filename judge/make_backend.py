@@ -24,6 +24,10 @@ def make_judge_backend(
         from judge.rules_backend import RulesJudgeBackend
 
         return RulesJudgeBackend(config)
+    if config.backend == "constant":
+        from judge.constant_backend import ConstantHintJudgeBackend
+
+        return ConstantHintJudgeBackend(config)
     if config.backend == "llm":
         from judge.llm_backend import LLMJudgeBackend
 

@@ -9,6 +9,7 @@ import pytest
 
 from hermes_opd.bench.learning_report import (
     RunRecords,
+    convention_summary,
     equal_score_share,
     eval_curve,
     generations_to_reach,
@@ -90,7 +91,15 @@ def test_stage_timings_follow_the_version_each_step_trained_from():
     run.env_groups = [{**group, "policy_version": 0}, {**group, "policy_version": 0},
                       {**group, "policy_version": 1, "group/scores_equal": 0.0, "opd/hint_rate": 0.75}]  # fmt: skip
     run.trainer_steps = [
-        {"policy/lag_mean": 0.0, "step_time_s": 1.0, "time/checkpoint_and_sync_s": 0.5, "loss/total": 1.5},
+        {
+            "policy/lag_mean": 0.0,
+            "step_time_s": 1.0,
+            "time/checkpoint_and_sync_s": 0.5,
+            "loss/total": 1.5,
+            "policy/lag_0_groups": 2.0,
+            "policy/stale_groups_dropped": 0.0,
+            "policy/unversioned_groups": 0.0,
+        },
         {"policy/lag_mean": 0.0, "step_time_s": 1.0, "time/checkpoint_and_sync_s": 0.5, "grad_norm": 0.1},
     ]
     first, second = step_timings(run)
@@ -103,12 +112,40 @@ def test_stage_timings_follow_the_version_each_step_trained_from():
         rows[0]["hint_rate"] == 0.25 and rows[0]["equal_score_share"] == 1.0 and rows[0]["loss/total"] == 1.5
     )
     assert rows[1]["hint_rate"] == 0.75 and rows[1]["equal_score_share"] == 0.0
+    assert (rows[0]["policy/lag_0_groups"], rows[0]["policy/stale_groups_dropped"]) == (2.0, 0.0)
+    assert "policy/unversioned_groups" not in rows[0]
     assert equal_score_share(run.env_groups) == pytest.approx(2 / 3)
     assert equal_score_share([]) is None
     run.evals = [{"policy_version": 0, "eval/pass@1": 0.0}, {"policy_version": 2, "eval/pass@1": 0.5}]
     table = summary_table([run]).splitlines()
     assert table[0].split()[:4] == ["arm", "seed", "start", "end"]
-    assert table[2].split()[:5] == ["hybrid", "0", "0.00", "0.50", "2"]
+    assert table[2].split()[:7] == ["hybrid", "0", "0.00", "0.50", "-", "-", "2"]  # no choices recorded
+    assert convention_summary([run]) == {}
+
+
+def test_which_convention_moved_is_summarised_per_arm_and_printed_per_run():
+    def evaluation(version: int, module: int, name: int) -> dict:
+        return {"policy_version": version, "eval/pass@1": (module + name) / 24, "conventions": {
+            "module": {"attempts": 12, "followed": module, "rate": module / 12, "passed": module,
+                       "chosen": {"helpers.py": module, "utils.py": 12 - module}},
+            "name": {"attempts": 12, "followed": name, "rate": name / 12, "passed": name,
+                     "chosen": {"compute": name, "get": 12 - name}},
+        }}  # fmt: skip
+
+    runs = []
+    for seed, (module, name) in enumerate([(10, 3), (8, 1)]):
+        run = RunRecords(arm="opd", seed=seed, generations_per_step=8)
+        run.evals = [evaluation(0, 6, 3), evaluation(6, module, name)]
+        runs.append(run)
+    summary = convention_summary(runs)
+    assert summary == pytest.approx({
+        "opd_module_convention_start": 0.5, "opd_module_convention_end": 0.75,
+        "opd_module_convention_gain": 0.25, "opd_name_convention_start": 0.25,
+        "opd_name_convention_end": 2 / 12, "opd_name_convention_gain": 2 / 12 - 0.25,
+    })  # fmt: skip
+    rows = summary_table(runs).splitlines()
+    assert rows[0].split()[4:6] == ["module", "name"]
+    assert [row.split()[4:6] for row in rows[2:]] == [["6>10/12", "3>3/12"], ["6>8/12", "3>1/12"]]
 
 
 def test_the_figure_is_a_png(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from environments.atropos.policy_adapter import PolicyAdapterTracker, PolicyWeights
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, adapter_name, adapter_step, newest_adapter
-from trainer_adapters.policy_lag import policy_lag_metrics
+from trainer_adapters.policy_lag import policy_lag_metrics, split_stale, stale_metrics
 from trainer_adapters.weight_sync import WeightSyncError, vllm_lora_step_sync
 
 
@@ -78,10 +78,24 @@ def test_lag_is_trainer_step_minus_the_sampling_version():
         "policy/lag_mean": pytest.approx(2 / 3),
         "policy/lag_min": 0.0,
         "policy/lag_max": 2.0,
+        "policy/lag_0_groups": 2.0,
+        "policy/lag_2_groups": 1.0,
     }
     assert policy_lag_metrics([{}], 0) == {"policy/unversioned_groups": 1.0}
     with pytest.raises(ValueError, match="policy version 6, ahead of the trainer's step 5"):
         policy_lag_metrics([{"group_overrides": {POLICY_VERSION_KEY: 6}}], 5)
+
+
+def test_split_stale_keeps_groups_within_the_bound_and_unversioned_ones():
+    groups = [{"group_overrides": {POLICY_VERSION_KEY: v}} for v in (1, 3, 4, 5)] + [{}]
+    kept, dropped = split_stale(groups, 5, 1)
+    assert kept == [groups[2], groups[3], groups[4]] and dropped == [4, 2]
+    assert split_stale(groups, 5, None) == (groups, [])
+    assert split_stale(groups, 5, 0)[1] == [4, 2, 1]
+    assert stale_metrics([4, 2], 7) == {
+        "policy/stale_groups_dropped": 2.0, "policy/stale_lag_max": 4.0, "policy/stale_groups_dropped_total": 7.0,
+    }  # fmt: skip
+    assert stale_metrics([], 0)["policy/stale_lag_max"] == 0.0
 
 
 class _ServedModels:

@@ -18,6 +18,7 @@ import torch
 import yaml
 
 from hermes_opd.contract.errors import ConfigError
+from hermes_opd.contract.policy_version import POLICY_VERSION_KEY
 from trainer_adapters.atropos_client import AtroposClient, AtroposError, Backoff, Registration
 from trainer_adapters.checkpointing import latest_checkpoint, list_checkpoints
 from trainer_adapters.train_cli import main as train_main
@@ -364,6 +365,52 @@ def test_run_syncs_weights_through_a_command(tiny_model_dir, tmp_path):
     root = Path(config.checkpoint.dir).resolve()
     assert lines == [f"{root / 'step_00000002' / 'model'} 2", f"{root / 'step_00000004' / 'model'} 4"]
     assert fake.registrations[0].starting_step == 0 and fake.registrations[0].batch_size == 8
+
+
+def _versioned(group: dict, version: int) -> dict:
+    return {**group, "group_overrides": {POLICY_VERSION_KEY: version}}
+
+
+def test_groups_older_than_max_policy_lag_are_dropped_counted_and_not_trained(tiny_model_dir, tmp_path):
+    from trainer_adapters.torch_trainer import TorchTrainer
+
+    rng = np.random.default_rng(14)
+    config = make_config(tiny_model_dir, tmp_path).model_copy(update={"num_steps": 3})
+    assert config.atropos.max_policy_lag == 1  # on by default
+    batches = [
+        [_versioned(make_group(rng), 0), _versioned(make_group(rng), 0)],  # step 0: lag 0, 0
+        [_versioned(make_group(rng), 0), _versioned(make_group(rng), 1)],  # step 1: lag 1, 0
+        [_versioned(make_group(rng), 0), _versioned(make_group(rng), 0)],  # step 2: lag 2, 2: no step
+        [_versioned(make_group(rng), 0), _versioned(make_group(rng), 2), make_group(rng)],  # lag 2, 0, ?
+    ]
+    trainer = TorchTrainer(config)
+    assert trainer.run(client=FakeAtropos(batches)) == 3
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    lag_keys = ("policy/lag_0_groups", "policy/lag_1_groups", "policy/lag_2_groups")
+    assert [[r.get(k) for k in lag_keys] for r in rows] == [
+        [2.0, None, None],
+        [1.0, 1.0, None],
+        [1.0, None, None],
+    ]
+    assert [r["policy/stale_groups_dropped"] for r in rows] == [0.0, 0.0, 3.0]  # 2 whole, 1 of the last
+    assert [r["policy/stale_lag_max"] for r in rows] == [0.0, 0.0, 2.0]
+    assert [r["policy/stale_groups_dropped_total"] for r in rows] == [0.0, 0.0, 3.0]
+    assert rows[2]["policy/unversioned_groups"] == 1.0  # kept: its lag is unknown
+    assert trainer.stale_dropped_total == 3
+
+
+def test_max_policy_lag_none_trains_every_group_as_before(tiny_model_dir, tmp_path):
+    from trainer_adapters.torch_trainer import TorchTrainer
+
+    rng = np.random.default_rng(15)
+    config = make_config(tiny_model_dir, tmp_path, atropos__max_policy_lag=None)
+    config = config.model_copy(update={"num_steps": 3})
+    batches = [[_versioned(make_group(rng), 0), _versioned(make_group(rng), 0)] for _ in range(3)]
+    assert TorchTrainer(config).run(client=FakeAtropos(batches)) == 3
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["policy/lag_max"] for r in rows] == [0.0, 1.0, 2.0]
+    assert [r["policy/stale_groups_dropped_total"] for r in rows] == [0.0, 0.0, 0.0]
 
 
 def test_failed_command_sync_stops_training_unless_told_otherwise(tiny_model_dir, tmp_path):

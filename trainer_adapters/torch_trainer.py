@@ -22,7 +22,7 @@ from trainer_adapters.collate import CollatedBatch, CollateOptions, collate_grou
 from trainer_adapters.metrics_log import MetricsLog
 from trainer_adapters.model_loading import default_pad_token_id, load_policy, resolve_precision, vocab_rows
 from trainer_adapters.objective import compute_objective, opd_entry_ids
-from trainer_adapters.policy_lag import policy_lag_metrics
+from trainer_adapters.policy_lag import policy_lag_metrics, split_stale, stale_metrics
 from trainer_adapters.repeated_groups import RepeatedGroupFilter
 from trainer_adapters.student_logprobs import (
     StudentLogprobs,
@@ -79,6 +79,8 @@ class TorchTrainer:
         self.weight_sync = make_weight_sync(config.weight_sync)
         self.repeats = RepeatedGroupFilter()
         """Groups already trained on (ids stamped by `hermes-opd send`); repeats are dropped."""
+        self.stale_dropped_total = 0
+        """Groups dropped as older than `atropos.max_policy_lag`, over the run (trainer_adapters/policy_lag.py)."""
 
     # --- one batch -------------------------------------------------------------------------
 
@@ -256,15 +258,26 @@ class TorchTrainer:
             )
         try:
             client.register(self.registration())
+            stale: list[int] = []  # lags of the groups the bound dropped since the last step
+            stale_wait_s = 0.0  # time spent on batches that were dropped whole
             while self.step < self.config.num_steps:
                 waited = time.perf_counter()
                 groups = self.repeats.new_groups(client.wait_for_batch(timeout_s=atropos.poll_timeout_s))
-                batch_wait_s = time.perf_counter() - waited
-                if not groups:  # every group of the batch was a repeat: no step
+                groups, dropped = split_stale(groups, self.step, atropos.max_policy_lag)
+                stale.extend(dropped)
+                batch_wait_s = time.perf_counter() - waited + stale_wait_s
+                if dropped:
+                    logger.warning("dropped %d group(s) with policy lag %s > max_policy_lag %d at step %d",
+                                   len(dropped), sorted(set(dropped)), atropos.max_policy_lag, self.step)  # fmt: skip
+                if not groups:  # every group was a repeat or too stale: no step, wait for the next batch
+                    stale_wait_s = batch_wait_s
                     continue
                 lag = policy_lag_metrics(groups, self.step)
                 metrics = self.train_step(groups)
                 metrics.update(lag)
+                self.stale_dropped_total += len(stale)
+                metrics.update(stale_metrics(stale, self.stale_dropped_total))
+                stale, stale_wait_s = [], 0.0
                 metrics["batch/repeated_groups_dropped"] = float(self.repeats.dropped)
                 metrics["time/batch_wait_s"] = batch_wait_s
                 synced = time.perf_counter()

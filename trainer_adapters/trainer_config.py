@@ -37,6 +37,15 @@ class AtroposConfig(_Strict):
     poll_timeout_s: float = Field(
         3600.0, gt=0, description="Give up (error) when no batch arrives for this long."
     )
+    max_policy_lag: int | None = Field(
+        1,
+        ge=0,
+        description="Bounded staleness: a group sampled by weights more than this many optimizer steps "
+        "older than the weights it would train is dropped, counted (`policy/stale_groups_dropped`) and "
+        "not trained on. 1 (the default) allows the one step of overlap of sampling and training; 0 "
+        "trains only on samples of the current weights; None turns the bound off (the earlier "
+        "behaviour). Groups without a policy version are always kept (docs/trainers.md).",
+    )
 
 
 class LossConfig(_Strict):

@@ -27,6 +27,7 @@ from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from environments.atropos.agentic_opd_config import AgenticOPDConfig
 from environments.atropos.cli_lifecycle import CliLifecycleMixin
 from environments.atropos.dense_k1_notice import DenseK1Notice
+from environments.atropos.eval_choices import eval_convention_choices
 from environments.atropos.group_builder import (
     FinishedRollout,
     build_group,
@@ -51,6 +52,7 @@ from environments.rollout.sandbox.sandbox import Sandbox
 from environments.rollout.tools import TOOL_SCHEMAS
 from environments.rollout.verifier import VerifierConfig, verify
 from environments.tasks.builtin import builtin_tasks
+from environments.tasks.convention_choice import choice_metrics
 from environments.tasks.conventions import convention_splits
 from environments.tasks.loaders import load_tasks
 from environments.tasks.split import split_tasks
@@ -281,6 +283,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
         )
         results = kept_rollouts(outcomes, "an eval rollout")
         failed = len(outcomes) - len(results)
+        choices = eval_convention_choices(self.eval_tasks, outcomes)
         scores = [r.score for r in results] + [0.0] * failed  # a failed rollout counts, as 0
         metrics = {
             "eval/pass@1": sum(
@@ -291,9 +294,14 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             "eval/tasks": float(len(outcomes)),
             "eval/rollouts_failed": float(failed),
             "eval/policy_version": float(weights.version if weights is not None else 0),
+            **choice_metrics(choices),
         }
         logger.info("evaluate: %s", metrics)
         self._append_metrics({"kind": "eval", "time": time.time(), **metrics})
+        if choices:  # which convention each attempt followed (environments/tasks/convention_choice.py)
+            self._append_metrics({"kind": "eval_choices", "time": time.time(),
+                                  "eval/policy_version": metrics["eval/policy_version"],
+                                  "choices": [c.record() for c in choices]})  # fmt: skip
         if self.config.data_dir_to_save_evals:
             await self.evaluate_log(metrics=metrics, start_time=started, end_time=time.time())
         return metrics

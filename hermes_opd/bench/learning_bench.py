@@ -25,6 +25,7 @@ from hermes_opd.bench.learning_plot import plot_learning_curves
 from hermes_opd.bench.learning_report import (
     ARMS,
     RunRecords,
+    convention_summary,
     eval_curve,
     headline,
     mean_band,
@@ -181,7 +182,7 @@ def write_outputs(
 ) -> int:
     """learning.json, learning.png, the summary table and the headline line."""
     bands = {arm: mean_band([eval_curve(r) for r in runs if r.arm == arm]) for arm in values["arms"]}
-    result_headline = {**probe_summary(runs), **headline(bands)}
+    result_headline = {**probe_summary(runs), **convention_summary(runs), **headline(bands)}
     figure = plot_learning_curves(bands, settings.out_dir / "learning.png",
                                   f"{Path(settings.model_dir).name}: {settings.steps} steps x "
                                   f"{settings.generations_per_step} generations", int(values["seeds"]))  # fmt: skip

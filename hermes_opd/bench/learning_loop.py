@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 import yaml
 
+from environments.tasks.convention_choice import ConventionChoice, choice_summary
 from hermes_opd.bench.learning_probe import probe_run
 from hermes_opd.bench.learning_report import ARMS, RunRecords
 from hermes_opd.contract.errors import HermesOPDError
@@ -205,6 +206,9 @@ def env_document(
         "metrics_path": str(metrics_path),
         "max_num_workers": settings.groups_per_step,
         "judge_backend": "rules",
+        # bounded staleness with the trainer's atropos.max_policy_lag (default 1): the env stops
+        # sampling while the queue holds one batch (Atropos' default 3 let the lag reach 5)
+        "max_batches_offpolicy": 1,
         **settings.env,
     }
     openai = {
@@ -283,7 +287,19 @@ def evaluate_policy(
     document = env_document(settings, seed=seed, prefix=prefix, metrics_path=metrics_path)
     document["env"]["opd_enabled"] = False
     metrics = asyncio.run(_evaluate(document))
-    return {**metrics, POLICY_VERSION_KEY: int(metrics["eval/policy_version"]), "by": "bench"}
+    return {**metrics, POLICY_VERSION_KEY: int(metrics["eval/policy_version"]), "by": "bench",
+            **last_eval_choices(metrics_path)}  # fmt: skip
+
+
+def last_eval_choices(metrics_path: Path) -> dict[str, Any]:
+    """`{"conventions": per-kind summary}` of the last evaluation in `metrics_path` (the env writes
+    which convention each attempt followed, environments/tasks/convention_choice.py), or {} when it
+    wrote none (tasks of another family)."""
+    lines = [r for r in read_jsonl(metrics_path) if r.get("kind") == "eval_choices"]
+    if not lines:
+        return {}
+    choices = [ConventionChoice(**c) for c in lines[-1]["choices"]]
+    return {"conventions": choice_summary(choices)}
 
 
 def evaluation_steps(steps: int, eval_every: int) -> list[int]:

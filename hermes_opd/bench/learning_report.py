@@ -24,9 +24,19 @@ ARMS: dict[str, tuple[float, float]] = {"grpo": (1.0, 0.0), "opd": (0.0, 1.0), "
 STEP_KEYS = (
     "loss/total", "loss/grpo", "loss/opd", "grad_norm", "grpo/ratio_capped_frac", "grpo/clip_frac",
     "opd/reverse_kl", "batch/score_mean", "batch/teacher_coverage", "optim/step_skipped",
-    "policy/lag_mean", "policy/lag_max", "step_time_s", "time/checkpoint_and_sync_s", "time/batch_wait_s",
+    "policy/lag_mean", "policy/lag_max", "policy/stale_groups_dropped", "policy/stale_groups_dropped_total",
+    "step_time_s", "time/checkpoint_and_sync_s", "time/batch_wait_s",
 )  # fmt: skip
-"""Trainer metrics kept per step in the JSON (the rest stay in the run's own metrics file)."""
+"""Trainer metrics kept per step in the JSON (the rest stay in the run's own metrics file), and the
+lag distribution (`policy/lag_<k>_groups`, trainer_adapters/policy_lag.py)."""
+
+
+def _kept(step: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: value
+        for key, value in step.items()
+        if key in STEP_KEYS or (key.startswith("policy/lag_") and key.endswith("_groups"))
+    }
 
 
 @dataclass
@@ -107,7 +117,7 @@ def per_step_records(run: RunRecords) -> list[dict[str, Any]]:
         groups = by_version.get(index - round(lag), []) if lag is not None else []
         hint_rates = [g["opd/hint_rate"] for g in groups if "opd/hint_rate" in g]
         rows.append({
-            **{key: step[key] for key in STEP_KEYS if key in step},
+            **_kept(step),
             "hint_rate": statistics.fmean(hint_rates) if hint_rates else None,
             "equal_score_share": equal_score_share(groups),
             "timings": timings[index],
@@ -180,11 +190,54 @@ def probe_summary(runs: Sequence[RunRecords]) -> dict[str, Any]:
     return out
 
 
+CONVENTION_KINDS = ("module", "name")
+
+
+def convention_followed(evaluation: dict[str, Any], kind: str) -> tuple[int, int] | None:
+    """(attempts that followed the `kind` convention, attempts) of one evaluation, or None when the
+    evaluation recorded no choices (environments/tasks/convention_choice.py)."""
+    row = (evaluation.get("conventions") or {}).get(kind)
+    return (int(row["followed"]), int(row["attempts"])) if row else None
+
+
+def convention_summary(runs: Sequence[RunRecords]) -> dict[str, Any]:
+    """Per arm and convention kind: the share of held-out attempts that followed the convention the
+    hints reveal, at the start and after the last step (mean over seeds), and its gain; only arms
+    whose evaluations recorded choices."""
+    out: dict[str, Any] = {}
+    for arm in ARMS:
+        for kind in CONVENTION_KINDS:
+            pairs = [
+                (convention_followed(r.evals[0], kind), convention_followed(r.evals[-1], kind))
+                for r in runs
+                if r.arm == arm and r.evals
+            ]
+            pairs = [(a, b) for a, b in pairs if a and b]
+            if not pairs:
+                continue
+            start = statistics.fmean(a[0] / a[1] for a, _ in pairs)
+            end = statistics.fmean(b[0] / b[1] for _, b in pairs)
+            out[f"{arm}_{kind}_convention_start"] = start
+            out[f"{arm}_{kind}_convention_end"] = end
+            out[f"{arm}_{kind}_convention_gain"] = end - start
+    return out
+
+
+def _followed_cell(run: RunRecords, kind: str) -> str:
+    """`start>end` followed counts of one run's first and last evaluation, `-` when not recorded."""
+    if not run.evals:
+        return "-"
+    start, end = convention_followed(run.evals[0], kind), convention_followed(run.evals[-1], kind)
+    return f"{start[0]}>{end[0]}/{end[1]}" if start and end else "-"
+
+
 def summary_table(runs: Sequence[RunRecords]) -> str:
-    """One line per run: start and end held-out success, steps, equal-score share, hint rate, lag,
-    and the mean stage timings with OPD's share."""
+    """One line per run: start and end held-out success, which held-out attempts followed the module
+    and the name convention (`start>end/attempts`), steps, equal-score share, hint rate, lag, and
+    the mean stage timings with OPD's share."""
     header = (
-        f"{'arm':<7}{'seed':>5}{'start':>7}{'end':>7}{'steps':>6}{'equal':>7}{'hints':>7}{'lag':>6}"
+        f"{'arm':<7}{'seed':>5}{'start':>7}{'end':>7}{'module':>9}{'name':>9}{'steps':>6}{'equal':>7}"
+        f"{'hints':>7}{'lag':>6}"
         f"{'roll_s':>8}{'opd_s':>7}{'train_s':>8}{'sync_s':>7}{'opd%':>6}"
     )
     lines = [header, "-" * len(header)]
@@ -199,7 +252,8 @@ def summary_table(runs: Sequence[RunRecords]) -> str:
 
         lines.append(
             f"{run.arm:<7}{run.seed:>5}{curve[0][1] if curve else float('nan'):>7.2f}"
-            f"{curve[-1][1] if curve else float('nan'):>7.2f}{len(run.trainer_steps):>6}"
+            f"{curve[-1][1] if curve else float('nan'):>7.2f}"
+            f"{_followed_cell(run, 'module'):>9}{_followed_cell(run, 'name'):>9}{len(run.trainer_steps):>6}"
             f"{mean([equal_score_share(run.env_groups)]):>7.2f}{mean([r['hint_rate'] for r in rows]):>7.2f}"
             f"{mean([r.get('policy/lag_mean') for r in rows]):>6.2f}"
             f"{mean([t['rollouts_s'] for t in timings]):>8.1f}{mean([t['opd_s'] for t in timings]):>7.1f}"

@@ -11,7 +11,9 @@ For every held-out task and sample:
 
 Sampling is transformers generation from the student's weights with the env's prompt rendering (no
 vLLM server is needed); temperature 1 and no truncation, as the env's training rollouts, or 0 (greedy,
-as the env's `evaluate`). It reports first-attempt success without a hint and success with the hint.
+as the env's `evaluate`). It reports first-attempt success without a hint and success with the hint,
+and per convention (name, module) how many attempts of each followed it and what they chose instead
+(environments/tasks/convention_choice.py).
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import argparse
 import asyncio
 import json
 import logging
-import re
 import statistics
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from environments.rollout.agent_loop import RolloutLimits, run_rollout
 from environments.rollout.sandbox.sandbox import Sandbox
 from environments.rollout.tools import TOOL_SCHEMAS
 from environments.rollout.verifier import verify
+from environments.tasks.convention_choice import classify_attempt, defined_functions, written_files
 from environments.tasks.conventions import convention_splits
 from environments.tasks.task import Task
 from hermes_opd.record.hint import enhance_messages
@@ -100,6 +103,11 @@ class Attempt:
     defined: str | None = None
     """The first function the written file defines."""
     hint: str | None = None
+    convention: str | None = None
+    """What the attempt chose for the task's open convention (environments/tasks/convention_choice.py:
+    `helpers.py`, ..., `compute`, ..., `other`, `none`); None for a task of another family."""
+    followed: bool | None = None
+    """Whether that choice is the convention the hints reveal."""
 
 
 @dataclass
@@ -127,7 +135,22 @@ class HintReport:
             "hint_success_by_kind": {k: self.rate(True, k) for k in ("name", "module")},
             "parsable_tool_call_rate": statistics.fmean(a.parsed_call for a in first) if first else None,
             "failed_first_attempts_without_hint": sum(1 for a in first if not a.passed) - len(hinted),
+            "conventions": {"no_hint": self.conventions(first), "hint": self.conventions(hinted)},
         }
+
+    @staticmethod
+    def conventions(attempts: list[Attempt]) -> dict[str, dict[str, Any]]:
+        """Per kind (name, module): attempts, how many followed the convention, and every choice's count."""
+        out: dict[str, dict[str, Any]] = {}
+        for kind in ("name", "module"):
+            mine = [a for a in attempts if a.followed is not None and f"-{kind}-" in a.task_id]
+            if mine:
+                out[kind] = {
+                    "attempts": len(mine),
+                    "followed": sum(bool(a.followed) for a in mine),
+                    "chosen": dict(sorted(Counter(str(a.convention) for a in mine).items())),
+                }
+        return out
 
 
 async def attempt(
@@ -148,22 +171,20 @@ async def attempt(
     if verdict.feedback and trajectory.turns:  # as the env records it (verifier_feedback: true)
         trajectory.messages.append({"role": "user", "content": verdict.feedback, "name": "verifier"})
     calls = trajectory.messages[2].get("tool_calls", []) if len(trajectory.messages) > 2 else []
-    arguments = [c["function"]["arguments"] for c in calls if c["function"]["name"] == "write_file"]
-    arguments = [json.loads(a) if isinstance(a, str) else a for a in arguments]
-    defined = re.search(r"def (\w+)", str(arguments[0].get("content", ""))) if arguments else None
-    written = next(
-        (json.loads(c["function"]["arguments"]).get("path") if isinstance(c["function"]["arguments"], str)
-         else c["function"]["arguments"].get("path") for c in calls if c["function"]["name"] == "write_file"),
-        None,
-    )  # fmt: skip
+    files = written_files(trajectory.messages)
+    defined = next((name for _, content in files[:1] for name in defined_functions(content)), None)
+    passed = verdict.total > 0 and verdict.passed == verdict.total
+    choice = classify_attempt(task.task_id, trajectory.messages, passed)
     result = Attempt(
         task_id=task.task_id,
         hinted=hint is not None,
-        passed=verdict.total > 0 and verdict.passed == verdict.total,
+        passed=passed,
         parsed_call=bool(calls),
-        written=written,
-        defined=defined.group(1) if defined else None,
+        written=files[0][0] if files else None,
+        defined=defined,
         hint=hint,
+        convention=choice.chosen if choice else None,
+        followed=choice.followed if choice else None,
     )
     return result, trajectory
 

@@ -1,0 +1,117 @@
+"""The quick learning test's verdict on one run, as pure logic, so that the same criterion judges the
+README's test (tests/test_learning_student.py) and every measured run, real hints and controls
+(docs/notes/learning-proof.md).
+
+A rise in held-out success alone does not show that the hint's information moved the student: a
+constant, uninformative hint ("Check your work carefully.", judge_backend: constant) raised it too in
+some runs. The criterion is therefore the revealed convention's own rate: of the 12 held-out module
+tasks, how many attempts wrote the file the hints revealed (`helpers.py`;
+environments/tasks/convention_choice.py), after the last step against the start. It is the module
+convention because that is the one the student learns in these runs; the name convention
+(`compute_<noun>`) moved by 0-4 of 12 under real hints and by up to 2 under constant ones, so it is
+reported (`followed`, per kind) but not asserted. `MIN_MODULE_GAIN` was chosen from the measured
+distributions of runs with the rules judge's hints and with constant hints (docs/notes/
+learning-proof.md, where both are listed run by run).
+
+`python -m hermes_opd.bench.learning_proof DIR...` prints the verdict of every run in the bench
+output directories given.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hermes_opd.bench.learning_report import CONVENTION_KINDS
+
+MIN_MODULE_GAIN = 2
+"""Held-out module tasks (of 12) whose attempt writes `helpers.py` after the last step, more than at
+the start: the test's margin (docs/notes/learning-proof.md, "The margin")."""
+MIN_SUCCESS_GAIN = 1
+"""Held-out tasks passed after the last step, more than at the start."""
+
+
+def followed(evaluation: dict[str, Any]) -> int | None:
+    """Attempts of one evaluation that followed the revealed convention, both kinds together; None
+    when the evaluation recorded no choices."""
+    rows = evaluation.get("conventions") or {}
+    if not all(kind in rows for kind in CONVENTION_KINDS):
+        return None
+    return sum(int(rows[kind]["followed"]) for kind in CONVENTION_KINDS)
+
+
+def run_facts(run: dict[str, Any]) -> dict[str, Any]:
+    """What the verdict reads from one run of learning.json: success and followed counts at the start
+    and the end (of the held-out tasks), per kind too, and the teacher-gap diagnostic."""
+    start, end = run["evals"][0], run["evals"][-1]
+    tasks = int(end.get("eval/tasks", 24))
+    facts: dict[str, Any] = {
+        "arm": run["arm"],
+        "seed": run["seed"],
+        "tasks": tasks,
+        "passed_start": round(float(start["eval/pass@1"]) * tasks),
+        "passed_end": round(float(end["eval/pass@1"]) * tasks),
+        "followed_start": followed(start),
+        "followed_end": followed(end),
+    }
+    for kind in CONVENTION_KINDS:
+        for name, evaluation in (("start", start), ("end", end)):
+            row = (evaluation.get("conventions") or {}).get(kind)
+            facts[f"{kind}_{name}"] = int(row["followed"]) if row else None
+    probe = run.get("probe") or {}
+    gap_start, gap_end = probe.get("teacher_gap_all_start"), probe.get("teacher_gap_all_end")
+    facts["teacher_gap_fell"] = None if gap_start is None or gap_end is None else gap_end < gap_start
+    return facts
+
+
+def verdict(facts: dict[str, Any]) -> list[str]:
+    """The reasons the quick test fails on this run; empty when it passes."""
+    reasons = []
+    if facts["followed_start"] is None or facts["followed_end"] is None:
+        return ["the evaluations recorded no convention choices"]
+    gain = facts["module_end"] - facts["module_start"]
+    if gain < MIN_MODULE_GAIN:
+        reasons.append(
+            f"module tasks written to the revealed file rose by {gain} "
+            f"({facts['module_start']} -> {facts['module_end']}), less than {MIN_MODULE_GAIN}"
+        )
+    success_gain = facts["passed_end"] - facts["passed_start"]
+    if success_gain < MIN_SUCCESS_GAIN:
+        reasons.append(
+            f"held-out success rose by {success_gain} tasks ({facts['passed_start']} -> "
+            f"{facts['passed_end']}), less than {MIN_SUCCESS_GAIN}"
+        )
+    return reasons
+
+
+def verdict_line(facts: dict[str, Any]) -> str:
+    reasons = verdict(facts)
+    return (
+        f"{facts['arm']} seed {facts['seed']}: passed {facts['passed_start']}->{facts['passed_end']}, "
+        f"followed {facts['followed_start']}->{facts['followed_end']} (module {facts['module_start']}->"
+        f"{facts['module_end']}, name {facts['name_start']}->{facts['name_end']}), teacher gap fell: "
+        f"{facts['teacher_gap_fell']}: " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons))
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    directories = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
+    if not directories:
+        print("usage: python -m hermes_opd.bench.learning_proof BENCH_OUT_DIR...", file=sys.stderr)
+        return 2
+    for directory in directories:
+        path = directory / "learning.json"
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"error: {path}: {exc}", file=sys.stderr)
+            return 2
+        for run in record["runs"]:
+            print(f"{directory}: {verdict_line(run_facts(run))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

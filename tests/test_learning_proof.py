@@ -1,0 +1,50 @@
+"""The quick learning test's criterion (hermes_opd/bench/learning_proof.py), on hand-made runs."""
+
+from __future__ import annotations
+
+import json
+
+from hermes_opd.bench.learning_proof import MIN_MODULE_GAIN, main, run_facts, verdict, verdict_line
+
+
+def evaluation(passed: int, module: int, name: int) -> dict:
+    return {"eval/pass@1": passed / 24, "eval/tasks": 24.0, "conventions": {
+        "module": {"attempts": 12, "followed": module}, "name": {"attempts": 12, "followed": name},
+    }}  # fmt: skip
+
+
+def run(end: tuple[int, int, int], gap_end: float = 0.30) -> dict:
+    return {"arm": "opd", "seed": 3, "evals": [evaluation(5, 6, 0), evaluation(7, 6, 0), evaluation(*end)],
+            "probe": {"teacher_gap_all_start": 0.32, "teacher_gap_all_end": gap_end}}  # fmt: skip
+
+
+def test_a_run_passes_only_when_the_revealed_conventions_rose_by_the_margin():
+    assert MIN_MODULE_GAIN == 2
+    facts = run_facts(run((12, 10, 3)))
+    assert facts == {
+        "arm": "opd", "seed": 3, "tasks": 24, "passed_start": 5, "passed_end": 12, "followed_start": 6,
+        "followed_end": 13, "module_start": 6, "module_end": 10, "name_start": 0, "name_end": 3,
+        "teacher_gap_fell": True,
+    }  # fmt: skip
+    assert verdict(facts) == []
+    assert verdict_line(facts).endswith("teacher gap fell: True: PASS")
+    # success rose by 3 and the name convention by 2, the module one by 1: what a constant hint produced
+    assert verdict(run_facts(run((8, 7, 2), gap_end=0.31))) == [
+        "module tasks written to the revealed file rose by 1 (6 -> 7), less than 2"
+    ]
+    assert verdict(run_facts(run((9, 9, 0)))) == []  # names need not move
+    assert verdict(run_facts(run((5, 10, 0)))) == ["held-out success rose by 0 tasks (5 -> 5), less than 1"]
+    no_choices = run((12, 10, 3))
+    del no_choices["evals"][-1]["conventions"]
+    assert verdict(run_facts(no_choices)) == ["the evaluations recorded no convention choices"]
+
+
+def test_the_command_prints_every_runs_verdict(tmp_path, capsys):
+    (tmp_path / "learning.json").write_text(json.dumps({"runs": [run((12, 10, 3)), run((6, 7, 0))]}))
+    assert main([str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(": PASS") and lines[1].endswith(
+        ": FAIL: module tasks written to the revealed file rose by 1 (6 -> 7), less than 2"
+    )
+    assert "followed 6->13 (module 6->10, name 0->3)" in lines[0]
+    assert main([str(tmp_path / "missing")]) == 2
