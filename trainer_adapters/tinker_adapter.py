@@ -114,6 +114,7 @@ class TinkerOPDTrainer:
         """save_weights_for_sampler and hand the path to `on_new_sampler` (the inference side)."""
         name = f"{self.config.tinker.run_name}-step{self.step:06d}"
         path = self.training_client.save_weights_for_sampler(name=name).result().path
+        logger.info("step %d: sampler weights: %s", self.step, path)
         if self.on_new_sampler is not None:
             self.on_new_sampler(path, self.step)
         return path
