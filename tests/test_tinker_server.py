@@ -37,7 +37,7 @@ GROUPS = 3
 GROUP_SIZE = 4
 TOPK = 8
 STEPS = 4
-LEARNING_RATE = 3e-3
+LEARNING_RATE = 1e-3
 LOGPROB_TOLERANCE = 2e-3
 """Largest |trainer lp - vLLM sampler lp| accepted on a generated token (float32 on both sides; the
 measured figure is printed by test_trainer_logprobs_match_the_vllm_sampler)."""
@@ -94,6 +94,17 @@ def collected(qwen3_dev_server, tmp_path_factory) -> dict[str, Path]:
         print(f"{mode}: {len(groups)} groups in {time.perf_counter() - started:.0f}s, scores {scores}")
         paths[mode] = run / f"{mode}.jsonl"
     return paths
+
+
+SCORE_PATTERN = [1.0, 0.0, 0.0, 0.5]
+"""The tiny dev model fails every task (measured: all 12 rollouts of 3 groups score 0), so its groups
+carry no GRPO signal. The GRPO term is exercised by giving every group but the last these scores (a
+stand-in reward on the env's real tokens, sampler logprobs and teacher rows); the last group keeps
+its equal scores, the kind of group stock tinker-atropos skips."""
+
+
+def with_stand_in_scores(groups: list[dict]) -> list[dict]:
+    return [{**g, "scores": SCORE_PATTERN[: len(g["scores"])]} for g in groups[:-1]] + groups[-1:]
 
 
 def post_batch(api_url: str, groups: list[dict]) -> None:

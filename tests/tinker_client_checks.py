@@ -148,7 +148,7 @@ def run_tinker_atropos(args) -> dict:
     from tinker_atropos.trainer import TinkerAtroposTrainer
 
     groups = read_groups(args.groups)
-    teacher = teacher_positions(groups)
+    teacher = teacher_positions(groups, skip_equal_scores=True)
     config = TinkerAtroposConfig(
         env=EnvConfig(
             tokenizer_name=args.base_model,
@@ -184,14 +184,16 @@ def run_tinker_atropos(args) -> dict:
     return {"steps": rows}
 
 
-def teacher_positions(groups: list[dict]) -> list[tuple[list[int], list[int], list[float]]]:
-    """(tokens, positions, teacher logprobs of the student's token) of every sequence with teacher
-    rows inside scored turns, from `dense_k1` groups of a group that stock tinker-atropos keeps (its
-    scores differ). dense_k1 copies the sampler's logprob outside scored turns; those positions carry
-    no teacher signal and are left out (their lp equals the inference lp bit for bit)."""
+def teacher_positions(
+    groups: list[dict], *, skip_equal_scores: bool
+) -> list[tuple[list[int], list[int], list[float]]]:
+    """(tokens, positions, teacher logprob of the student's token) of every sequence with teacher
+    rows. `dense_k1` copies the sampler's logprob outside scored turns: such positions carry no
+    teacher signal and are left out (their lp equals the inference lp bit for bit).
+    `skip_equal_scores`: leave out the groups stock tinker-atropos skips (all scores equal)."""
     out = []
     for group in groups:
-        if len(set(group["scores"])) == 1:
+        if skip_equal_scores and len(set(group["scores"])) == 1:
             continue
         for tokens, ids, lps, inference in zip(
             group["tokens"],
@@ -200,12 +202,17 @@ def teacher_positions(groups: list[dict]) -> list[tuple[list[int], list[int], li
             group["inference_logprobs"],
             strict=True,
         ):
-            positions = [
-                t for t, (row, lp) in enumerate(zip(ids, lps, strict=True))
-                if row and t > 0 and row[0] == tokens[t] and lp[0] != inference[t]
-            ]  # fmt: skip
+            positions, teacher = [], []
+            for t, (row, row_lps) in enumerate(zip(ids, lps, strict=True)):
+                if t == 0 or tokens[t] not in row:
+                    continue
+                lp = row_lps[row.index(tokens[t])]
+                if len(row) == 1 and lp == inference[t]:
+                    continue
+                positions.append(t)
+                teacher.append(lp)
             if positions:
-                out.append((tokens, positions, [lps[t][0] for t in positions]))
+                out.append((tokens, positions, teacher))
     return out
 
 
@@ -225,6 +232,16 @@ def kl_to_teacher(sampling_client, teacher) -> dict:
     return {"k1": float(d.mean()), "k3": float(np.mean(np.exp(-d) - 1 + d)), "gap": float(np.abs(d).mean())}
 
 
+def check_kl(args) -> dict:
+    """The OPD term's KL to the teacher (see `kl_to_teacher`) under each sampler path, in order."""
+    teacher = teacher_positions(read_groups(args.groups), skip_equal_scores=False)
+    service = tinker.ServiceClient()
+    rows = []
+    for path in args.paths:
+        rows.append({"path": path, **kl_to_teacher(service.create_sampling_client(model_path=path), teacher)})
+    return {"positions": sum(len(p) for _, p, _ in teacher), "samplers": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -237,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     sampler.add_argument("groups")
     sampler.add_argument("--sampler-path", required=True)
     sampler.add_argument("--base-model", required=True)
+    kl = sub.add_parser("kl")
+    kl.add_argument("groups")
+    kl.add_argument("paths", nargs="+")
     atropos = sub.add_parser("atropos")
     atropos.add_argument("groups")
     atropos.add_argument("--api", required=True)
@@ -249,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     if not os.environ.get("TINKER_API_KEY", "").startswith("tml-"):
         print("error: TINKER_API_KEY must start with tml-", file=sys.stderr)
         return 2
-    run = {"logprobs": check_logprobs, "sampler": check_sampler, "atropos": run_tinker_atropos}[args.command]
+    commands = {"logprobs": check_logprobs, "sampler": check_sampler, "kl": check_kl, "atropos": run_tinker_atropos}
+    run = commands[args.command]
     print(json.dumps(run(args)), flush=True)
     return 0
 

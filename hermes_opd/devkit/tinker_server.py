@@ -53,7 +53,7 @@ class TinkerServer:
     workdir: str
     venv: str = field(default_factory=lambda: str(default_tinker_venv()))
     port: int = 0
-    max_lora_adapters: int = 4
+    max_lora_adapters: int = 8
     max_lora_rank: int = 8
     startup_timeout_s: float = 300.0
     process: subprocess.Popen | None = field(default=None, init=False, repr=False)
