@@ -26,14 +26,20 @@ import yaml
 
 from hermes_opd.commands.group_replay import WRAPPER_FIELDS
 from hermes_opd.devkit.dev_server import free_port
-from hermes_opd.devkit.tinker_server import client_environment
+from hermes_opd.devkit.tinker_server import client_environment, tinker_venv_ready
 from tests.test_send_spool import AtroposAPI
 
-pytestmark = pytest.mark.tinker
-
 REPO = Path(__file__).resolve().parents[1]
+VENV = os.environ.get("HERMES_OPD_TINKER_VENV") or str(REPO / ".venv-tinker")
+pytestmark = [
+    pytest.mark.tinker,
+    pytest.mark.skipif(
+        not tinker_venv_ready(VENV),
+        reason=f"no Tinker-API server venv at {VENV}: bash scripts/tinker-server-setup.sh",
+    ),
+]
 LOCAL_CPU = REPO / "configs" / "local-cpu.yaml"
-GROUPS = 3
+GROUPS = 2
 GROUP_SIZE = 4
 TOPK = 8
 STEPS = 4
@@ -70,7 +76,7 @@ def collect(server, out: Path, mode: str) -> list[dict]:
         "--out", str(out), "--groups", str(GROUPS), "--concurrency", "2", "--progress", "lines",
         "--openai.base_url", server.base_url, "--openai.model_name", server.model_name,
         "--openai.tokenizer_name", model_dir, "--env.tokenizer_name", model_dir,
-        "--env.group_size", str(GROUP_SIZE), "--env.max_turns", "2", "--env.max_tokens_per_turn", "96",
+        "--env.group_size", str(GROUP_SIZE), "--env.max_turns", "2", "--env.max_tokens_per_turn", "64",
         "--env.distill_mode", mode, "--env.distill_topk", str(TOPK),
     ]  # fmt: skip
     log = out.with_suffix(".log")
@@ -241,9 +247,9 @@ def test_hermes_opd_train_runs_grpo_opd_and_both_through_the_server(trained):
             print(
                 arm,
                 row["step"],
-                {k: round(v, 5) for k, v in row.items() if k.startswith(("loss/", "opd/reverse"))},
+                {k: round(v, 5) for k, v in row.items() if k.startswith(("loss/", "opd/token_kl"))},
             )
-    kl = [row["opd/reverse_kl"] for row in trained["opd"]]
+    kl = [row["opd/token_kl_k3"] for row in trained["opd"]]
     print("OPD-only reverse KL to the teacher per step (fixed batch):", kl)
     assert kl[-1] < kl[0], kl
     assert all(row["optim/step_skipped"] == 0.0 for row in trained["opd"])
@@ -267,24 +273,70 @@ def test_loss_terms_match_the_torch_trainer_on_the_same_groups_and_weights(train
         )
         torch_terms = TorchTrainer(config).evaluate(groups)
         tinker_terms = trained[arm][0]
-        for key in ("loss/total", "loss/grpo", "loss/opd", "opd/reverse_kl", "grpo/ratio_mean"):
+        for key in ("loss/total", "loss/grpo", "loss/opd", "opd/token_kl_k3", "grpo/ratio_mean"):
             print(arm, key, "torch", round(torch_terms[key], 6), "tinker", round(tinker_terms[key], 6))
             assert abs(torch_terms[key] - tinker_terms[key]) < TERM_TOLERANCE, (arm, key)
 
 
 def test_trained_weights_reach_a_sampling_client(trained, collected, tinker_server, tmp_path):
+    """The finished run's last `save_state`, restored through the SDK, saved for the sampler and
+    opened as a sampling client: the sampler's logprobs are the restored trainer's, not the base's."""
     run = trained["both_dir"]
-    sampler_path = next(
-        line.split("sampler weights: ", 1)[1].strip()
-        for line in reversed((run / "train.log").read_text().splitlines())
-        if "sampler weights: " in line
-    )
     out = run_client(
         tinker_server,
-        ["sampler", str(run / "state.json"), str(collected["topk"]), "--sampler-path", sampler_path,
-         "--base-model", str(tinker_server.model_dir)],
+        [
+            "sampler",
+            str(run / "state.json"),
+            str(collected["topk"]),
+            "--base-model",
+            str(tinker_server.model_dir),
+        ],
         tmp_path / "sampler.log",
-    )  # fmt: skip
+    )
     print("sampler:", json.dumps(out))
     assert out["restored_vs_sampler_max_abs"] < LOGPROB_TOLERANCE
     assert out["sampler_vs_base_mean_abs"] > 10 * LOGPROB_TOLERANCE
+
+
+TINKER_ATROPOS = os.environ.get("HERMES_OPD_TINKER_ATROPOS")
+"""A directory holding the `tinker_atropos` package (stock tinker-atropos is not on PyPI; see
+docs/trainers.md, "Stock tinker-atropos through the local server"). Unset: the test is skipped."""
+
+
+@pytest.mark.skipif(
+    not TINKER_ATROPOS, reason="HERMES_OPD_TINKER_ATROPOS (a tinker-atropos checkout) not set"
+)
+def test_stock_tinker_atropos_trains_dense_k1_groups_through_the_server(tinker_server, collected, tmp_path):
+    """Its own trainer, unmodified, pulls our dense_k1 groups from a real run-api (the same batch each
+    step) and trains through the server with `importance_sampling`; the KL to the teacher on the
+    groups it keeps, measured with its own new sampling client after each step, falls."""
+    groups = with_stand_in_scores(read(collected["dense_k1"]))
+    api = AtroposAPI(free_port(), tmp_path / "api.log", watchdog_s=1200).start()
+    log = tmp_path / "tinker-atropos.log"
+    env = {**os.environ, **client_environment(tinker_server.base_url), "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": TINKER_ATROPOS, "WANDB_MODE": "disabled"}  # fmt: skip
+    argv = [tinker_python(tinker_server), str(REPO / "tests" / "tinker_client_checks.py"), "atropos",
+            str(collected["dense_k1"]), "--api", api.url, "--base-model", str(tinker_server.model_dir),
+            "--steps", str(STEPS), "--batch-size", str(sequences_in(groups)), "--lr", str(LEARNING_RATE)]  # fmt: skip
+    try:
+        with log.open("wb") as handle:
+            proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                    start_new_session=True)  # fmt: skip
+        try:
+            wait_registered(api.url, sequences_in(groups), proc, log)
+            with FixedBatchFeeder(api.url, groups, STEPS):
+                assert proc.wait(1200) == 0, log.read_text()[-4000:]
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait(30)
+    finally:
+        api.stop()
+    text = log.read_text()
+    steps = json.loads(text.strip().splitlines()[-1])["steps"]
+    print("tinker-atropos:", json.dumps(steps))
+    assert "Skipped 1 groups with zero advantages" in text  # the equal-score group: its teacher rows lost
+    assert [row["step"] for row in steps] == list(range(STEPS + 1))
+    assert all(row["distil_tokens"] > 0 for row in steps[1:]), "the OPD signal reached its loss"
+    kl = [row["kl_to_teacher"]["k3"] for row in steps]
+    assert kl[-1] < kl[0], kl

@@ -116,17 +116,19 @@ def check_logprobs(args) -> dict:
 
 
 def check_sampler(args) -> dict:
-    """The finished run's weights, restored two ways through the SDK, give the same logprobs."""
+    """A finished run's last state, restored through the SDK, then saved for the sampler and opened
+    as a sampling client (the local server serves saved sampler weights only while their training
+    model is loaded; docs/trainers.md): both give the same logprobs, and not the base model's."""
     seqs = sequences(read_groups(args.groups))
     state = json.loads(Path(args.state).read_text())
     service = tinker.ServiceClient()
     restored = service.create_training_client_from_state(state["state_path"])
     trained_lp = forward_logprobs(restored, seqs)
-    sampler = service.create_sampling_client(model_path=args.sampler_path)
-    sample_lp, _ = sampler_logprobs(sampler, seqs)
-    base = service.create_sampling_client(base_model=args.base_model)
-    base_lp, _ = sampler_logprobs(base, seqs)
+    path = restored.save_weights_for_sampler(name="restored").result().path
+    sample_lp, _ = sampler_logprobs(restored.create_sampling_client(path), seqs)
+    base_lp, _ = sampler_logprobs(service.create_sampling_client(base_model=args.base_model), seqs)
     return {
+        "sampler_path": path,
         "restored_vs_sampler_max_abs": float(
             max(np.nanmax(np.abs(a - b)) for a, b in zip(trained_lp, sample_lp, strict=True))
         ),
@@ -252,7 +254,6 @@ def main(argv: list[str] | None = None) -> int:
     sampler = sub.add_parser("sampler")
     sampler.add_argument("state")
     sampler.add_argument("groups")
-    sampler.add_argument("--sampler-path", required=True)
     sampler.add_argument("--base-model", required=True)
     kl = sub.add_parser("kl")
     kl.add_argument("groups")
@@ -269,7 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     if not os.environ.get("TINKER_API_KEY", "").startswith("tml-"):
         print("error: TINKER_API_KEY must start with tml-", file=sys.stderr)
         return 2
-    commands = {"logprobs": check_logprobs, "sampler": check_sampler, "kl": check_kl, "atropos": run_tinker_atropos}
+    commands = {
+        "logprobs": check_logprobs,
+        "sampler": check_sampler,
+        "kl": check_kl,
+        "atropos": run_tinker_atropos,
+    }
     run = commands[args.command]
     print(json.dumps(run(args)), flush=True)
     return 0

@@ -186,7 +186,9 @@ def run_tinker(
         logger.info("resumed tinker training from %s at step %d", saved["state_path"], step)
     else:
         training_client = resolved_client(
-            service.create_lora_training_client(base_model=config.tinker.base_model, rank=config.tinker.lora_rank)
+            service.create_lora_training_client(
+                base_model=config.tinker.base_model, rank=config.tinker.lora_rank
+            )
         )
     trainer = TinkerOPDTrainer(config, training_client, on_new_sampler=on_new_sampler, step=step)
     atropos = config.atropos

@@ -55,6 +55,9 @@ class TinkerServer:
     port: int = 0
     max_lora_adapters: int = 8
     max_lora_rank: int = 8
+    train_micro_batch_size: int = 2
+    """Sequences per forward/backward micro-batch in the engine: all 8-12 of a test batch at once
+    took the engine past 5 GB and the OOM killer ended it on a 24 GB machine shared six ways."""
     startup_timeout_s: float = 300.0
     process: subprocess.Popen | None = field(default=None, init=False, repr=False)
 
@@ -69,7 +72,11 @@ class TinkerServer:
     def command(self) -> list[str]:
         venv = Path(self.venv).resolve()
         work = Path(self.workdir).resolve()
-        backend = {"max_lora_adapters": self.max_lora_adapters, "max_lora_rank": self.max_lora_rank}
+        backend = {
+            "max_lora_adapters": self.max_lora_adapters,
+            "max_lora_rank": self.max_lora_rank,
+            "train_micro_batch_size": self.train_micro_batch_size,
+        }
         return [
             str(venv / "bin" / "uv"), "run", "--no-project", "--offline", "--python", str(venv / "bin" / "python"),
             "python", "-m", "skyrl.tinker.api",
