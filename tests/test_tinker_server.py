@@ -44,9 +44,10 @@ GROUP_SIZE = 4
 TOPK = 8
 STEPS = 4
 LEARNING_RATE = 1e-3
-LOGPROB_TOLERANCE = 2e-3
-"""Largest |trainer lp - vLLM sampler lp| accepted on a generated token (float32 on both sides; the
-measured figure is printed by test_trainer_logprobs_match_the_vllm_sampler)."""
+LOGPROB_TOLERANCE = 1e-4
+"""Largest |trainer lp - vLLM sampler lp| accepted on a generated token. Measured (float32 on both
+sides, 755 generated tokens of 8 sequences): 1.4e-5 for the training client's forward, 1.5e-5 for
+a sampling client's compute_logprobs, mean 2.4e-6."""
 TERM_TOLERANCE = 1e-3
 """Largest |tinker term - torch term| accepted for each loss term on the same groups and weights."""
 
@@ -227,7 +228,7 @@ def test_trainer_logprobs_match_the_vllm_sampler(tinker_server, collected, tmp_p
 @pytest.fixture(scope="module")
 def trained(tinker_server, collected, tmp_path_factory) -> dict[str, list[dict]]:
     """GRPO only, OPD only and both, each STEPS steps on the same fixed batch of topk groups."""
-    groups = read(collected["topk"])
+    groups = with_stand_in_scores(read(collected["topk"]))
     root = tmp_path_factory.mktemp("tinker-train")
     arms = {"grpo": {"w_opd": 0.0}, "opd": {"w_grpo": 0.0}, "both": {}}
     rows = {}
@@ -261,7 +262,7 @@ def test_loss_terms_match_the_torch_trainer_on_the_same_groups_and_weights(train
     from trainer_adapters.torch_trainer import TorchTrainer
     from trainer_adapters.trainer_config import parse_trainer_config
 
-    groups = read(collected["topk"])
+    groups = with_stand_in_scores(read(collected["topk"]))
     for arm, loss in {"grpo": {"w_opd": 0.0}, "opd": {"w_grpo": 0.0}, "both": {}}.items():
         config = parse_trainer_config(
             {
