@@ -63,6 +63,55 @@ def dev_server(dev_model_dir, tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def qwen3_dev_model_dir() -> Path:
+    """The dev model as a Qwen3 (`dev-model build --architecture qwen3`): what the local Tinker-API
+    server can load, and what its vLLM serves, so that policy, teacher and trainer are one model."""
+    from hermes_opd.devkit.dev_model import build_dev_model, is_built
+    from hermes_opd.devkit.paths import default_qwen3_dev_model_dir
+
+    path = default_qwen3_dev_model_dir()
+    if not is_built(path, architecture="qwen3"):
+        build_dev_model(path, architecture="qwen3")
+    return path
+
+
+@pytest.fixture(scope="session")
+def qwen3_dev_server(qwen3_dev_model_dir, tmp_path_factory):
+    """A real vLLM server serving the Qwen3 dev model (started only by the `tinker` suite)."""
+    from hermes_opd.devkit.dev_server import DevServer
+
+    server = DevServer(
+        str(qwen3_dev_model_dir),
+        served_model_name="dev-model-qwen3",
+        log_path=str(tmp_path_factory.mktemp("vllm-qwen3") / "vllm.log"),
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def tinker_server(qwen3_dev_model_dir, tmp_path_factory):
+    """A local Tinker-API server (hermes_opd/devkit/tinker_server.py) training LoRA adapters on the
+    Qwen3 dev model; skips when scripts/tinker-server-setup.sh has not built its venv."""
+    from hermes_opd.devkit.tinker_server import TinkerServer, tinker_venv_ready
+
+    venv = os.environ.get("HERMES_OPD_TINKER_VENV") or str(
+        Path(__file__).resolve().parents[1] / ".venv-tinker"
+    )
+    if not tinker_venv_ready(venv):
+        pytest.skip(f"no Tinker-API server venv at {venv}: run `bash scripts/tinker-server-setup.sh`")
+    server = TinkerServer(str(qwen3_dev_model_dir), str(tmp_path_factory.mktemp("tinker-server")), venv=venv)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 class _ExternalServer:
     def __init__(self, base_url: str, model_name: str, model_dir: Path) -> None:
         self.base_url = base_url.rstrip("/")

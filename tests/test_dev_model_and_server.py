@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_opd.devkit.dev_model import DevModelSpec, build_dev_model
+from hermes_opd.devkit.dev_model import DevModelSpec, build_dev_model, is_built
 
 
 def test_same_seed_gives_identical_files(tmp_path):
@@ -44,12 +44,29 @@ def test_a_build_from_older_code_is_stale_and_rebuilt_by_if_missing(tmp_path, mo
     (out / "dev_model.json").write_text(json.dumps(manifest))
     assert built_version(out) == 1 and not is_built(out)
     calls = []
-    monkeypatch.setattr("hermes_opd.devkit.dev_model.build_dev_model", lambda path, spec: calls.append(path))
+    monkeypatch.setattr(
+        "hermes_opd.devkit.dev_model.build_dev_model", lambda path, spec, **_: calls.append(path)
+    )
     assert cli.main(["dev-model", "build", str(out), "--if-missing"]) == 0
     assert calls == [str(out)], "a stale cache is rebuilt, not reused"
     (out / "dev_model.json").write_text(json.dumps({**manifest, "builder_version": BUILDER_VERSION}))
     assert cli.main(["dev-model", "build", str(out), "--if-missing"]) == 0
     assert calls == [str(out)], "a current build is reused"
+
+
+def test_qwen3_option_keeps_tokenizer_and_sizes_and_leaves_the_default_build_alone(tmp_path):
+    spec = DevModelSpec(fit_steps=0, vocab_size=1024)
+    qwen2 = build_dev_model(tmp_path / "q2", spec)
+    qwen3 = build_dev_model(tmp_path / "q3", spec, architecture="qwen3")
+    config = json.loads((qwen3 / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3ForCausalLM"] and config["head_dim"] == 32
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_key_value_heads"]) == (128, 2, 2)
+    assert (qwen3 / "tokenizer.json").read_bytes() == (qwen2 / "tokenizer.json").read_bytes()
+    assert "architecture" not in json.loads((qwen2 / "dev_model.json").read_text())
+    assert is_built(qwen3, architecture="qwen3") and not is_built(qwen3)
+    assert is_built(qwen2) and not is_built(qwen2, architecture="qwen3")
+    with pytest.raises(ValueError, match="unknown dev model architecture 'llama'"):
+        build_dev_model(tmp_path / "x", spec, architecture="llama")
 
 
 def test_dev_tokenizer_pre_tokenizes_like_qwen(dev_tokenizer):

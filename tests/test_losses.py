@@ -226,6 +226,15 @@ def test_opd_token_advantage_is_clipped_and_detached():
     assert term.metrics["opd/token_advantage_clip_frac"].item() == pytest.approx(1 / 3)
 
 
+def test_opd_token_kl_k3_is_zero_on_the_teacher_and_exact_elsewhere():
+    mask = torch.tensor([[True, True, False]])
+    same = opd_token_loss(torch.tensor([[-1.0, -2.0, -3.0]]), torch.tensor([[-1.0, -2.0, 0.0]]), mask)
+    assert same.metrics["opd/token_kl_k3"].item() == 0.0
+    # gap d = teacher - student = [1, -1]: k3 = exp(d) - 1 - d = [e - 2, 1/e], masked third position
+    term = opd_token_loss(torch.tensor([[-2.0, -1.0, -3.0]]), torch.tensor([[-1.0, -2.0, 0.0]]), mask)
+    assert term.metrics["opd/token_kl_k3"].item() == pytest.approx((math.e - 2 + 1 / math.e) / 2)
+
+
 def test_opd_token_ppo_variant_clips_the_ratio():
     behaviour = torch.log(torch.tensor([[0.4, 0.4]]))
     lp = torch.log(torch.tensor([[0.6, 0.6]])).requires_grad_(True)  # ratio 1.5 at both

@@ -114,6 +114,7 @@ class TinkerOPDTrainer:
         """save_weights_for_sampler and hand the path to `on_new_sampler` (the inference side)."""
         name = f"{self.config.tinker.run_name}-step{self.step:06d}"
         path = self.training_client.save_weights_for_sampler(name=name).result().path
+        logger.info("step %d: sampler weights: %s", self.step, path)
         if self.on_new_sampler is not None:
             self.on_new_sampler(path, self.step)
         return path
@@ -121,6 +122,7 @@ class TinkerOPDTrainer:
     def save_state(self) -> str:
         name = f"{self.config.tinker.run_name}-state{self.step:06d}"
         path = self.training_client.save_state(name).result().path
+        logger.info("step %d: state: %s", self.step, path)
         state_file = Path(self.config.state_path)
         state_file.parent.mkdir(parents=True, exist_ok=True)
         state_file.write_text(json.dumps({"step": self.step, "state_path": path}))
@@ -154,11 +156,18 @@ class TinkerOPDTrainer:
         return self.step
 
 
+def resolved_client(created: Any) -> Any:
+    """The TrainingClient a ServiceClient creation call returned: tinker 0.25 returns the client,
+    0.38 a future of it (`.result()`; using the future as the client is deprecated there)."""
+    result = getattr(created, "result", None)
+    return result() if callable(result) else created
+
+
 def run_tinker(
     config: TinkerTrainerConfig, *, on_new_sampler: Callable[[str, int], None] | None = None
 ) -> int:
     """Connect to the tinker service (TINKER_API_KEY), resume from `state_path` if it names a
-    saved state, and train. Not exercised by the test suite (it needs the service)."""
+    saved state, and train. Run against a local Tinker-API server by tests/test_tinker_server.py."""
     import tinker
 
     service = (
@@ -170,15 +179,17 @@ def run_tinker(
     step = 0
     if state_file.is_file():
         saved = json.loads(state_file.read_text())
-        training_client = service.create_training_client_from_state_with_optimizer(
-            saved["state_path"]
-        ).result()
+        training_client = resolved_client(
+            service.create_training_client_from_state_with_optimizer(saved["state_path"])
+        )
         step = int(saved["step"])
         logger.info("resumed tinker training from %s at step %d", saved["state_path"], step)
     else:
-        training_client = service.create_lora_training_client(
-            base_model=config.tinker.base_model, rank=config.tinker.lora_rank
-        ).result()
+        training_client = resolved_client(
+            service.create_lora_training_client(
+                base_model=config.tinker.base_model, rank=config.tinker.lora_rank
+            )
+        )
     trainer = TinkerOPDTrainer(config, training_client, on_new_sampler=on_new_sampler, step=step)
     atropos = config.atropos
     with AtroposClient(

@@ -11,10 +11,10 @@ import sys
 def _dev_model(args: argparse.Namespace) -> int:
     from hermes_opd.devkit.dev_model import DevModelSpec, build_dev_model, is_built
 
-    if args.if_missing and is_built(args.dir):
+    if args.if_missing and is_built(args.dir, architecture=args.architecture):
         print(f"dev model already built at {args.dir}")
         return 0
-    build_dev_model(args.dir, DevModelSpec(seed=args.seed))
+    build_dev_model(args.dir, DevModelSpec(seed=args.seed), architecture=args.architecture)
     print(f"dev model written to {args.dir}")
     return 0
 
@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("dir")
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--if-missing", action="store_true", help="do nothing when DIR already holds a build")
+    build.add_argument(
+        "--architecture",
+        choices=["qwen2", "qwen3"],
+        default="qwen2",
+        help="qwen3: the same tokenizer, sizes and fit as a Qwen3, for the local Tinker-API server",
+    )
     build.set_defaults(handler=_dev_model)
     student = dev_model_sub.add_parser(
         "build-student",

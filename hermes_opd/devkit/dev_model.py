@@ -87,6 +87,43 @@ def qwen2_config(spec: Any, tokenizer: Any) -> Any:
     )
 
 
+ARCHITECTURES = ("qwen2", "qwen3")
+"""`qwen2`: the default dev model. `qwen3`: the same tokenizer, sizes, seed and fit as a Qwen3
+(per-head q/k RMSNorm, no q/k/v biases, head_dim hidden/heads), for servers that do not load Qwen2
+(the local Tinker-API server, hermes_opd/devkit/tinker_server.py); vLLM serves both."""
+
+
+def qwen3_config(spec: Any, tokenizer: Any) -> Any:
+    """`qwen2_config`'s shape and special tokens as a Qwen3 architecture."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        head_dim=spec.hidden_size // spec.num_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
+
+
+def _causal_lm(architecture: str, spec: DevModelSpec, tokenizer: Any) -> Any:
+    from transformers import Qwen2ForCausalLM, Qwen3ForCausalLM
+
+    if architecture == "qwen2":
+        return Qwen2ForCausalLM(qwen2_config(spec, tokenizer))
+    if architecture == "qwen3":
+        return Qwen3ForCausalLM(qwen3_config(spec, tokenizer))
+    raise ValueError(f"unknown dev model architecture {architecture!r}; choose one of {ARCHITECTURES}")
+
+
 def chat_template() -> str:
     return resources.files("hermes_opd.devkit").joinpath("chat_template.jinja").read_text()
 
@@ -176,12 +213,17 @@ def _fit(model, tokenizer, texts: list[str], spec: DevModelSpec) -> float:
     return loss_value
 
 
-def build_dev_model(out_dir: str | Path, spec: DevModelSpec | None = None) -> Path:
-    """Write tokenizer, chat template, config and float32 weights to `out_dir`."""
+def build_dev_model(
+    out_dir: str | Path, spec: DevModelSpec | None = None, *, architecture: str = "qwen2"
+) -> Path:
+    """Write tokenizer, chat template, config and float32 weights to `out_dir` (`architecture`: one
+    of ARCHITECTURES; the default build is unchanged by the option)."""
     import torch
-    from transformers import GenerationConfig, Qwen2ForCausalLM
+    from transformers import GenerationConfig
 
     spec = spec or DevModelSpec()
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"unknown dev model architecture {architecture!r}; choose one of {ARCHITECTURES}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stale = built_version(out)
@@ -196,8 +238,7 @@ def build_dev_model(out_dir: str | Path, spec: DevModelSpec | None = None) -> Pa
         tokenizer = build_tokenizer(spec, _render_corpus_plain(rng))
         torch.manual_seed(spec.seed)
         eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        config = qwen2_config(spec, tokenizer)
-        model = Qwen2ForCausalLM(config).to(torch.float32)
+        model = _causal_lm(architecture, spec, tokenizer).to(torch.float32)
         loss = float("nan")
         if spec.fit_steps > 0:
             loss = _fit(model, tokenizer, _render_corpus(tokenizer, rng, 300), spec)
@@ -212,6 +253,7 @@ def build_dev_model(out_dir: str | Path, spec: DevModelSpec | None = None) -> Pa
         "spec": spec.__dict__,
         "parameters": sum(p.numel() for p in model.parameters()),
         "fit_loss": round(loss, 4),
+        **({} if architecture == "qwen2" else {"architecture": architecture}),
         "files": {
             p.name: _sha256(p) for p in sorted(out.iterdir()) if p.is_file() and p.name != "dev_model.json"
         },
@@ -264,6 +306,10 @@ def built_version(path: str | Path) -> int | None:
     return version if isinstance(version, int) else None
 
 
-def is_built(path: str | Path) -> bool:
-    """True when `path` holds a complete dev model build made by this version of the builder."""
-    return built_version(path) == BUILDER_VERSION
+def is_built(path: str | Path, *, architecture: str = "qwen2") -> bool:
+    """True when `path` holds a complete dev model build of `architecture` made by this version of
+    the builder."""
+    if built_version(path) != BUILDER_VERSION:
+        return False
+    manifest = json.loads((Path(path) / "dev_model.json").read_text())
+    return manifest.get("architecture", "qwen2") == architecture

@@ -39,6 +39,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def stop_process_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """SIGTERM the process group led by `proc` (started with start_new_session), SIGKILL it after
+    `grace_s`, reap `proc`, and SIGKILL whatever is left in the group (servers leave helpers)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 @dataclass
 class DevServer:
     """A vLLM OpenAI-compatible server on 127.0.0.1 serving one local model directory."""
@@ -142,21 +158,8 @@ class DevServer:
 
     def stop(self, grace_s: float = 20.0) -> None:
         """Terminate the server's process group, escalating to SIGKILL, and reap it."""
-        proc = self.process
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        # vLLM may leave engine-core children in the group; make sure none survive.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        if self.process is not None:
+            stop_process_group(self.process, grace_s)
         self.process = None
 
     def __enter__(self) -> DevServer:

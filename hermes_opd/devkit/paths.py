@@ -17,6 +17,13 @@ def default_dev_model_dir() -> Path:
     return Path(env) if env else cache_dir() / "dev-model"
 
 
+def default_qwen3_dev_model_dir() -> Path:
+    """`$HERMES_OPD_DEV_MODEL_QWEN3`, else `<cache>/dev-model-qwen3` (`dev-model build --architecture
+    qwen3`: the model the local Tinker-API server and its vLLM share)."""
+    env = os.environ.get("HERMES_OPD_DEV_MODEL_QWEN3")
+    return Path(env) if env else cache_dir() / "dev-model-qwen3"
+
+
 def default_student_dir() -> Path:
     """`$HERMES_OPD_STUDENT`, else `<cache>/dev-student`."""
     env = os.environ.get("HERMES_OPD_STUDENT")

@@ -1,0 +1,166 @@
+"""Start, health-check and stop a local Tinker-API server: skyrl 0.4.0's "tx" server on its CPU JAX
+backend, from the Python 3.12 venv that `scripts/tinker-server-setup.sh` builds (`.venv-tinker`).
+
+The server is two processes: an API process (`skyrl.tinker.api`, FastAPI) and an engine process
+(`skyrl.tinker.engine`) that it starts itself, through `uv run`, and that shares its state through a
+SQLite database. We start the API the way skyrl expects, `uv run --no-project python -m
+skyrl.tinker.api ...` with the venv's own `uv` (a PyPI wheel) and the venv active, so that the
+engine comes up from the same venv; the database and the checkpoints go to `workdir` (without
+`--database-url` skyrl writes its database inside site-packages). Everything runs in one process
+group that `stop()` ends by its leader's PID, the way `DevServer` stops vLLM.
+
+Clients reach it with `tinker.ServiceClient(base_url=server.base_url)` and any `TINKER_API_KEY` that
+starts with `tml-` (`client_environment()`). See docs/trainers.md, "A local Tinker-API server".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hermes_opd.devkit.dev_server import DevServerError, free_port, stop_process_group
+
+LOCAL_API_KEY = "tml-hermes-opd-local"
+"""The SDK refuses keys that do not start with `tml-`; the local server accepts any such key."""
+
+
+def default_tinker_venv() -> Path:
+    """`$HERMES_OPD_TINKER_VENV`, else `.venv-tinker` in the current directory."""
+    return Path(os.environ.get("HERMES_OPD_TINKER_VENV", Path.cwd() / ".venv-tinker"))
+
+
+def tinker_venv_ready(venv: str | Path) -> bool:
+    """True when `venv` was completed by scripts/tinker-server-setup.sh."""
+    return (Path(venv) / ".hermes-opd-tinker-installed").is_file() and (Path(venv) / "bin" / "uv").is_file()
+
+
+def client_environment(base_url: str) -> dict[str, str]:
+    """What a tinker SDK client needs to reach the local server (the SDK reads both variables)."""
+    return {"TINKER_BASE_URL": base_url, "TINKER_API_KEY": LOCAL_API_KEY}
+
+
+@dataclass
+class TinkerServer:
+    """A Tinker-API server on 127.0.0.1 training LoRA adapters on one local model directory."""
+
+    model_dir: str
+    workdir: str
+    venv: str = field(default_factory=lambda: str(default_tinker_venv()))
+    port: int = 0
+    max_lora_adapters: int = 8
+    max_lora_rank: int = 8
+    train_micro_batch_size: int = 2
+    """Sequences per forward/backward micro-batch in the engine: all 8-12 of a test batch at once
+    took the engine past 5 GB and the OOM killer ended it on a 24 GB machine shared six ways."""
+    startup_timeout_s: float = 300.0
+    process: subprocess.Popen | None = field(default=None, init=False, repr=False)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.workdir) / "tinker-server.log"
+
+    def command(self) -> list[str]:
+        venv = Path(self.venv).resolve()
+        work = Path(self.workdir).resolve()
+        backend = {
+            "max_lora_adapters": self.max_lora_adapters,
+            "max_lora_rank": self.max_lora_rank,
+            "train_micro_batch_size": self.train_micro_batch_size,
+        }
+        return [
+            str(venv / "bin" / "uv"), "run", "--no-project", "--offline", "--python", str(venv / "bin" / "python"),
+            "python", "-m", "skyrl.tinker.api",
+            "--base-model", str(Path(self.model_dir).resolve()),
+            "--backend", "jax",
+            "--backend-config", json.dumps(backend),
+            "--database-url", f"sqlite:///{work / 'tinker.db'}",
+            "--checkpoints-base", str(work / "checkpoints"),
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+        ]  # fmt: skip
+
+    def environment(self) -> dict[str, str]:
+        venv = Path(self.venv).resolve()
+        env = dict(os.environ)
+        env.pop("PYTHONPATH", None)  # the engine must import the venv's packages, not the caller's
+        env.update(
+            {
+                "VIRTUAL_ENV": str(venv),
+                "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+                "UV_PYTHON_DOWNLOADS": "never",
+                "UV_NO_CACHE": "1",
+                "JAX_PLATFORMS": "cpu",
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+            }
+        )
+        return env
+
+    def start(self) -> TinkerServer:
+        if not tinker_venv_ready(self.venv):
+            raise DevServerError(
+                f"{self.venv} holds no Tinker-API server; run `bash scripts/tinker-server-setup.sh`"
+            )
+        if not Path(self.model_dir, "config.json").is_file():
+            raise DevServerError(f"{self.model_dir} is not a model directory (no config.json)")
+        Path(self.workdir).mkdir(parents=True, exist_ok=True)
+        if self.port == 0:
+            self.port = free_port()
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.environment(), cwd=self.workdir, start_new_session=True,
+            )  # fmt: skip
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise DevServerError(
+                    f"the Tinker-API server exited with code {self.process.returncode} during startup; "
+                    f"last log lines:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/api/v1/healthz", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(1.0)
+        raise DevServerError(
+            f"the Tinker-API server was not healthy after {self.startup_timeout_s:.0f}s; "
+            f"last log lines:\n{self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """End the server's process group (the API process and the engine it started) by PID."""
+        if self.process is not None:
+            stop_process_group(self.process, grace_s)
+        self.process = None
+
+    def __enter__(self) -> TinkerServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
