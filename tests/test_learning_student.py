@@ -6,7 +6,7 @@ tests/test_student_recipe.py checks that it is today's recipe): its own CPU vLLM
 hot-loading, atroposlib's run-api, an env `serve` worker on the convention tasks and
 `hermes-opd train`, OPD only, 6 steps of 2 groups of 4.
 
-The direction it asserts (docs/learning.md, "The quick test on the copying student"): held-out
+The direction it asserts (docs/notes/learning-lab.md, "The quick test on the copying student"): held-out
 success, the env's own greedy `evaluate` on the 24 held-out tasks, rises under OPD. The held-out
 tasks' conventions are never in the student's pretraining, and the evaluation sends no hint, so
 only what OPD moved from the hinted teacher into the unhinted policy can raise it. The teacher-gap
@@ -48,7 +48,7 @@ def test_opd_raises_the_copying_students_held_out_success(tmp_path):
     # one grid for every run: the start, then the weights after steps 2, 4 and 6 (8 generations a step)
     assert [x for x, _ in run["curve"]] == [0, 16, 32, 48]
     assert run["curve"][0][1] == pytest.approx(START)
-    # 10 of 10 runs (seeds 0-9) passed 7-13 of the 24 tasks after step 6, from 5 (docs/learning.md);
+    # 10 of 10 runs (seeds 0-9) passed 7-13 of the 24 tasks after step 6, from 5 (docs/notes/learning-lab.md);
     # the margin is one task
     assert last["opd_only_gain"] >= 1 / 24 - 1e-9, run["curve"]
     assert last["opd_teacher_gap_fell"] == "1/1"  # 10 of 10 fell, by 0.016-0.057 nats

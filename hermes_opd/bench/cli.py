@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--commands", type=int, default=None, help="commands per builder (default 100; quick 10)")
 
     p = sub.add_parser(
-        "learning", help="GRPO only / OPD only / both through the real online loop (docs/learning.md)"
+        "learning",
+        help="GRPO only / OPD only / both through the real online loop (docs/notes/learning-lab.md)",
     )
     from hermes_opd.bench.learning_bench import add_arguments
 

@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("conversations", "copy"),
         default="conversations",
         help="conversations (minutes) or copy: induction first, then the mix (about 50 min on one core; "
-        "the student of docs/learning.md that learns under OPD)",
+        "the student of docs/notes/learning-lab.md that learns under OPD)",
     )
     student.add_argument(
         "--if-missing", action="store_true", help="do nothing when DIR already holds a build"
