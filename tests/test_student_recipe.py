@@ -138,7 +138,9 @@ def test_the_committed_student_is_todays_copy_recipe_with_the_dev_tokenizer():
     assert is_student_built(fixture, "copy", recipe_manifest())
     manifest = json.loads((fixture / "student_model.json").read_text())
     assert weights_sha256(fixture) == manifest["weights_sha256"]
-    assert manifest["weights_sha256"].startswith("ff8a806f")  # the build measured in docs/notes/learning-lab.md
+    assert manifest["weights_sha256"].startswith(
+        "ff8a806f"
+    )  # the build measured in docs/notes/learning-lab.md
     committed, built = AutoTokenizer.from_pretrained(fixture), dev_tokenizer(DevModelSpec())
     assert committed.get_vocab() == built.get_vocab()
     text = "<|im_start|>user\nWrite `compute_mileage` in `helpers.py`.<|im_end|>"
