@@ -1,5 +1,6 @@
-"""`hermes-opd send` says what it waits for, every few seconds, against a real `run-api`: an API
-with no trainer registered, and an API whose registered trainer does not pull (the queue full)."""
+"""Long waits say what they wait for, every few seconds: `hermes-opd send` against a real `run-api`
+(no trainer registered; a registered trainer that does not pull, so the queue is full), and
+`hermes-opd process` while no group has finished."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hermes_opd.commands.group_replay import WAIT_NOTICE_S
-from hermes_opd.devkit.dev_server import free_port
+from hermes_opd.devkit.dev_server import WAIT_NOTICE_S, free_port
 from tests.test_distill_format import build_group
 from tests.test_send_groups import write_groups
 from tests.test_send_spool import AtroposAPI
@@ -91,3 +91,20 @@ def test_send_says_every_few_seconds_that_the_api_has_no_trainer_yet(api, tmp_pa
     expected = f"waiting for a trainer: the Atropos API at {api.url} has no registered trainer yet ("
     assert all(line.startswith(expected) for line in lines), lines
     assert_every_notice_interval(waited_seconds(lines))
+
+
+def test_process_progress_says_what_the_collection_waits_for_without_a_bar():
+    import io
+
+    from hermes_opd.commands.progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress(target=3, done=1, stream=stream, mode="lines")
+    progress.still_waiting(2, time.monotonic() - 12)
+    assert stream.getvalue() == (
+        "[1/3] collecting: 2 group(s) in flight (rollouts, then the judge and the teacher), "
+        "none finished in the last 12 s\n"
+    )
+    quiet = io.StringIO()
+    Progress(target=3, done=0, stream=quiet, mode="none").still_waiting(1, time.monotonic())
+    assert quiet.getvalue() == ""

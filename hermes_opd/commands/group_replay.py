@@ -56,12 +56,9 @@ from hermes_opd.commands.validate_file import unwrap_group
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.group_id import group_digest, with_group_id
 from hermes_opd.contract.validation import validate_group
+from hermes_opd.devkit.dev_server import WAIT_NOTICE_S  # every wait says what it waits for this often
 
 logger = logging.getLogger(__name__)
-
-WAIT_NOTICE_S = 5.0
-"""Every wait of the sender (for a trainer, for room in the API's queue, for the queue to drain)
-says what it waits for at least this often."""
 
 WRAPPER_FIELDS = ("group_index", "task_id")
 """Fields `hermes-opd process` puts in front of each group; not part of the ScoredDataGroup."""
