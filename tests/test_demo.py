@@ -123,3 +123,15 @@ def test_dev_model_demo_writes_valid_groups_metrics_and_a_report(dev_server, tmp
     ):
         assert label in proc.stdout, f"summary lacks {label!r}:\n{proc.stdout}"
     assert "vLLM: using" in proc.stdout and "vLLM: starting" not in proc.stdout
+
+
+def test_a_rerun_clears_the_earlier_runs_loop_directory_and_outputs(tmp_path):
+    from hermes_opd.commands.demo_learning import clear_earlier_run
+
+    (tmp_path / "opd-seed0").mkdir()
+    (tmp_path / "opd-seed0" / "trainer.jsonl").write_text('{"step": 1}\n')  # the trainer appends to it
+    (tmp_path / "opd-seed1").mkdir()
+    for name in ("start_eval.jsonl", "learning.json", "validation.json", "vllm.log"):
+        (tmp_path / name).write_text("earlier\n")
+    clear_earlier_run(tmp_path, seed=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["opd-seed1", "vllm.log"]

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import io
 import json
+import shutil
 import signal
 import sys
 import textwrap
@@ -92,6 +93,7 @@ def run(args: argparse.Namespace, raise_on_sigterm) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     values, settings = loop_settings(args, out_dir)
+    clear_earlier_run(out_dir, args.seed)
     times = DemoTimes()
     server = None
     try:
@@ -129,6 +131,21 @@ def run(args: argparse.Namespace, raise_on_sigterm) -> int:
     figure = write_learning_outputs(settings, values, records, out_dir, started)
     print_screen(records, collected, settings, out_dir, figure, times, time.monotonic() - started)
     return 0 if collected.ok else 1
+
+
+def clear_earlier_run(out_dir: Path, seed: int) -> None:
+    """DIR is the demo's own: an earlier run's loop directory (the trainer's and env's metrics files
+    are appended to) and outputs go, so that every run reports only itself."""
+    shutil.rmtree(out_dir / f"{ARM}-seed{seed}", ignore_errors=True)
+    for name in (
+        "start_eval.jsonl",
+        "learning.json",
+        "learning.png",
+        "learning-summary.txt",
+        "validation.json",
+    ):
+        with contextlib.suppress(FileNotFoundError):
+            (out_dir / name).unlink()
 
 
 def _say_waiting(text: str) -> None:
