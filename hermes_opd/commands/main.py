@@ -43,7 +43,7 @@ def _dev_server(args: argparse.Namespace) -> int:
 DELEGATED = {
     "demo": (
         "hermes_opd.commands.demo",
-        "run the embedded CPU demo end to end (dev model, local vLLM, real tools)",
+        "OPD teaching the shipped copying student on a laptop CPU: collect, train a few steps, evaluate before and after",
     ),
     "process": ("hermes_opd.commands.process_job", "collect OPD groups to disk with progress and resume"),
     "send": (
