@@ -169,7 +169,7 @@ class TeacherScorer:
         In-process: one pass over the candidates' shared prefix, reused (KV cache) for each
         candidate's own hint and turn (`TransformersTeacher.score_shared_prefix`). On vLLM: the
         candidates' requests go out together; prompt-logprob requests never read vLLM's prefix cache
-        (reading it returns garbage rows for the cached positions; docs/benchmarks.md, section 6), so each
+        (reading it returns garbage rows for the cached positions; docs/notes/benchmarks-lab.md, section 6), so each
         one costs a full request."""
         for ids, prompt_len in inputs:
             if list(ids[prompt_len:]) != list(student_ids):

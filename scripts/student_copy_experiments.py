@@ -30,7 +30,7 @@ The rows and the training loop are hermes_opd/devkit/student_recipe.py's (one `P
 Q2, gives the same weights as running them here one after another (checked on short runs, and on
 the first four: the student P5, bit for bit). `--hint-rate` is the share of conversations with an
 open value whose user message names it (0.6 unless set; Q2's last run used 0.3).
-docs/learning.md ("The student") lists the runs and what they measured.
+docs/notes/learning-lab.md ("The student") lists the runs and what they measured.
 """
 
 from __future__ import annotations

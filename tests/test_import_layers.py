@@ -30,8 +30,8 @@ FLOORS: dict[str, int] = {
     "environments.rollout": 5,
     "environments.atropos": 6,
     "environments.proxy": 7,  # the live-session producer: built on the env's recorder, parser, builder
-    "hermes_opd.commands": 8,
     "hermes_opd.bench": 8,
+    "hermes_opd.commands": 9,  # above the benchmarks: `hermes-opd demo` runs the learning bench's loop
 }
 ATROPOS_ONLY = ("atroposlib",)
 """Third-party packages that only `environments.atropos` (and the commands above it) may import."""

@@ -1,7 +1,7 @@
 """`hermes-opd bench learning --quick` as a real test: its own CPU vLLM with LoRA hot-loading,
 atroposlib's run-api, an env `serve` worker and `hermes-opd train`, OPD only, 2 steps.
 
-The direction it asserts (docs/learning.md, "The bench"): on the groups the start policy sampled,
+The direction it asserts (docs/notes/learning-lab.md, "The bench"): on the groups the start policy sampled,
 the served policy's unhinted logprob of the student's tokens moves towards the hinted teacher's
 (the mean |teacher - student| gap falls), read from vLLM under the run's final adapter, so it also
 fails when weight sync does not deliver the weights. Not timed.
@@ -35,7 +35,7 @@ def test_quick_learning_bench_moves_the_served_policy_towards_the_teacher(dev_mo
         "hybrid_final",
         "hybrid_generations_over_grpo",
     ]
-    # 10 of 10 quick runs (seeds 0-9) fell by 0.0022-0.0347 nats (docs/learning.md); margin 0.001
+    # 10 of 10 quick runs (seeds 0-9) fell by 0.0022-0.0347 nats (docs/notes/learning-lab.md); margin 0.001
     assert last["opd_teacher_gap_end"] <= last["opd_teacher_gap_start"] - 0.001, last
     assert last["opd_teacher_gap_fell"] == "1/1"
 

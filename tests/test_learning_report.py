@@ -45,7 +45,7 @@ def test_band_interpolates_a_seed_between_its_own_evaluations():
 
 
 def test_one_seed_evaluated_at_other_points_does_not_collapse_the_band():
-    """Measured (docs/learning.md, student Q2): the serve worker evaluated five hybrid seeds at 0, 8,
+    """Measured (docs/notes/learning-lab.md, student Q2): the serve worker evaluated five hybrid seeds at 0, 8,
     56, 80 and 96 generations and one at 0, 24, 48, 72 and 96. Keeping only the points every seed
     shared left 0 and 96, so the hybrid seemed to need all 96 generations to reach any target."""
     five = [[(0, 0.21), (8, 0.21), (56, 0.43), (80, 0.52), (96, 0.55)] for _ in range(5)]

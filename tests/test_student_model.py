@@ -101,7 +101,7 @@ def test_hint_rate_sets_the_share_of_open_values_an_instruction_names(words, hin
 
 
 def test_the_default_hint_rate_draws_the_same_conversations_as_before():
-    """0.6 was the fixed rate the students of docs/learning.md were built with: the default keeps their
+    """0.6 was the fixed rate the students of docs/notes/learning-lab.md were built with: the default keeps their
     rows draw for draw (the hash was taken from the code before `hint_rate` existed)."""
     words = tuple(f"{a}{b}" for a in ("tab", "row", "map", "key", "set") for b in ("le", "ing", "er", "ed"))
     rng = random.Random(5)

@@ -128,7 +128,7 @@ def test_the_command_refuses_a_seed_for_the_copy_recipe(tmp_path, capsys):
 
 def test_the_committed_student_is_todays_copy_recipe_with_the_dev_tokenizer():
     """The shipped student (hermes_opd/devkit/student_q2) is `hermes-opd dev-model build-student DIR --recipe copy` of this
-    code (docs/learning.md, "The quick test on the copying student"): a change to the recipe, the
+    code (docs/notes/learning-lab.md, "The quick test on the copying student"): a change to the recipe, the
     shape or the tokenizer fails here, and the student must be rebuilt with that command."""
     from transformers import AutoTokenizer
 
@@ -138,7 +138,9 @@ def test_the_committed_student_is_todays_copy_recipe_with_the_dev_tokenizer():
     assert is_student_built(fixture, "copy", recipe_manifest())
     manifest = json.loads((fixture / "student_model.json").read_text())
     assert weights_sha256(fixture) == manifest["weights_sha256"]
-    assert manifest["weights_sha256"].startswith("ff8a806f")  # the build measured in docs/learning.md
+    assert manifest["weights_sha256"].startswith(
+        "ff8a806f"
+    )  # the build measured in docs/notes/learning-lab.md
     committed, built = AutoTokenizer.from_pretrained(fixture), dev_tokenizer(DevModelSpec())
     assert committed.get_vocab() == built.get_vocab()
     text = "<|im_start|>user\nWrite `compute_mileage` in `helpers.py`.<|im_end|>"

@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stdio", type=int, default=None, help="stdio neighbours (default 2; quick 1)")
 
     p = sub.add_parser(
-        "learning", help="GRPO only / OPD only / both through the real online loop (docs/learning.md)"
+        "learning",
+        help="GRPO only / OPD only / both through the real online loop (docs/notes/learning-lab.md)",
     )
     from hermes_opd.bench.learning_bench import add_arguments
 

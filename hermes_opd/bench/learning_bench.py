@@ -5,7 +5,7 @@ generations, with the same seeds. The bench writes `learning.json` (per run: per
 grad norms, the ratio-capped fraction, hint rate, equal-score share, lag and stage timings, and
 every evaluation), `learning.png` (held-out success against generations, mean and band over seeds)
 and prints a summary table; its last line is one JSON object (learning_report.headline).
-docs/learning.md, "The bench", says how to run and read it.
+docs/notes/learning-lab.md, "The bench", says how to run and read it.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     if not settings.vllm_root_url and not args.report_only:
         print(f"starting a CPU vLLM with LoRA hot-loading for {settings.model_dir} ...", file=sys.stderr)
         server = start_lora_vllm(settings.model_dir, settings.lora_r, settings.out_dir / "vllm.log",
-                                 settings.served_model)  # fmt: skip
+                                 settings.served_model, on_wait=_say)  # fmt: skip
         settings.vllm_root_url = server.root_url
     runs: list[RunRecords] = []
     if args.report_only:
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
                 run_started = time.monotonic()
                 print(f"[{time.monotonic() - started:6.0f}s] {arm} seed {seed}: {settings.steps} steps ...",
                       file=sys.stderr)  # fmt: skip
-                records = run_arm(settings, arm, seed, start_eval)
+                records = run_arm(settings, arm, seed, start_eval, on_wait=_say)
                 runs.append(records)
                 curve = eval_curve(records)
                 print(f"    done in {time.monotonic() - run_started:.0f}s; held-out success "
@@ -175,6 +175,10 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.stop()
     return write_outputs(settings, values, runs, started)
+
+
+def _say(text: str) -> None:
+    print(f"    ... {text}", file=sys.stderr, flush=True)
 
 
 def write_outputs(

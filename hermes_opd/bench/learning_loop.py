@@ -1,4 +1,4 @@
-"""One run of the closed online loop, for `hermes-opd bench learning` (docs/learning.md, "The loop").
+"""One run of the closed online loop, for `hermes-opd bench learning` (docs/notes/learning-lab.md, "The loop").
 
 Real processes only: atroposlib's `run-api`, one or more `AgenticOPDEnv` `serve` workers, and
 `hermes-opd train` (the torch trainer, LoRA), against one vLLM that serves the policy, the teacher
@@ -26,6 +26,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from hermes_opd.bench.learning_probe import probe_run
 from hermes_opd.bench.learning_report import ARMS, RunRecords
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, adapter_name, adapter_step
-from hermes_opd.devkit.dev_server import DevServer, free_port
+from hermes_opd.devkit.dev_server import WAIT_NOTICE_S, DevServer, free_port
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +88,14 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def start_lora_vllm(
-    model_dir: str, lora_r: int, log_path: Path, served_model: str = "dev-model"
+    model_dir: str,
+    lora_r: int,
+    log_path: Path,
+    served_model: str = "dev-model",
+    on_wait: Callable[[str], None] | None = None,
 ) -> DevServer:
-    """A CPU vLLM that can hot-load LoRA adapters of rank <= `lora_r` (vllm-on-cpu notes, last section)."""
+    """A CPU vLLM that can hot-load LoRA adapters of rank <= `lora_r` (vllm-on-cpu notes, last
+    section); `on_wait` is told what the start waits for, every few seconds."""
     os.environ["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"  # DevServer passes our environment on
     server = DevServer(
         model_dir,
@@ -104,6 +110,7 @@ def start_lora_vllm(
             "--max-cpu-loras",
             "8",
         ],
+        on_wait=on_wait,
     )
     return server.start()
 
@@ -360,8 +367,26 @@ def load_run(run_dir: Path) -> RunRecords:
     return records
 
 
-def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, Any]) -> RunRecords:
-    """Train one arm for `settings.steps` steps through the real loop; collect its records."""
+def loop_progress(settings: LoopSettings, run_dir: Path, elapsed_s: float) -> str:
+    """What a running loop waits for, from the files its processes write (trainer and env metrics)."""
+    steps = len(read_jsonl(run_dir / "trainer.jsonl"))
+    groups = sum(1 for r in read_jsonl(run_dir / "env.jsonl") if r.get("kind") == "group")
+    return (
+        f"waiting for the trainer: {steps}/{settings.steps} steps done, {groups} group(s) sampled by the env "
+        f"({settings.groups_per_step} per step; {elapsed_s:.0f} s)"
+    )
+
+
+def run_arm(
+    settings: LoopSettings,
+    arm: str,
+    seed: int,
+    start_eval: dict[str, Any],
+    on_wait: Callable[[str], None] | None = None,
+) -> RunRecords:
+    """Train one arm for `settings.steps` steps through the real loop; collect its records.
+    `on_wait` is told, every few seconds, how far the trainer is and before each evaluation."""
+    say = on_wait or logger.info
     run_dir = settings.out_dir / f"{arm}-seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     prefix = f"{arm}-s{seed}-{uuid.uuid4().hex[:6]}"
@@ -394,7 +419,11 @@ def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, A
             procs.append(start_logged([sys.executable, "-m", "environments.atropos.agentic_opd_env", "serve", "--config",
                                  str(env_yaml)], run_dir / f"env{worker}.log"))  # fmt: skip
         deadline = started + settings.run_timeout_s
+        noticed = time.monotonic()
         while trainer.poll() is None:
+            if time.monotonic() - noticed >= WAIT_NOTICE_S:
+                noticed = time.monotonic()
+                say(loop_progress(settings, run_dir, noticed - started))
             for proc, name in zip(procs[2:], range(settings.workers), strict=True):
                 if proc.poll() is not None:
                     raise LearningRunError(
@@ -413,17 +442,14 @@ def run_arm(settings: LoopSettings, arm: str, seed: int, start_eval: dict[str, A
             stop_process_group(proc)
     from trainer_adapters.checkpointing import checkpoint_dir  # the trainer's layout; imports torch
 
-    evals = [
-        evaluate_checkpoint(
-            settings,
-            seed=seed,
-            prefix=prefix,
-            step=step,
+    evals = []
+    for step in evaluation_steps(settings.steps, settings.eval_every):
+        say(f"evaluating the weights after step {step} on the held-out tasks")
+        evals.append(evaluate_checkpoint(
+            settings, seed=seed, prefix=prefix, step=step,
             checkpoint=checkpoint_dir(run_dir / "checkpoints", step) / "model",
             metrics_path=run_dir / "evals.jsonl",
-        )
-        for step in evaluation_steps(settings.steps, settings.eval_every)
-    ]
+        ))  # fmt: skip
     logger.info("%s seed %d: held-out success %s", arm, seed,
                 " ".join(f"{e[POLICY_VERSION_KEY]}:{e['eval/pass@1']:.2f}" for e in evals))  # fmt: skip
     sent = [g for worker in range(settings.workers) for g in read_jsonl(run_dir / f"groups{worker}.jsonl")]

@@ -1,5 +1,5 @@
 """Did the served policy move towards the teacher? A probe through vLLM itself (the bench's
-`--quick` direction, docs/learning.md).
+`--quick` direction, docs/notes/learning-lab.md).
 
 On the groups the start policy sampled (policy version 0), at every position the teacher scored,
 it compares the teacher's logprob of the student's own token (from the group's distill rows: the

@@ -1,4 +1,11 @@
-"""`hermes-opd demo [--out DIR] [--groups N]`: the whole pipeline on a laptop CPU, end to end.
+"""`hermes-opd demo [--out DIR]`: the README's main job, on a laptop CPU, end to end.
+
+By default, the learning demo (demo_learning.py): OPD groups collected with the copying student
+that ships with the project, then the real closed loop for a few OPD steps, and held-out success
+before and after (docs/recipes/conventions-demo.md).
+
+`hermes-opd demo --dev-model`, the pipeline alone on the 1.3M dev model (it learns nothing; it shows
+the data the pipeline writes, in about a minute once set up):
 
 1. builds the tiny dev model (or reuses it: `hermes_opd.devkit.paths.default_dev_model_dir()`),
 2. starts a local CPU vLLM on a free port (or uses `--server-url`),
@@ -24,6 +31,7 @@ from typing import Any
 
 from environments.atropos.agentic_opd_env import AgenticOPDEnv
 from hermes_opd.commands.progress import format_duration
+from hermes_opd.contract.errors import ConfigError
 
 DEFAULT_OUT = "runs/demo"
 DEMO_ENV: dict[str, Any] = {
@@ -49,32 +57,43 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hermes-opd demo",
-        description="Build the dev model, start a local CPU vLLM, collect a few OPD groups with real tools "
-        "and teacher scoring, and write groups, metrics and an HTML report.",
+        description="OPD teaching the shipped copying student on the convention tasks: collect OPD groups, "
+        "run the closed loop (vLLM with LoRA hot-loading, run-api, the env, hermes-opd train) for a few "
+        "OPD steps, and evaluate the held-out tasks before and after. Writes groups.jsonl, report.html, "
+        "learning.png, learning.json and validation.json. With --dev-model: only collect groups with the "
+        "1.3M dev model (no training).",
     )
     parser.add_argument(
         "--out", default=DEFAULT_OUT, help=f"output directory, started afresh (default {DEFAULT_OUT})"
     )
-    parser.add_argument("--groups", type=int, default=3, help="groups to collect (default 3)")
     parser.add_argument(
-        "--group-size", type=int, default=DEMO_ENV["group_size"], help="rollouts per group (4)"
-    )
-    parser.add_argument(
+        "--dev-model", action="store_true",
+        help="collect groups with the 1.3M dev model only (the pipeline's data, no training)",
+    )  # fmt: skip
+    parser.add_argument("--groups", type=int, default=None,
+                        help="groups to collect (default 2; 3 with --dev-model)")  # fmt: skip
+    learning = parser.add_argument_group("the learning demo (the default)")
+    learning.add_argument("--steps", type=int, default=None,
+                          help="OPD steps of the closed loop (default: configs/bench/learning-student-quick.yaml, 6)")  # fmt: skip
+    learning.add_argument("--eval-every", type=int, default=None,
+                          help="evaluate the weights after every k-th step and the last (default: the config's, 2)")  # fmt: skip
+    learning.add_argument("--seed", type=int, default=0, help="seed of the loop's run (default 0)")
+    learning.add_argument("--student-model", default=None,
+                          help="student directory (default: the shipped hermes_opd/devkit/student_q2)")  # fmt: skip
+    learning.add_argument("--vllm-url", default=None,
+                          help="a running vLLM root URL with --enable-lora serving the student (default: start one)")  # fmt: skip
+    dev = parser.add_argument_group("--dev-model")
+    dev.add_argument("--group-size", type=int, default=DEMO_ENV["group_size"], help="rollouts per group (4)")
+    dev.add_argument(
         "--max-turns", type=int, default=DEMO_ENV["max_turns"], help="assistant turns per rollout"
     )
-    parser.add_argument(
-        "--concurrency", type=int, default=DEMO_CONCURRENCY, help="groups in flight (default 2)"
-    )
-    parser.add_argument(
-        "--model-dir", default=None, help="dev model directory (default: the cache's dev-model)"
-    )
-    parser.add_argument(
+    dev.add_argument("--concurrency", type=int, default=DEMO_CONCURRENCY, help="groups in flight (default 2)")
+    dev.add_argument("--model-dir", default=None, help="dev model directory (default: the cache's dev-model)")
+    dev.add_argument(
         "--server-url", default=None, help="use this running vLLM (…/v1) instead of starting one"
     )
-    parser.add_argument("--model-name", default="dev-model", help="served model name (default dev-model)")
-    parser.add_argument(
-        "--port", type=int, default=0, help="port of the vLLM the demo starts (0: a free one)"
-    )
+    dev.add_argument("--model-name", default="dev-model", help="served model name (default dev-model)")
+    dev.add_argument("--port", type=int, default=0, help="port of the vLLM the demo starts (0: a free one)")
     return parser
 
 
@@ -91,16 +110,34 @@ def main(argv: list[str] | None = None) -> int:
     from hermes_opd.commands.process_job import configure_logging
 
     configure_logging()
-    if args.groups < 1 or args.group_size < 1 or args.concurrency < 1 or args.max_turns < 1:
+    if args.groups is None:
+        args.groups = 3 if args.dev_model else 2
+    counts = (
+        args.groups,
+        args.group_size,
+        args.concurrency,
+        args.max_turns,
+        args.steps or 1,
+        args.eval_every or 1,
+    )
+    if min(counts) < 1 or args.seed < 0:
         print(
-            "hermes-opd demo: --groups, --group-size, --max-turns and --concurrency must be >= 1",
+            "hermes-opd demo: --groups, --group-size, --max-turns, --concurrency, --steps and --eval-every "
+            "must be >= 1, --seed >= 0",
             file=sys.stderr,
         )
         return EXIT_USAGE
     # SIGTERM must unwind through the `finally` that stops vLLM (it runs in its own session).
     previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
-        return _run(args)
+        if args.dev_model:
+            return _run(args)
+        from hermes_opd.commands import demo_learning
+
+        return demo_learning.run(args, _raise_on_sigterm)
+    except ConfigError as exc:
+        print(f"hermes-opd demo: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("\nhermes-opd demo: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -56,6 +56,7 @@ from hermes_opd.contract.bounded_json import GROUPS_INPUT, BoundedJSONError, loa
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.group_id import group_digest, with_group_id
 from hermes_opd.contract.validation import validate_group
+from hermes_opd.devkit.dev_server import WAIT_NOTICE_S  # every wait says what it waits for this often
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +206,7 @@ class GroupReplayer:
         """Until the API answers and a trainer has registered; sets batch_size and max_token_len."""
         started = time.monotonic()
         delay = self.options.poll_s
-        said = False
+        said_at: float | None = None
         while True:
             info = await self._get("/info")
             if info is not None and int(info.get("batch_size", -1)) > 0:
@@ -218,11 +219,12 @@ class GroupReplayer:
                     f"no Atropos API with a registered trainer at {self.options.api_url} for {waited:.0f} s; "
                     f"nothing is lost: rerun the same command to continue from {self.cursor_file}"
                 )
-            if not said:
+            if said_at is None or time.monotonic() - said_at >= WAIT_NOTICE_S:
+                said_at = time.monotonic()
                 state = "is not reachable" if info is None else "has no registered trainer yet"
-                self.say(f"the Atropos API at {self.options.api_url} {state}; waiting (Ctrl-C to stop)")
-                said = True
-            await asyncio.sleep(delay)
+                self.say(f"waiting for a trainer: the Atropos API at {self.options.api_url} {state} "
+                         f"({waited:.0f} s; Ctrl-C to stop, a rerun continues)")  # fmt: skip
+            await asyncio.sleep(min(delay, WAIT_NOTICE_S))
             delay = min(self.options.backoff_max_s, delay * 2)
 
     async def _status(self) -> tuple[int, int]:
@@ -269,17 +271,32 @@ class GroupReplayer:
 
     # -- pacing ----------------------------------------------------------------------------------
     async def _wait_for_room(self, sequences: int) -> None:
+        started = said_at = time.monotonic()
         while True:
             _, queued = await self._status()
             bound = self.options.max_queue_batches * self.batch_size
             if bound <= 0 or queued * sequences < bound:
                 break
+            if time.monotonic() - said_at >= WAIT_NOTICE_S:
+                said_at = time.monotonic()
+                self.say(self._queue_notice("waiting for the trainer to pull", queued, sequences, started))
             await asyncio.sleep(self.options.poll_s)
         if self.options.max_rate:
             now = time.monotonic()
             if self._next_post_at > now:
                 await asyncio.sleep(self._next_post_at - now)
             self._next_post_at = max(now, self._next_post_at) + 1.0 / self.options.max_rate
+
+    def _queue_notice(self, what: str, queued_groups: int, sequences: int, since: float) -> str:
+        """'waiting for ...: the API holds 2 batches (8 sequences in 4 groups; --max-queue-batches 2)'."""
+        held = queued_groups * sequences
+        batches = held / self.batch_size if self.batch_size > 0 else 0.0
+        return (
+            f"{what}: the API holds {batches:g} batch{'es' if batches != 1 else ''} of {self.batch_size} "
+            f"sequences ({held} sequences in {queued_groups} group(s); --max-queue-batches "
+            f"{self.options.max_queue_batches}); {self.result.groups_sent} group(s) sent so far, waiting "
+            f"{time.monotonic() - since:.0f} s"
+        )
 
     # -- one line --------------------------------------------------------------------------------
     def _check(self, raw: bytes, line: int) -> tuple[dict[str, Any] | None, str | None]:
@@ -457,6 +474,7 @@ class GroupReplayer:
         """Wait until the API's queue holds less than one batch (the rest waits for more groups to
         fill a batch). False when the API restarted meanwhile (the window was rewound: send again)."""
         last_queued, last_change = None, time.monotonic()
+        started = said_at = time.monotonic()
         while True:
             try:
                 _, queued = await self._status()
@@ -467,6 +485,12 @@ class GroupReplayer:
             if queued * self._group_sequences < self.batch_size:
                 self.result.still_queued = queued or None
                 return True
+            if time.monotonic() - said_at >= WAIT_NOTICE_S:
+                said_at = time.monotonic()
+                self.say(self._queue_notice(
+                    "all groups sent; waiting for the trainer to pull the last of them", queued,
+                    self._group_sequences, started,
+                ) + f" (gives up after {self.options.drain_timeout_s:.0f} s without progress)")  # fmt: skip
             if queued != last_queued:
                 last_queued, last_change = queued, time.monotonic()
             elif time.monotonic() - last_change > self.options.drain_timeout_s:

@@ -43,7 +43,7 @@ def _dev_server(args: argparse.Namespace) -> int:
 DELEGATED = {
     "demo": (
         "hermes_opd.commands.demo",
-        "run the embedded CPU demo end to end (dev model, local vLLM, real tools)",
+        "OPD teaching the shipped copying student on a laptop CPU: collect, train a few steps, evaluate before and after",
     ),
     "process": ("hermes_opd.commands.process_job", "collect OPD groups to disk with progress and resume"),
     "send": (
@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("conversations", "copy"),
         default="conversations",
         help="conversations (minutes) or copy: induction first, then the mix (about 50 min on one core; "
-        "the student of docs/learning.md that learns under OPD)",
+        "the student of docs/notes/learning-lab.md that learns under OPD)",
     )
     student.add_argument(
         "--if-missing", action="store_true", help="do nothing when DIR already holds a build"

@@ -45,6 +45,7 @@ from hermes_opd.commands.send_cursor import CursorError, cursor_path
 from hermes_opd.commands.send_groups import add_pacing_arguments, options_from, pacing_error, summary_lines
 from hermes_opd.contract.bounded_json import GROUPS_INPUT, BoundedJSONError, loads_bounded
 from hermes_opd.contract.errors import ConfigError, HermesOPDError
+from hermes_opd.devkit.dev_server import WAIT_NOTICE_S
 
 logger = logging.getLogger(__name__)
 
@@ -547,6 +548,7 @@ async def _collect_loop(
         return task.task_id, group, time.monotonic() - t0
 
     abandon_waiter = asyncio.ensure_future(stop.abandon.wait())
+    last_finished = time.monotonic()
     try:
         while True:
             while todo and len(running) < concurrency and not stop.stopping.is_set() and not result.aborted:
@@ -556,7 +558,13 @@ async def _collect_loop(
             stop.in_flight = len(running)
             if not running:
                 break
-            done, _ = await asyncio.wait({*running, abandon_waiter}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {*running, abandon_waiter}, timeout=WAIT_NOTICE_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                progress.still_waiting(len(running), last_finished)
+                continue
+            last_finished = time.monotonic()
             for task in [t for t in done if t in running]:
                 index = running.pop(task)
                 error: str | None = None

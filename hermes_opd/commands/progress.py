@@ -168,6 +168,21 @@ class Progress:
             flush=True,
         )
 
+    def still_waiting(self, in_flight: int, since: float) -> None:
+        """Nothing finished for a while: the bar's clock moves on; without a bar, one line says
+        what the job waits for (called every few seconds by the collection loop)."""
+        if self._bar is not None:
+            self._bar.refresh()
+            return
+        if self.mode == "none":
+            return
+        print(
+            f"[{self.done}/{self.target}] collecting: {in_flight} group(s) in flight (rollouts, then the "
+            f"judge and the teacher), none finished in the last {time.monotonic() - since:.0f} s",
+            file=self.stream,
+            flush=True,
+        )
+
     def message(self, text: str) -> None:
         """A line that does not break the bar."""
         if self._bar is not None:

@@ -22,7 +22,7 @@ from hermes_opd.devkit.student_recipe import build_recipe_student, recipe_manife
 
 RECIPES = ("conversations", "copy")
 """conversations: `build_student` (minutes; follows the tool format, does not copy unseen names);
-copy: `student_recipe.COPY_RECIPE` (induction first; about 50 minutes on one core; docs/learning.md)."""
+copy: `student_recipe.COPY_RECIPE` (induction first; about 50 minutes on one core; docs/notes/learning-lab.md)."""
 
 
 def build_student_for_env(

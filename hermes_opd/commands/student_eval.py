@@ -230,7 +230,7 @@ async def measure_hint_following(
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hermes-opd student-eval",
-        description="Hint-following of a student on the held-out convention tasks (see docs/learning.md).",
+        description="Hint-following of a student on the held-out convention tasks (see docs/notes/learning-lab.md).",
     )
     parser.add_argument("model", help="model directory (e.g. one written by `dev-model build-student`)")
     parser.add_argument("--samples", type=int, default=4, help="first attempts per task")

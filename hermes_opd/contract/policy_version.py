@@ -1,4 +1,4 @@
-"""Which weights sampled a group: the policy version (docs/learning.md, "The loop").
+"""Which weights sampled a group: the policy version (docs/notes/learning-lab.md, "The loop").
 
 The trainer's weights after N optimizer steps are version N; the base model is version 0. With LoRA
 weight sync (trainer_adapters/weight_sync.py) the trainer loads those weights into vLLM as the

@@ -16,10 +16,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_opd.contract.errors import HermesOPDError
+
+WAIT_NOTICE_S = 5.0
+"""How often a long wait says what it waits for (the start of vLLM here; the demo and benches too)."""
 
 DEFAULT_MAX_LOGPROBS = 100
 """vLLM's default is 20; teacher scoring asks for top-50 prompt logprobs plus the student's token."""
@@ -70,6 +74,8 @@ class DevServer:
     startup_timeout_s: float = 300.0
     log_path: str | None = None
     extra_args: list[str] = field(default_factory=list)
+    on_wait: Callable[[str], None] | None = field(default=None, repr=False)
+    """Told what the start waits for, every `WAIT_NOTICE_S` while vLLM is not healthy yet."""
     process: subprocess.Popen | None = field(default=None, init=False, repr=False)
 
     @property
@@ -133,8 +139,14 @@ class DevServer:
         return self
 
     def wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
+        started = time.monotonic()
+        deadline = started + self.startup_timeout_s
+        noticed = started
         while time.monotonic() < deadline:
+            if self.on_wait is not None and time.monotonic() - noticed >= WAIT_NOTICE_S:
+                noticed = time.monotonic()
+                self.on_wait(f"waiting for vLLM to load {Path(self.model_dir).name} and answer /health "
+                             f"({noticed - started:.0f} s; log {self.log_path})")  # fmt: skip
             if self.process is not None and self.process.poll() is not None:
                 raise DevServerError(
                     f"vLLM exited with code {self.process.returncode} during startup; last log lines:\n{self.log_tail()}"

@@ -1,7 +1,7 @@
 """The copy recipe for the learnable dev student: induction first, then phases of the conversation mix.
 
 Pretrained on conversations alone, a student of this size does not copy a name it has never seen
-(docs/learning.md, "Why the student does not copy"). This recipe, found with
+(docs/notes/learning-lab.md, "Why the student does not copy"). This recipe, found with
 scripts/student_copy_experiments.py, first trains induction only: random strings of 1-4 letter tokens,
 repeated after random noise, with the loss on the repeat. Loss sits at chance for about 1,300 steps,
 then drops (the induction phase change). Later phases continue from those weights on a mix of four
@@ -104,7 +104,7 @@ COPY_RECIPE: tuple[Phase, ...] = (
     Phase("choices", steps=800, conv=8, choice=24, drill=16, induct=16, seed=2, **_MIX),
     Phase("unhinted", steps=300, conv=16, choice=8, drill=8, induct=8, hint_rate=0.3, seed=5, **_MIX),
 )
-"""The student "Q2" of docs/learning.md: 3,900 steps, about 50 minutes on one core. Its first four
+"""The student "Q2" of docs/notes/learning-lab.md: 3,900 steps, about 50 minutes on one core. Its first four
 phases are the student "P5"; the last weights the conversations behind the system block, with fewer
 instructions, which raised the unhinted T=1 success on held-out tasks from 4 % to 15 %."""
 
