@@ -11,7 +11,7 @@ Text-only policies (no teacher call):
 - `longest`: [characters], the reference behaviour;
 - `shortest`: [-characters].
 
-Teacher policies (each candidate's teacher rows for the turn are needed; hermes_opd/pipeline scores
+Teacher policies (each candidate's teacher rows for the turn are needed; environments/pipeline scores
 every candidate):
 - `teacher_overlap` (OpenClaw-RL's `sequence_optimal`): [sum over the turn's positions of
   |teacher top-K ids & student top-K ids|];

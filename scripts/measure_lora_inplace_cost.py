@@ -74,7 +74,7 @@ def main(model_dir: str, work: Path) -> dict[str, dict[str, float]]:
 
 
 if __name__ == "__main__":
-    from hermes_opd.devkit.paths import default_dev_model_dir
+    from environments.atropos.embedded_paths import default_dev_model_dir
 
     model = sys.argv[1] if len(sys.argv) > 1 else str(default_dev_model_dir())
     print(json.dumps(main(model, Path(sys.argv[2] if len(sys.argv) > 2 else "runs/lora-inplace-cost"))))

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from environments.atropos.embedded_paths import default_dev_model_dir
+from environments.pipeline.opd_pipeline import OPDPipeline
 from hermes_opd.bench.fake_endpoints import FakeEndpoints, FakeSettings
 from hermes_opd.bench.pipeline_bench import PipelineBenchConfig, _Backend
 from hermes_opd.bench.synth import SynthSpec, synth_group
-from hermes_opd.devkit.paths import default_dev_model_dir
-from hermes_opd.pipeline.opd_pipeline import OPDPipeline
 
 try:
     from environments.atropos.group_builder import FinishedRollout, build_group

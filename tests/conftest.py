@@ -15,8 +15,8 @@ import pytest
 @pytest.fixture(scope="session")
 def dev_model_dir() -> Path:
     """A built dev model (built on first use; reused when already there)."""
+    from environments.atropos.embedded_paths import default_dev_model_dir
     from hermes_opd.devkit.dev_model import build_dev_model, is_built
-    from hermes_opd.devkit.paths import default_dev_model_dir
 
     path = default_dev_model_dir()
     if not is_built(path):

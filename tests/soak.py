@@ -336,7 +336,7 @@ def _running_loop() -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from hermes_opd.devkit.paths import default_dev_model_dir
+    from environments.atropos.embedded_paths import default_dev_model_dir
 
     parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=5.0)

@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from environments.atropos.agentic_opd_config import OPD_GROUPS, AgenticOPDConfig, _EnvKnobs
-from hermes_opd.pipeline.flat_fields import FlatGroup, flat_fields, nest_values
-from hermes_opd.pipeline.opd_config import OPDConfig, TeacherConfig
+from environments.pipeline.flat_fields import FlatGroup, flat_fields, nest_values
+from environments.pipeline.opd_config import OPDConfig, TeacherConfig
 from judge.config import JudgeConfig
 
 

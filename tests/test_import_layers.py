@@ -17,21 +17,25 @@ PACKAGES = ("hermes_opd", "environments", "judge", "scoring", "trainer_adapters"
 # Floor of each part of the project, bottom (0) to top. A module may import its own part (the same
 # subpackage) and any part on a LOWER floor; nothing on its own floor in another part, nothing above.
 FLOORS: dict[str, int] = {
+    # hermes_opd's core: the bottom band
     "hermes_opd": 0,  # the package root: __version__ only
     "hermes_opd.contract": 0,
     "hermes_opd.record": 1,
     "hermes_opd.vllm_api": 1,
-    "hermes_opd.devkit": 1,
+    # judge/ and scoring/: one band
     "judge": 2,
     "scoring": 2,
-    "hermes_opd.pipeline": 3,
-    "environments": 4,  # the package root: a docstring only
+    # environments/: the OPD pipeline, the tasks, the rollout, the Atropos env, the live-session proxy
+    "environments": 3,  # the package root: a docstring only
+    "environments.pipeline": 3,
     "environments.tasks": 4,
     "environments.rollout": 5,
     "environments.atropos": 6,
     "environments.proxy": 7,  # the live-session producer: built on the env's recorder, parser, builder
-    "hermes_opd.bench": 8,
-    "hermes_opd.commands": 9,  # above the benchmarks: `hermes-opd demo` runs the learning bench's loop
+    # hermes_opd's shell: the top band
+    "hermes_opd.devkit": 8,
+    "hermes_opd.bench": 9,
+    "hermes_opd.commands": 10,  # above the benchmarks: `hermes-opd demo` runs the learning bench's loop
 }
 ATROPOS_ONLY = ("atroposlib",)
 """Third-party packages that only `environments.atropos` (and the commands above it) may import."""
@@ -161,6 +165,39 @@ def graph():
     return import_graph(ROOT)
 
 
+def bands(floors: dict[str, int]) -> dict[str, int]:
+    """How many unbroken runs of floors each top-level package holds, reading the floors bottom up
+    (parts that share a floor read as one step)."""
+    runs: dict[str, int] = {}
+    previous: set[str] = set()
+    for floor in sorted(set(floors.values())):
+        here = {part.split(".")[0] for part, f in floors.items() if f == floor}
+        for package in here - previous:
+            runs[package] = runs.get(package, 0) + 1
+        previous = here
+    return runs
+
+
+def test_each_top_level_package_reads_as_one_band_or_two():
+    """`ls` shows the floors: hermes_opd's core below judge/ and scoring/, its shell above
+    environments/, nothing of it in between; every other package one band."""
+    assert bands(FLOORS) == {"hermes_opd": 2, "judge": 1, "scoring": 1, "environments": 1}
+    core = max(FLOORS[p] for p in ("hermes_opd.contract", "hermes_opd.record", "hermes_opd.vllm_api"))
+    shell = min(FLOORS[p] for p in ("hermes_opd.devkit", "hermes_opd.bench", "hermes_opd.commands"))
+    assert (
+        core
+        < FLOORS["judge"]
+        == FLOORS["scoring"]
+        < min(f for p, f in FLOORS.items() if p.startswith("environments"))
+    )
+    assert max(f for p, f in FLOORS.items() if p.startswith("environments")) < shell
+
+
+def test_a_part_between_the_bands_is_caught():
+    planted = dict(FLOORS, **{"hermes_opd.pipeline": 3})
+    assert bands(planted)["hermes_opd"] == 3
+
+
 def test_every_module_belongs_to_a_floor(graph):
     for module in graph:
         part_of(module)
@@ -211,24 +248,24 @@ def test_no_file_in_environments_over_600_lines():
 
 def test_planted_upward_import_is_caught(tmp_path):
     """The walk itself can fail: a copy of two modules with an upward arrow planted is reported."""
-    for package in ("hermes_opd/contract", "hermes_opd/pipeline"):
+    for package in ("hermes_opd/contract", "environments/pipeline"):
         (tmp_path / package).mkdir(parents=True)
         (tmp_path / package / "__init__.py").write_text("")
     (tmp_path / "hermes_opd" / "__init__.py").write_text("")
     for package in ("environments", "judge", "scoring", "trainer_adapters"):
-        (tmp_path / package).mkdir()
+        (tmp_path / package).mkdir(exist_ok=True)
         (tmp_path / package / "__init__.py").write_text("")
-    (tmp_path / "hermes_opd/pipeline/opd_pipeline.py").write_text("X = 1\n")
+    (tmp_path / "environments/pipeline/opd_pipeline.py").write_text("X = 1\n")
     (tmp_path / "hermes_opd/contract/rows.py").write_text(
-        "def f():\n    from hermes_opd.pipeline.opd_pipeline import X\n    return X\n"
+        "def f():\n    from environments.pipeline.opd_pipeline import X\n    return X\n"
     )
     (tmp_path / "trainer_adapters/losses.py").write_text("import environments\n")
     (tmp_path / "judge/a.py").write_text("from judge import b\n")
     (tmp_path / "judge/b.py").write_text("from judge.a import *\n")
     planted = import_graph(tmp_path)
     assert upward_imports(planted) == [
-        "hermes_opd.contract.rows:2 imports hermes_opd.pipeline.opd_pipeline "
-        "(hermes_opd.contract -> hermes_opd.pipeline)",
+        "hermes_opd.contract.rows:2 imports environments.pipeline.opd_pipeline "
+        "(hermes_opd.contract -> environments.pipeline)",
         "trainer_adapters.losses:1 imports environments (trainer_adapters -> environments)",
     ]
     assert circles(planted) == [["judge.a", "judge.b"]]

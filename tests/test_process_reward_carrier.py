@@ -10,6 +10,9 @@ import copy
 import pytest
 
 from environments.atropos.group_builder import FinishedRollout, build_group, has_distill_signal
+from environments.pipeline.opd_config import OPDConfig, PRMConfig
+from environments.pipeline.opd_metrics import group_metrics
+from environments.pipeline.opd_pipeline import OPDPipeline
 from hermes_opd.bench.synth import SynthSpec, synth_group
 from hermes_opd.contract.process_reward import (
     ProcessTurn,
@@ -18,9 +21,6 @@ from hermes_opd.contract.process_reward import (
     process_advantages,
 )
 from hermes_opd.contract.validation import PROCESS_REWARD, validate_group
-from hermes_opd.pipeline.opd_config import OPDConfig, PRMConfig
-from hermes_opd.pipeline.opd_metrics import group_metrics
-from hermes_opd.pipeline.opd_pipeline import OPDPipeline
 from judge.config import JudgeConfig
 from judge.make_backend import make_judge_backend
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
+from environments.pipeline.opd_config import OPDConfig
 from environments.proxy.sample_feed import FeedSettings, SampleFeed
 from environments.proxy.turn_sample import TurnSample
 from hermes_opd.contract.validation import validate_group
-from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.record.trajectory import Trajectory, TurnSpan
 
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from environments.atropos.group_builder import FinishedRollout, build_group
+from environments.pipeline.opd_config import OPDConfig
+from environments.pipeline.opd_pipeline import SequenceDistill
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.rows import empty_rows
 from hermes_opd.contract.validation import validate_group
 from hermes_opd.devkit.dev_corpus import DEV_TOOLS
-from hermes_opd.pipeline.opd_config import OPDConfig
-from hermes_opd.pipeline.opd_pipeline import SequenceDistill
 from hermes_opd.record.sampled_topk import generation_rows, student_topk_block
 from hermes_opd.record.trajectory import Trajectory, TurnSpan
 from hermes_opd.record.transcript_recorder import TranscriptRecorder
@@ -168,7 +168,7 @@ async def test_in_process_score_turn_on_batches_with_plain_calls(dev_model_dir, 
 
 
 def test_group_metrics_count_the_unknown_teacher_logprobs():
-    from hermes_opd.pipeline.opd_metrics import group_metrics
+    from environments.pipeline.opd_metrics import group_metrics
 
     with_rows = SequenceDistill([], [], {}, student_topk_teacher={5: [LN(0.5), None], 6: [None, None]})
     metrics = group_metrics([with_rows, SequenceDistill([], [], {})])

@@ -7,7 +7,7 @@ import torch
 from pydantic import ValidationError
 
 from environments.atropos.agentic_opd_config import AgenticOPDConfig
-from hermes_opd.pipeline.sampling_check import training_sampling_problem
+from environments.pipeline.sampling_check import training_sampling_problem
 
 
 def _expected_opd_gradient(sample_temperature: float) -> torch.Tensor:

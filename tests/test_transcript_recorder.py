@@ -123,8 +123,8 @@ def test_content_the_template_transforms_gets_no_anchor_and_its_turn_says_so(dev
 
     from transformers import AutoTokenizer
 
-    from hermes_opd.pipeline.opd_config import OPDConfig
-    from hermes_opd.pipeline.opd_pipeline import OPDPipeline
+    from environments.pipeline.opd_config import OPDConfig
+    from environments.pipeline.opd_pipeline import OPDPipeline
     from hermes_opd.record.turn_pairs import extract_turn_pairs
 
     shouting = AutoTokenizer.from_pretrained(dev_model_dir)

@@ -7,9 +7,9 @@ from typing import Literal
 from atroposlib.envs.base import BaseEnvConfig
 from pydantic import ConfigDict, Field, create_model, model_validator
 
-from hermes_opd.pipeline.flat_fields import FlatGroup, flat_fields, nest_values
-from hermes_opd.pipeline.opd_config import OPDConfig, PRMConfig, TeacherConfig
-from hermes_opd.pipeline.sampling_check import training_sampling_problem
+from environments.pipeline.flat_fields import FlatGroup, flat_fields, nest_values
+from environments.pipeline.opd_config import OPDConfig, PRMConfig, TeacherConfig
+from environments.pipeline.sampling_check import training_sampling_problem
 from judge.config import JudgeConfig
 
 STUDENT_TOPK_MAX = 100
@@ -68,7 +68,7 @@ class _EnvKnobs(BaseEnvConfig):
         default=False,
         description="Allow training rollouts at temperature != 1 or top_p < 1. The trainers compare raw "
         "(temperature-1) logprobs, so such rollouts bias the GRPO ratio and the OPD gradient "
-        "(hermes_opd/pipeline/sampling_check.py, docs/trainers.md).",
+        "(environments/pipeline/sampling_check.py, docs/trainers.md).",
     )
     policy_lora_prefix: str | None = Field(
         default=None,

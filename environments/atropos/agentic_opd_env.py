@@ -27,6 +27,7 @@ from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from environments.atropos.agentic_opd_config import AgenticOPDConfig
 from environments.atropos.cli_lifecycle import CliLifecycleMixin
 from environments.atropos.dense_k1_notice import DenseK1Notice
+from environments.atropos.embedded_paths import default_dev_model_dir
 from environments.atropos.eval_choices import eval_convention_choices
 from environments.atropos.group_builder import (
     FinishedRollout,
@@ -45,6 +46,10 @@ from environments.atropos.role_servers import (
 from environments.atropos.send_spool import SendSpool, register_again_until_back
 from environments.atropos.server import CurrentVLLMServer
 from environments.atropos.student_topk_check import check_policy_top_logprobs
+from environments.pipeline.build import build_opd_pipeline
+from environments.pipeline.opd_config import OPDConfig
+from environments.pipeline.opd_metrics import group_metrics
+from environments.pipeline.opd_pipeline import OPDPipeline
 from environments.rollout.agent_loop import RolloutLimits, run_rollout
 from environments.rollout.isolation import kept_rollouts
 from environments.rollout.sandbox.limits import SandboxLimits
@@ -59,11 +64,6 @@ from environments.tasks.split import split_tasks
 from environments.tasks.task import Task
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY
-from hermes_opd.devkit.paths import default_dev_model_dir
-from hermes_opd.pipeline.build import build_opd_pipeline
-from hermes_opd.pipeline.opd_config import OPDConfig
-from hermes_opd.pipeline.opd_metrics import group_metrics
-from hermes_opd.pipeline.opd_pipeline import OPDPipeline
 from hermes_opd.vllm_api.endpoint import Endpoint
 from hermes_opd.vllm_api.wire_format import GeneratedSequence
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from environments.pipeline.opd_config import OPDConfig
+from environments.pipeline.opd_pipeline import SequenceDistill
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.process_reward import PRM_KEY, ProcessTurn, make_prm_block, process_advantages
 from hermes_opd.contract.provenance import turn_provenance
 from hermes_opd.contract.rows import empty_rows, sequence_distill
 from hermes_opd.contract.student_topk import STUDENT_TOPK_KEY
-from hermes_opd.pipeline.opd_config import OPDConfig
-from hermes_opd.pipeline.opd_pipeline import SequenceDistill
 from hermes_opd.record.sampled_topk import student_topk_block
 from hermes_opd.record.trajectory import Trajectory
 

@@ -1,15 +1,15 @@
 """Assemble a proxy from its config: the tokenizer, the one OPD pipeline (built like the env's,
-hermes_opd/pipeline/build.py), the sample feed and its group file."""
+environments/pipeline/build.py), the sample feed and its group file."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from environments.pipeline.build import build_opd_pipeline
 from environments.proxy.group_sink import AtroposSink, GroupFileSink
 from environments.proxy.proxy_config import ProxyConfig
 from environments.proxy.sample_feed import FeedSettings, SampleFeed
 from environments.proxy.server import ProxyServer
-from hermes_opd.pipeline.build import build_opd_pipeline
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
 from hermes_opd.vllm_api.endpoint import Endpoint
 from judge.config import JudgeConfig

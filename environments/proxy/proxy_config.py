@@ -6,7 +6,7 @@ import ipaddress
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from hermes_opd.pipeline.opd_config import OPDConfig
+from environments.pipeline.opd_config import OPDConfig
 
 SESSION_HEADER = "X-Session-Id"
 """Names the session a request belongs to. Without it, a request continues the session whose

@@ -2,7 +2,7 @@
 
 Nothing here runs on a request's path. `submit` only puts a turn on a bounded queue (a full queue
 drops the turn and counts it: a request never waits for training). Workers run the one OPD pipeline
-(hermes_opd/pipeline/opd_pipeline.py) over each turn. A turn whose judge or teacher failed (down,
+(environments/pipeline/opd_pipeline.py) over each turn. A turn whose judge or teacher failed (down,
 slow, 5xx) is kept and tried again with backoff until `retry_window_s` has passed, so a judge or
 teacher that comes back still gets every turn, once. Scored turns are batched, per policy version,
 into `ScoredDataGroup`s by the env's group builder and handed to the sink."""
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from environments.atropos.group_builder import FinishedRollout, build_group
+from environments.pipeline.opd_config import OPDConfig
+from environments.pipeline.opd_pipeline import OPDPipeline
 from environments.proxy.turn_sample import TurnSample
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY
-from hermes_opd.pipeline.opd_config import OPDConfig
-from hermes_opd.pipeline.opd_pipeline import OPDPipeline
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import sys
 import threading
 from typing import Any
 
+from environments.atropos.embedded_paths import default_dev_model_dir
 from hermes_opd.bench.common import median_result, rounded, with_headline
-from hermes_opd.devkit.paths import default_dev_model_dir
 
 BENCHES = (
     "pipeline",
@@ -194,9 +194,9 @@ def _pick(value: Any, default: Any, quick_default: Any, quick: bool) -> Any:
 def run_once(args: argparse.Namespace) -> dict[str, Any]:
     q = args.quick
     if args.bench == "pipeline":
+        from environments.pipeline.opd_config import OPDConfig, TeacherConfig
         from hermes_opd.bench.pipeline_bench import BACKENDS, PipelineBenchConfig
         from hermes_opd.bench.synth import SynthSpec
-        from hermes_opd.pipeline.opd_config import OPDConfig, TeacherConfig
 
         spec = SynthSpec(
             rollouts=_pick(args.rollouts, 8, 2, q),

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from environments.atropos.embedded_paths import default_dev_model_dir
 from hermes_opd.bench.learning_loop import LoopSettings, evaluate_policy, load_run, run_arm, start_lora_vllm
 from hermes_opd.bench.learning_plot import plot_learning_curves
 from hermes_opd.bench.learning_report import (
@@ -34,7 +35,6 @@ from hermes_opd.bench.learning_report import (
     summary_table,
 )
 from hermes_opd.contract.errors import ConfigError
-from hermes_opd.devkit.paths import default_dev_model_dir
 
 logger = logging.getLogger("hermes_opd.bench.learning")
 

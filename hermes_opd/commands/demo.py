@@ -7,7 +7,7 @@ before and after (docs/recipes/conventions-demo.md).
 `hermes-opd demo --dev-model`, the pipeline alone on the 1.3M dev model (it learns nothing; it shows
 the data the pipeline writes, in about a minute once set up):
 
-1. builds the tiny dev model (or reuses it: `hermes_opd.devkit.paths.default_dev_model_dir()`),
+1. builds the tiny dev model (or reuses it: `environments.atropos.embedded_paths.default_dev_model_dir()`),
 2. starts a local CPU vLLM on a free port (or uses `--server-url`),
 3. collects a few groups with `AgenticOPDEnv`: real sandboxed tools, the hidden-test verifier, the
    rules judge and real teacher scoring (top-50 prompt logprobs),
@@ -149,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from environments.atropos.embedded_paths import default_dev_model_dir
     from hermes_opd.devkit.dev_model import build_dev_model, is_built
-    from hermes_opd.devkit.paths import default_dev_model_dir
 
     started = time.monotonic()
     out_dir = Path(args.out)

@@ -1,20 +1,12 @@
-"""Default locations for generated artefacts (dev model, logs), overridable by environment."""
+"""Default locations of the dev kit's other artefacts (the Qwen3 dev model, the students), overridable by
+environment; the dev model's own default is the embedded env's (environments/atropos/embedded_paths.py)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-
-def cache_dir() -> Path:
-    """`$HERMES_OPD_CACHE`, else `.cache/` in the current directory."""
-    return Path(os.environ.get("HERMES_OPD_CACHE", Path.cwd() / ".cache"))
-
-
-def default_dev_model_dir() -> Path:
-    """`$HERMES_OPD_DEV_MODEL`, else `<cache>/dev-model`."""
-    env = os.environ.get("HERMES_OPD_DEV_MODEL")
-    return Path(env) if env else cache_dir() / "dev-model"
+from environments.atropos.embedded_paths import cache_dir
 
 
 def default_qwen3_dev_model_dir() -> Path:

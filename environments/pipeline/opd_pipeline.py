@@ -17,11 +17,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from environments.pipeline.opd_config import OPDConfig
 from hermes_opd.contract.constants import TURN_STATUSES
 from hermes_opd.contract.process_reward import ProcessTurn, make_prm_block, mark_effective, process_advantages
 from hermes_opd.contract.provenance import turn_provenance
 from hermes_opd.contract.rows import empty_rows, sequence_distill
-from hermes_opd.pipeline.opd_config import OPDConfig
 from hermes_opd.record.hint_splice import NoHintAnchorError, build_canonical_teacher_input, tokenizer_codec
 from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.turn_pairs import TurnPair, extract_turn_pairs

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from environments.pipeline.opd_config import OPDConfig
+from environments.pipeline.opd_pipeline import OPDPipeline
 from hermes_opd.contract.errors import ConfigError
-from hermes_opd.pipeline.opd_config import OPDConfig
-from hermes_opd.pipeline.opd_pipeline import OPDPipeline
 from hermes_opd.vllm_api.client import RetryPolicy, VLLMCompletionsClient
 from hermes_opd.vllm_api.endpoint import Endpoint
 from judge.make_backend import make_judge_backend

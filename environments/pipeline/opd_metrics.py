@@ -7,8 +7,8 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from environments.pipeline.opd_pipeline import TURN_STATUSES, SequenceDistill
 from hermes_opd.contract.process_reward import PRM_STATUSES
-from hermes_opd.pipeline.opd_pipeline import TURN_STATUSES, SequenceDistill
 
 
 def _quantile(values: list[float], q: float) -> float:
