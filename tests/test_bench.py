@@ -14,7 +14,7 @@ import pytest
 
 from hermes_opd.bench import cli
 from hermes_opd.bench.common import median_result, with_headline
-from hermes_opd.bench.fake_endpoints import FakeEndpoints, FakeSettings, TeacherBodyBuilder
+from hermes_opd.devkit.fake_endpoints import FakeEndpoints, FakeSettings, TeacherBodyBuilder
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
 from hermes_opd.vllm_api.errors import UnexpectedResponseError
 from scoring.request_paths import completions_prompt_topk

@@ -38,9 +38,9 @@ from environments.pipeline.opd_config import OPDConfig, TeacherConfig
 from environments.pipeline.opd_pipeline import OPDPipeline
 from hermes_opd.bench.client_cpu import client_cpu_per_turn
 from hermes_opd.bench.common import machine_info, with_headline, with_retries
-from hermes_opd.bench.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSettings
 from hermes_opd.bench.reference_schedule import reference_process_group
 from hermes_opd.bench.synth import SynthSpec, synth_group
+from hermes_opd.devkit.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSettings
 from hermes_opd.record.hint_splice import build_canonical_teacher_input, tokenizer_codec
 from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.turn_pairs import extract_turn_pairs
