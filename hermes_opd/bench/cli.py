@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "learning",
         help="GRPO only / OPD only / both through the real online loop (docs/notes/learning-lab.md)",
     )
-    from hermes_opd.bench.learning_bench import add_arguments
+    from hermes_opd.learning_study.bench import add_arguments
 
     add_arguments(p)
 
@@ -373,7 +373,7 @@ def main(argv: list[str]) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     if args.bench == "learning":  # its own outputs: JSON file, PNG, table, headline line
-        from hermes_opd.bench.learning_bench import run
+        from hermes_opd.learning_study.bench import run
 
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         return run(args)

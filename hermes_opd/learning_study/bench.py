@@ -21,9 +21,10 @@ from typing import Any
 import yaml
 
 from environments.atropos.embedded_paths import default_dev_model_dir
-from hermes_opd.bench.learning_loop import LoopSettings, evaluate_policy, load_run, run_arm, start_lora_vllm
-from hermes_opd.bench.learning_plot import plot_learning_curves
-from hermes_opd.bench.learning_report import (
+from hermes_opd.contract.errors import ConfigError
+from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, load_run, run_arm, start_lora_vllm
+from hermes_opd.learning_study.plot import plot_learning_curves
+from hermes_opd.learning_study.report import (
     ARMS,
     RunRecords,
     convention_summary,
@@ -34,7 +35,6 @@ from hermes_opd.bench.learning_report import (
     probe_summary,
     summary_table,
 )
-from hermes_opd.contract.errors import ConfigError
 
 logger = logging.getLogger("hermes_opd.bench.learning")
 

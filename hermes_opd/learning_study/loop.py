@@ -35,11 +35,11 @@ import httpx
 import yaml
 
 from environments.tasks.convention_choice import ConventionChoice, choice_summary
-from hermes_opd.bench.learning_probe import probe_run
-from hermes_opd.bench.learning_report import ARMS, RunRecords
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, adapter_name, adapter_step
 from hermes_opd.devkit.dev_server import WAIT_NOTICE_S, DevServer, free_port
+from hermes_opd.learning_study.probe import probe_run
+from hermes_opd.learning_study.report import ARMS, RunRecords
 from trainer_adapters.weight_sync import WeightSyncError, load_lora_adapter, unload_lora_adapter
 
 logger = logging.getLogger(__name__)
