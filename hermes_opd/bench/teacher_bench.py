@@ -14,6 +14,8 @@ Every cell also checks that the three parses give the same rows (where they over
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 import statistics
 import sys
@@ -22,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from hermes_opd.bench.common import machine_info, with_headline, with_retries
+from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline, with_retries
 from hermes_opd.bench.synth import filler
 from scoring.response_parsing import parse_prompt_topk, parse_prompt_topk_json
 
@@ -145,3 +147,33 @@ async def run(
         "machine": machine_info(),
     }
     return with_headline(result, "parse_speedup_turn", plain / fast_turn)
+
+
+# -- `hermes-opd bench teacher` (hermes_opd/bench/cli.py) -------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lengths", default=None, help="comma-separated context lengths (default 256,1024,2048)"
+    )
+    parser.add_argument("--ks", default=None, help="comma-separated K values (default 1,20,50)")
+    parser.add_argument("--turn-tokens", type=int, default=64, help="positions the teacher needs (the turn)")
+    parser.add_argument("--iters", type=int, default=None, help="requests per cell (default 3)")
+    add_server_arguments(parser)
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    q = args.quick
+    lengths = [int(x) for x in (args.lengths or ("64,128" if q else "256,1024,2048")).split(",")]
+    ks = [int(x) for x in (args.ks or ("1,5" if q else "1,20,50")).split(",")]
+    return asyncio.run(
+        run(
+            base_url=args.base_url,
+            model=args.model,
+            tokenizer_dir=args.tokenizer,
+            lengths=lengths,
+            ks=ks,
+            turn_tokens=min(args.turn_tokens, min(lengths) // 2),
+            iters=pick(args.iters, 3, 1, q),
+        )
+    )
