@@ -1,7 +1,7 @@
 """Fingerprint of the rows a fixed run writes, to check that a refactor leaves them bit-identical.
 
 The bench's synthetic group (4 rollouts x 3 turns, dev tokenizer) goes through `OPDPipeline` with the
-fake judge and the remote-like fake teacher of `hermes_opd.bench.fake_endpoints`, then through the
+fake judge and the remote-like fake teacher of `hermes_opd.devkit.fake_endpoints`, then through the
 group builder, in `topk` and `dense_k1` mode, with and without OPD rows. Prints the sha256 of each
 group's JSON (the judge's `votes.latency_s`, a wall-clock timing, removed) and of all of them.
 
@@ -22,9 +22,9 @@ from transformers import AutoTokenizer
 
 from environments.atropos.embedded_paths import default_dev_model_dir
 from environments.pipeline.opd_pipeline import OPDPipeline
-from hermes_opd.bench.fake_endpoints import FakeEndpoints, FakeSettings
 from hermes_opd.bench.pipeline_bench import PipelineBenchConfig, _Backend
 from hermes_opd.bench.synth import SynthSpec, synth_group
+from hermes_opd.devkit.fake_endpoints import FakeEndpoints, FakeSettings
 
 try:
     from environments.atropos.group_builder import FinishedRollout, build_group

@@ -5,7 +5,7 @@ Each run pretrains a fresh student on a mix of batches, then (with --probe) gree
 the 24 held-out convention tasks (environments/tasks/conventions.py) with and without the rules
 judge's hint, and counts passes (the right file and the right function name). Batches per step:
 
-- `--conv N`: full conversations of hermes_opd/devkit/student_corpus.py behind the env's system block
+- `--conv N`: full conversations of hermes_opd/learning_study/student_corpus.py behind the env's system block
   (719 tokens with the tool schemas), the block run once without gradient (student_model.py);
 - `--choice N`: the same conversations without the system block;
 - `--drill N`: `copy_drill` exchanges;
@@ -25,7 +25,7 @@ first phase). `--diagnose DIR` prints the per-token loss of a saved model on a f
     python scripts/student_copy_experiments.py --steps 1700 --choice 0 --drill 0 --induct 64 \
         --induct-pool pieces --lr 1e-3 --constant-lr --save /tmp/student-induction
 
-The rows and the training loop are hermes_opd/devkit/student_recipe.py's (one `Phase` per run), so
+The rows and the training loop are hermes_opd/learning_study/student_recipe.py's (one `Phase` per run), so
 `hermes-opd dev-model build-student --recipe copy`, which chains the five runs that made the student
 Q2, gives the same weights as running them here one after another (checked on short runs, and on
 the first four: the student P5, bit for bit). `--hint-rate` is the share of conversations with an
@@ -47,9 +47,9 @@ from environments.atropos.agentic_opd_config import AgenticOPDConfig
 from environments.rollout.tools import TOOL_SCHEMAS
 from environments.tasks.conventions import convention_values, generate
 from hermes_opd.devkit.dev_model import DevModelSpec, dev_tokenizer, qwen2_config
-from hermes_opd.devkit.student_corpus import HINT_SEPARATOR, copy_drill
-from hermes_opd.devkit.student_model import StudentSpec, assistant_mask
-from hermes_opd.devkit.student_recipe import Phase, RecipeCorpus, recipe_corpus, train_phase
+from hermes_opd.learning_study.student_corpus import HINT_SEPARATOR, copy_drill
+from hermes_opd.learning_study.student_model import StudentSpec, assistant_mask
+from hermes_opd.learning_study.student_recipe import Phase, RecipeCorpus, recipe_corpus, train_phase
 
 SYSTEM_PROMPT = AgenticOPDConfig.model_fields["system_prompt"].default
 

@@ -21,8 +21,8 @@ from pydantic import ValidationError
 from environments.atropos.agentic_opd_config import AgenticOPDConfig
 from environments.atropos.agentic_opd_env import AgenticOPDEnv
 from environments.tasks.loaders import TaskLoadError
-from hermes_opd.bench.fake_endpoints import FakeVLLM
 from hermes_opd.contract.validation import validate_group
+from hermes_opd.devkit.fake_endpoints import FakeVLLM
 from tests.env_factory import CapturingSampler, make_env
 
 pytestmark = pytest.mark.reliability

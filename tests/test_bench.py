@@ -1,6 +1,6 @@
 """`hermes-opd bench ...` in --quick mode: JSON shape (headline ratio last, positive finite numbers),
 the reference schedule really sequential, the fake teacher in vLLM's exact format, and the fast
-prompt-logprobs parser equal to the one it replaced (results and errors)."""
+prompt-logprobs parser equal to the plain one (results and errors)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ import pytest
 
 from hermes_opd.bench import cli
 from hermes_opd.bench.common import median_result, with_headline
-from hermes_opd.bench.fake_endpoints import FakeEndpoints, FakeSettings, TeacherBodyBuilder
-from hermes_opd.bench.teacher_bench import legacy_parse_prompt_topk
+from hermes_opd.devkit.fake_endpoints import FakeEndpoints, FakeSettings, TeacherBodyBuilder
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
 from hermes_opd.vllm_api.errors import UnexpectedResponseError
 from scoring.request_paths import completions_prompt_topk
@@ -124,7 +123,7 @@ def _outcome(fn):
     return ("ok", result.token_ids, result.logprobs)
 
 
-def test_fast_parser_matches_the_replaced_parser_on_random_bodies():
+def test_fast_parser_matches_the_plain_parser_on_random_bodies():
     rng = random.Random(0)
     for _ in range(2000):
         n = rng.randrange(1, 6)
@@ -134,12 +133,11 @@ def test_fast_parser_matches_the_replaced_parser_on_random_bodies():
             entries[rng.randrange(n)] = None
         body = {"choices": [{"prompt_logprobs": entries}]}
         k = rng.randrange(1, 6)
-        legacy = _outcome(lambda body=body, ids=ids, k=k: legacy_parse_prompt_topk(body, ids, k))
         plain = _outcome(lambda body=body, ids=ids, k=k: parse_prompt_topk(body, ids, k))
         fast = _outcome(
             lambda body=body, ids=ids, k=k: parse_prompt_topk_json(json.dumps(body).encode(), ids, k)
         )
-        assert legacy == plain == fast, (body, ids, k)
+        assert plain == fast, (body, ids, k)
         from_pos = rng.randrange(0, n + 2)
         skipped = _outcome(
             lambda body=body, ids=ids, k=k, f=from_pos: parse_prompt_topk_json(
@@ -149,11 +147,10 @@ def test_fast_parser_matches_the_replaced_parser_on_random_bodies():
         assert skipped == _outcome(
             lambda body=body, ids=ids, k=k, f=from_pos: parse_prompt_topk(body, ids, k, from_pos=f)
         )
-        if legacy[0] == "ok":  # skipping rows never changes the rows that are kept
+        if plain[0] == "ok":  # skipping rows never changes the rows that are kept
             assert skipped[0] == "ok"
             assert (
-                skipped[1][from_pos:] == legacy[1][from_pos:]
-                and skipped[2][from_pos:] == legacy[2][from_pos:]
+                skipped[1][from_pos:] == plain[1][from_pos:] and skipped[2][from_pos:] == plain[2][from_pos:]
             )
             assert all(row == [] for row in skipped[1][:from_pos])
 

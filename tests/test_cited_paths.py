@@ -37,8 +37,6 @@ NOT_CITATIONS = {
     "judge/b.py": "an import-walk fixture of tests/test_import_layers.py",
     "tests/test_calc.py": "a file name inside a judged tool transcript",
     "tests/test_parser.py": "a file name inside a judged tool transcript",
-    "environments/verifier.py": "the old verifier's path in the commit that bench/verify_cost.py loads from git",
-    "environments/verifier_child.py": "the old verifier's path in the commit that bench/verify_cost.py loads",
 }
 
 

@@ -34,14 +34,15 @@ FLOORS: dict[str, int] = {
     "environments.proxy": 7,  # the live-session producer: built on the env's recorder, parser, builder
     # hermes_opd's shell: the top band
     "hermes_opd.devkit": 8,
-    "hermes_opd.bench": 9,
-    "hermes_opd.commands": 10,  # above the benchmarks: `hermes-opd demo` runs the learning bench's loop
+    "hermes_opd.learning_study": 9,  # the learning bench, its loop and the copying student
+    "hermes_opd.bench": 10,  # `hermes-opd bench learning` is the learning study's bench
+    "hermes_opd.commands": 11,  # above the benchmarks: `hermes-opd demo` runs the learning study's loop
 }
 ATROPOS_ONLY = ("atroposlib",)
 """Third-party packages that only `environments.atropos` (and the commands above it) may import."""
 TRAINERS = "trainer_adapters"
 TRAINER_MAY_IMPORT = ("hermes_opd.contract",)
-MAY_IMPORT_TRAINERS = ("hermes_opd.commands", "hermes_opd.bench")
+MAY_IMPORT_TRAINERS = ("hermes_opd.commands", "hermes_opd.bench", "hermes_opd.learning_study")
 
 
 def part_of(module: str) -> str:

@@ -1,10 +1,10 @@
-"""The quick learning test's criterion (hermes_opd/bench/learning_proof.py), on hand-made runs."""
+"""The quick learning test's criterion (hermes_opd/learning_study/proof.py), on hand-made runs."""
 
 from __future__ import annotations
 
 import json
 
-from hermes_opd.bench.learning_proof import MIN_MODULE_GAIN, main, run_facts, verdict, verdict_line
+from hermes_opd.learning_study.proof import MIN_MODULE_GAIN, main, run_facts, verdict, verdict_line
 
 
 def evaluation(passed: int, module: int, name: int) -> dict:

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from hermes_opd.bench.learning_report import (
+from hermes_opd.learning_study.report import (
     RunRecords,
     convention_summary,
     equal_score_share,
@@ -149,7 +149,7 @@ def test_which_convention_moved_is_summarised_per_arm_and_printed_per_run():
 
 
 def test_the_figure_is_a_png(tmp_path):
-    from hermes_opd.bench.learning_plot import plot_learning_curves
+    from hermes_opd.learning_study.plot import plot_learning_curves
 
     path = plot_learning_curves({"opd": [(0, 0.1, 0.0, 0.2), (8, 0.3, 0.2, 0.4)], "grpo": []},
                                 tmp_path / "curve.png", "dev", 2)  # fmt: skip
@@ -157,7 +157,7 @@ def test_the_figure_is_a_png(tmp_path):
 
 
 def _args(**overrides) -> argparse.Namespace:
-    from hermes_opd.bench.learning_bench import add_arguments
+    from hermes_opd.learning_study.bench import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -168,8 +168,8 @@ def _args(**overrides) -> argparse.Namespace:
 
 
 def test_settings_precedence_and_clear_errors(tmp_path, dev_model_dir):
-    from hermes_opd.bench.learning_bench import resolve_settings
     from hermes_opd.contract.errors import ConfigError
+    from hermes_opd.learning_study.bench import resolve_settings
 
     config = tmp_path / "bench.yaml"
     config.write_text("steps: 4\narms: opd,hybrid\nenv: {max_turns: 2}\ntrainer: {optim: {lr: 0.01}}\n")
@@ -202,7 +202,7 @@ def test_settings_precedence_and_clear_errors(tmp_path, dev_model_dir):
 def test_report_only_rebuilds_the_outputs_from_finished_run_directories(tmp_path, dev_model_dir, capsys):
     import json
 
-    from hermes_opd.bench.learning_bench import run
+    from hermes_opd.learning_study.bench import run
 
     for arm, end in (("grpo", 0.2), ("hybrid", 0.4)):
         run_dir = tmp_path / f"{arm}-seed0"
@@ -233,7 +233,7 @@ def test_report_only_rebuilds_the_outputs_from_finished_run_directories(tmp_path
 
 
 def test_the_bench_evaluates_every_kth_step_and_the_last():
-    from hermes_opd.bench.learning_loop import evaluation_steps
+    from hermes_opd.learning_study.loop import evaluation_steps
 
     assert evaluation_steps(12, 4) == [4, 8, 12]
     assert evaluation_steps(12, 5) == [5, 10, 12]
@@ -244,7 +244,7 @@ def test_the_bench_evaluates_every_kth_step_and_the_last():
 def test_a_run_evaluated_after_training_reads_its_evaluations_from_run_json(tmp_path):
     import json
 
-    from hermes_opd.bench.learning_loop import load_run
+    from hermes_opd.learning_study.loop import load_run
 
     (tmp_path / "run.json").write_text(json.dumps({
         "arm": "opd", "seed": 1, "generations_per_step": 8, "probe": {},

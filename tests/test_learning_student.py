@@ -1,7 +1,7 @@
 """The learning test of the README's test command: the real online loop on the copying student.
 
-`hermes-opd bench learning --config configs/bench/learning-student-quick.yaml` with the shipped
-student hermes_opd/devkit/student_q2 (built by `hermes-opd dev-model build-student DIR --recipe copy`;
+`hermes-opd bench learning --config hermes_opd/learning_study/configs/learning-student-quick.yaml` with the shipped
+student hermes_opd/learning_study/student_q2 (built by `hermes-opd dev-model build-student DIR --recipe copy`;
 tests/test_student_recipe.py checks that it is today's recipe): its own CPU vLLM with LoRA
 hot-loading, atroposlib's run-api, an env `serve` worker on the convention tasks and
 `hermes-opd train`, OPD only, 6 steps of 2 groups of 4.
@@ -9,10 +9,10 @@ hot-loading, atroposlib's run-api, an env `serve` worker on the convention tasks
 What it asserts is what only the hint's information produced in the measured runs
 (docs/notes/learning-proof.md): on the 12 held-out module tasks, the env's own greedy `evaluate` (no
 hint), the attempts that write the file the hints revealed (`helpers.py`) rise by at least
-`learning_proof.MIN_MODULE_GAIN`, and held-out success rises. The held-out tasks' conventions are
+`proof.MIN_MODULE_GAIN` (hermes_opd/learning_study/proof.py), and held-out success rises. The held-out tasks' conventions are
 never in the student's pretraining and the evaluation sends no hint, so only what OPD moved from the
 hinted teacher into the unhinted policy can raise them; the same runs with a constant hint
-(configs/bench/learning-student-quick-constant*.yaml) were measured below the margin. The
+(hermes_opd/learning_study/configs/learning-student-quick-constant*.yaml) were measured below the margin. The
 teacher-gap probe is a diagnostic: the distance to whatever the teacher was told falls for any hint,
 constant or wrong ones too, so it is no evidence that the hint was right; it is asserted because it
 reads the trainer's last adapter from vLLM and so fails when weight sync does not deliver the
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_opd.bench.learning_proof import run_facts, verdict, verdict_line
-from hermes_opd.devkit.paths import shipped_student_dir
+from hermes_opd.learning_study.paths import CONFIG_DIR, shipped_student_dir
+from hermes_opd.learning_study.proof import run_facts, verdict, verdict_line
 
 REPO = Path(__file__).resolve().parent.parent
 STUDENT = shipped_student_dir()
@@ -45,7 +45,7 @@ def test_opd_moves_the_revealed_conventions_into_the_unhinted_copying_student(tm
     out = tmp_path / "bench"
     done = subprocess.run(
         [sys.executable, "-m", "hermes_opd.commands.main", "bench", "learning", "--config",
-         str(REPO / "configs" / "bench" / "learning-student-quick.yaml"), "--student-model", str(STUDENT),
+         str(CONFIG_DIR / "learning-student-quick.yaml"), "--student-model", str(STUDENT),
          "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=1500, check=False,
     )  # fmt: skip

@@ -1,5 +1,5 @@
 """Policy-server faults through the real env code path: `AgenticOPDEnv` (its `CurrentVLLMServer`,
-agent loop, sandboxed tools and verifier) against the fake vLLM (hermes_opd/bench/fake_endpoints.py) that fails on
+agent loop, sandboxed tools and verifier) against the fake vLLM (hermes_opd/devkit/fake_endpoints.py) that fails on
 demand. OPD is off here: judge and teacher faults are tests/test_opd_faults.py.
 
 Expected outcomes (docs/reliability.md):
@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 
 from environments.atropos.agentic_opd_env import AgenticOPDEnv
-from hermes_opd.bench.fake_endpoints import FakeVLLM
 from hermes_opd.contract.validation import validate_group
 from hermes_opd.devkit.dev_server import free_port
+from hermes_opd.devkit.fake_endpoints import FakeVLLM
 from hermes_opd.vllm_api.errors import ServerUnreachableError
 
 pytestmark = pytest.mark.reliability
@@ -163,7 +163,7 @@ async def test_policy_killed_mid_rollout_keeps_earlier_turns_and_the_group(dev_m
     tool_call, final = replies
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hermes_opd.bench.fake_endpoints", "--port", str(port), "--replies",
+        sys.executable, "-m", "hermes_opd.devkit.fake_endpoints", "--port", str(port), "--replies",
         json.dumps([tool_call, tool_call, final]), "--plan", "ok,ok", "--default", "hang",
         "--model", "fake-model", "--announce-requests",
         cwd=REPO, stdout=asyncio.subprocess.PIPE, start_new_session=True,

@@ -1,6 +1,6 @@
 """`hermes-opd proxy` under faults: a judge or teacher that is down or slow never fails or delays a
 request, and its turns are delivered once when it comes back; a proxy killed and restarted
-delivers nothing twice. The policy is the real dev vLLM; a fake server (hermes_opd/bench/
+delivers nothing twice. The policy is the real dev vLLM; a fake server (hermes_opd/devkit/
 fake_endpoints.py) stands in only for the faults."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 import yaml
 from openai import AsyncOpenAI
 
-from hermes_opd.bench.fake_endpoints import FakeSettings, FakeVLLM
 from hermes_opd.commands.validate_file import main as validate_main
 from hermes_opd.contract.validation import validate_group
+from hermes_opd.devkit.fake_endpoints import FakeSettings, FakeVLLM
 from tests.proxy_factory import proxy_config, read_groups, running_proxy
 from tests.test_proxy_live import ask, first_messages, next_state
 

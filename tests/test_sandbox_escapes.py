@@ -1,7 +1,7 @@
 """Escapes the sandbox abuse tests (tests/test_sandbox_abuse.py, tests/test_sandbox.py,
 tests/test_tools.py) do not cover: symlinks planted with the terminal tool against the host side,
 signals aimed at the parent and the host, and one rollout reading another rollout's directory,
-the last two also through the env (`AgenticOPDEnv` against the fake endpoint of hermes_opd/bench/fake_endpoints.py).
+the last two also through the env (`AgenticOPDEnv` against the fake endpoint of hermes_opd/devkit/fake_endpoints.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from environments.rollout.sandbox.limits import NOBODY_GID, NOBODY_UID, SandboxL
 from environments.rollout.sandbox.sandbox import Sandbox
 from environments.rollout.tool_calls import ToolCall
 from environments.rollout.tools import execute_tool_call
-from hermes_opd.bench.fake_endpoints import FakeVLLM
 from hermes_opd.contract.validation import validate_group
+from hermes_opd.devkit.fake_endpoints import FakeVLLM
 
 pytestmark = [
     pytest.mark.reliability,

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_opd.bench.learning_loop import start_logged, stop_process_group
 from hermes_opd.contract.constants import FORMAT_VERSION
 from hermes_opd.devkit.dev_server import free_port
+from hermes_opd.learning_study.loop import start_logged, stop_process_group
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_API = Path(sys.executable).with_name("run-api")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermes_opd.commands.student_eval import Attempt, HintReport
+from hermes_opd.learning_study.hint_following import Attempt, HintReport
 
 
 def attempt(task: str, hinted: bool, passed: bool, convention: str | None, followed: bool | None) -> Attempt:

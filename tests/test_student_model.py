@@ -1,5 +1,5 @@
-"""The learnable dev student's builder (hermes_opd/devkit/student_model.py) and its pretraining data
-(hermes_opd/devkit/student_corpus.py): deterministic, never a held-out convention, the env's exact
+"""The learnable dev student's builder (hermes_opd/learning_study/student_model.py) and its pretraining data
+(hermes_opd/learning_study/student_corpus.py): deterministic, never a held-out convention, the env's exact
 rendering and hint placement, and an exact shared-prefix loss."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 from environments.atropos.agentic_opd_config import AgenticOPDConfig
 from environments.rollout.tools import TOOL_SCHEMAS
 from environments.tasks.conventions import HELDOUT_NOUNS, convention_values, generate
-from hermes_opd.devkit import student_corpus
 from hermes_opd.devkit.dev_model import DevModelSpec, _stdlib_texts, dev_tokenizer
-from hermes_opd.devkit.student_model import (
+from hermes_opd.learning_study import student_corpus
+from hermes_opd.learning_study.student_model import (
     PretrainStream,
     StudentSpec,
     assistant_mask,

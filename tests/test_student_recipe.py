@@ -1,4 +1,4 @@
-"""The copy recipe for the learnable dev student (hermes_opd/devkit/student_recipe.py): its rows (the
+"""The copy recipe for the learnable dev student (hermes_opd/learning_study/student_recipe.py): its rows (the
 verbatim encoding, induction targets, pseudo-words that never hit a convention value), its schedule,
 and a deterministic, seeded build that continues every phase from the last one's weights."""
 
@@ -14,8 +14,8 @@ from environments.atropos.agentic_opd_config import AgenticOPDConfig
 from environments.rollout.tools import TOOL_SCHEMAS
 from environments.tasks.conventions import convention_values
 from hermes_opd.devkit.dev_model import DevModelSpec, dev_tokenizer
-from hermes_opd.devkit.student_model import StudentSpec, is_student_built, weights_sha256
-from hermes_opd.devkit.student_recipe import (
+from hermes_opd.learning_study.student_model import StudentSpec, is_student_built, weights_sha256
+from hermes_opd.learning_study.student_recipe import (
     COPY_RECIPE,
     Phase,
     build_recipe_student,
@@ -127,12 +127,12 @@ def test_the_command_refuses_a_seed_for_the_copy_recipe(tmp_path, capsys):
 
 
 def test_the_committed_student_is_todays_copy_recipe_with_the_dev_tokenizer():
-    """The shipped student (hermes_opd/devkit/student_q2) is `hermes-opd dev-model build-student DIR --recipe copy` of this
+    """The shipped student (hermes_opd/learning_study/student_q2) is `hermes-opd dev-model build-student DIR --recipe copy` of this
     code (docs/notes/learning-lab.md, "The quick test on the copying student"): a change to the recipe, the
     shape or the tokenizer fails here, and the student must be rebuilt with that command."""
     from transformers import AutoTokenizer
 
-    from hermes_opd.devkit.paths import shipped_student_dir
+    from hermes_opd.learning_study.paths import shipped_student_dir
 
     fixture = shipped_student_dir()
     assert is_student_built(fixture, "copy", recipe_manifest())

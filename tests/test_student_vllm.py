@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def student_dir():
     from hermes_opd.commands.student_build import build_student_for_env
-    from hermes_opd.devkit.paths import default_student_dir
+    from hermes_opd.learning_study.paths import default_student_dir
 
     path = default_student_dir()
     assert build_student_for_env(path, if_missing=True) == 0

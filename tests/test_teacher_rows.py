@@ -157,7 +157,7 @@ def test_in_process_scorer_equal_length_batch_matches_the_oracle(dev_model_dir, 
 
 @pytest.mark.parametrize("scale_out", [True, False])
 async def test_auto_against_the_fake_endpoint(scale_out):
-    from hermes_opd.bench.fake_endpoints import FakeSettings, FakeVLLM
+    from hermes_opd.devkit.fake_endpoints import FakeSettings, FakeVLLM
     from hermes_opd.vllm_api.client import VLLMCompletionsClient
     from scoring.teacher import TeacherScorer
 

@@ -58,6 +58,30 @@ def _post(http: httpx.Client, url: str, body: dict) -> httpx.Response:
         raise WeightSyncError(f"vLLM unreachable at {url}: {exc}") from exc
 
 
+def load_lora_adapter(http: httpx.Client, base_url: str, name: str, path: Path, **extra: bool) -> None:
+    """POST `path` as the adapter `name` to vLLM's {base_url}/v1/load_lora_adapter (`extra`: e.g.
+    `load_inplace`); raises WeightSyncError if vLLM is unreachable or refuses it."""
+    body = {"lora_name": name, "lora_path": str(path), **extra}
+    response = _post(http, f"{base_url.rstrip('/')}/v1/load_lora_adapter", body)
+    if response.status_code != 200:
+        raise WeightSyncError(
+            f"vLLM load_lora_adapter {name!r} answered {response.status_code}: {response.text[:1000]}"
+        )
+
+
+def unload_lora_adapter(http: httpx.Client, base_url: str, name: str) -> bool:
+    """Unload the adapter `name`; a failure is logged, not raised (the new weights, or the caller's
+    own result, matter more). vLLM answers an unload with plain text, so only the status is read."""
+    try:
+        gone = _post(http, f"{base_url.rstrip('/')}/v1/unload_lora_adapter", {"lora_name": name})
+    except WeightSyncError as exc:
+        logger.warning("could not unload adapter %r: %s", name, exc)
+        return False
+    if gone.status_code != 200:
+        logger.warning("vLLM unload_lora_adapter %r answered %d: %s", name, gone.status_code, gone.text[:300])
+    return gone.status_code == 200
+
+
 def vllm_lora_sync(
     base_url: str,
     lora_name: str,
@@ -74,16 +98,9 @@ def vllm_lora_sync(
     `vllm_lora_step_sync` avoids that cost."""
 
     def sync(checkpoint: Path, step: int) -> None:
-        body = {
-            "lora_name": lora_name,
-            "lora_path": str((checkpoint / "model").resolve()),
-            "load_inplace": load_inplace,
-        }
         with httpx.Client(timeout=timeout_s, transport=transport) as http:
-            response = _post(http, f"{base_url.rstrip('/')}/v1/load_lora_adapter", body)
-        if response.status_code != 200:
-            raise WeightSyncError(
-                f"vLLM load_lora_adapter answered {response.status_code}: {response.text[:1000]}"
+            load_lora_adapter(
+                http, base_url, lora_name, (checkpoint / "model").resolve(), load_inplace=load_inplace
             )
         logger.info("vLLM loaded adapter %r from step %d", lora_name, step)
 
@@ -108,25 +125,11 @@ def vllm_lora_step_sync(
 
     def sync(checkpoint: Path, step: int) -> None:
         name = adapter_name(prefix, step)
-        root = base_url.rstrip("/")
-        body = {"lora_name": name, "lora_path": str((checkpoint / "model").resolve())}
         with httpx.Client(timeout=timeout_s, transport=transport) as http:
-            response = _post(http, f"{root}/v1/load_lora_adapter", body)
-            if response.status_code != 200:
-                raise WeightSyncError(
-                    f"vLLM load_lora_adapter {name!r} answered {response.status_code}: {response.text[:1000]}"
-                )
+            load_lora_adapter(http, base_url, name, (checkpoint / "model").resolve())
             loaded.append(name)
             while len(loaded) > keep_adapters:
-                old = loaded.pop(0)
-                try:
-                    gone = _post(http, f"{root}/v1/unload_lora_adapter", {"lora_name": old})
-                except WeightSyncError as exc:
-                    logger.warning("could not unload adapter %r: %s", old, exc)
-                    continue
-                if gone.status_code != 200:
-                    logger.warning("vLLM unload_lora_adapter %r answered %d: %s", old, gone.status_code,
-                                   gone.text[:300])  # fmt: skip
+                unload_lora_adapter(http, base_url, loaded.pop(0))
         logger.info("vLLM loaded adapter %r (step %d)", name, step)
 
     return sync

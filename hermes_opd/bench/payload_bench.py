@@ -17,6 +17,7 @@ logprob in `ours` is printed with no more significant digits than float32 round-
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gzip
 import json
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from hermes_opd.bench.common import machine_info, with_headline
+from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline
 from hermes_opd.contract.rows import to_dense_k1
 
 GZIP_LEVEL = 6
@@ -244,3 +245,32 @@ def run(
         "decode_dense_over_ours": dense["decode_s"] / ours["decode_s"],
     }
     return with_headline(result, "raw_dense_over_ours", dense["raw_bytes"] / ours["raw_bytes"])
+
+
+# -- `hermes-opd bench payload` (hermes_opd/bench/cli.py) -------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--groups", default=None, help="groups JSONL (or a JSON group); default: collect real groups"
+    )
+    parser.add_argument(
+        "--collect", type=int, default=None, help="groups to collect from the dev server (default 2)"
+    )
+    parser.add_argument(
+        "--group-size", type=int, default=None, help="rollouts per collected group (default 4)"
+    )
+    add_server_arguments(parser)
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    q = args.quick
+    return run(
+        groups_path=args.groups,
+        collect=pick(args.collect, 2, 1, q),
+        group_size=pick(args.group_size, 4, 2, q),
+        base_url=args.base_url,
+        model=args.model,
+        tokenizer_dir=args.tokenizer,
+        quick=q,
+    )

@@ -22,6 +22,7 @@ with zero client CPU could reach under those limits, so the two ratios separate 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import statistics
@@ -37,10 +38,10 @@ from environments.atropos.process_tuning import freeze_startup_heap
 from environments.pipeline.opd_config import OPDConfig, TeacherConfig
 from environments.pipeline.opd_pipeline import OPDPipeline
 from hermes_opd.bench.client_cpu import client_cpu_per_turn
-from hermes_opd.bench.common import machine_info, with_headline, with_retries
-from hermes_opd.bench.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSettings
+from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline, with_retries
 from hermes_opd.bench.reference_schedule import reference_process_group
 from hermes_opd.bench.synth import SynthSpec, synth_group
+from hermes_opd.devkit.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSettings
 from hermes_opd.record.hint_splice import build_canonical_teacher_input, tokenizer_codec
 from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.turn_pairs import extract_turn_pairs
@@ -396,3 +397,50 @@ async def run(cfg: PipelineBenchConfig) -> dict[str, Any]:
             result[name] = await run_backend(name, cfg, trajectories, tokenizer, fake)
     first = cfg.backends[0]
     return with_headline(result, f"{first}_reference_over_ours_opd", result[first]["reference_over_ours_opd"])
+
+
+# -- `hermes-opd bench pipeline` (hermes_opd/bench/cli.py) ------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=["remote", "real", "both"], default="both")
+    parser.add_argument("--rollouts", type=int, default=None, help="default 8 (quick: 2)")
+    parser.add_argument(
+        "--turns", type=int, default=None, help="turn pairs per rollout; default 4 (quick: 2)"
+    )
+    parser.add_argument("--prompt-tokens", type=int, default=None, help="default 256 (quick: 64)")
+    parser.add_argument("--turn-tokens", type=int, default=None, help="default 48 (quick: 24)")
+    parser.add_argument("--state-tokens", type=int, default=None, help="default 96 (quick: 32)")
+    parser.add_argument("--gen-time", type=float, default=None, help="seconds until the last rollout finishes; "
+                        "default 10 (quick: 0.5)")  # fmt: skip
+    parser.add_argument("--judge-latency", type=float, default=0.3)
+    parser.add_argument("--teacher-latency", type=float, default=0.15, help="remote-like teacher latency")
+    parser.add_argument("--judge-concurrency", type=int, default=None, help="default: OPDConfig's")
+    parser.add_argument("--teacher-concurrency", type=int, default=None, help="default: TeacherConfig's")
+    parser.add_argument("--k", type=int, default=50)
+    add_server_arguments(parser)
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    q = args.quick
+    spec = SynthSpec(
+        rollouts=pick(args.rollouts, 8, 2, q),
+        turns=pick(args.turns, 4, 2, q),
+        prompt_tokens=pick(args.prompt_tokens, 256, 64, q),
+        turn_tokens=pick(args.turn_tokens, 48, 24, q),
+        state_tokens=pick(args.state_tokens, 96, 32, q),
+    )
+    cfg = PipelineBenchConfig(
+        spec=spec,
+        backends=BACKENDS if args.backend == "both" else (args.backend,),
+        tokenizer_dir=args.tokenizer,
+        real_base_url=args.base_url,
+        real_model=args.model,
+        judge_latency_s=args.judge_latency,
+        teacher_latency_s=args.teacher_latency,
+        gen_time_s=pick(args.gen_time, 10.0, 0.5, q),
+        k=args.k,
+        judge_concurrency=pick(args.judge_concurrency, OPDConfig().judge_concurrency, None, False),
+        teacher_concurrency=pick(args.teacher_concurrency, TeacherConfig().concurrency, None, False),
+    )
+    return asyncio.run(run(cfg))

@@ -21,6 +21,7 @@ is the worst of the serve mode's p50 and p95 ratios over both concurrencies (tar
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import signal
@@ -35,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from hermes_opd.bench.common import machine_info, with_headline
+from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline
 from hermes_opd.devkit.dev_server import free_port
 
 SYSTEM = "You are a coding agent."
@@ -176,3 +177,29 @@ async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[
     keys = ("submitted", "scored_turns", "samples_grouped", "dropped_queue_full", "pending")
     result["train_feed_at_end"] = {k: feed.get(k, 0) for k in keys}
     return with_headline(result, "worst_serve_overhead_ratio", worst)
+
+
+# -- `hermes-opd bench proxy` (hermes_opd/bench/cli.py) ---------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--turns", type=int, default=None, help="requests per session (default 3; quick 2)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="per request (default 32; quick 8)")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3; quick 1)")
+    parser.add_argument("--sessions", default="1,16", help="concurrencies, comma-separated (default 1,16)")
+    add_server_arguments(parser)
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    q = args.quick
+    return asyncio.run(
+        run(
+            base_url=args.base_url,
+            model=args.model,
+            tokenizer_dir=args.tokenizer,
+            concurrency=tuple(int(s) for s in args.sessions.split(",") if s),
+            turns=pick(args.turns, 3, 2, q),
+            max_tokens=pick(args.max_tokens, 32, 8, q),
+            rounds=pick(args.rounds, 3, 1, q),
+        )
+    )

@@ -22,6 +22,7 @@ sandbox drops privileges).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import time
@@ -33,6 +34,7 @@ from environments.rollout.verifier_batch import verify_solutions
 from environments.tasks.loaders import load_jsonl_tasks
 from environments.tasks.stdio_builtin import stdio_tasks
 from environments.tasks.task import Task
+from hermes_opd.bench.common import pick
 
 ATTACK_TASK = "HumanEval/0"
 PAYLOADS = {
@@ -205,3 +207,26 @@ async def run(
 
 def run_sync(shapes: list[str], attacker_counts: list[int], **kwargs: Any) -> dict[str, Any]:
     return asyncio.run(run(shapes, attacker_counts, **kwargs))
+
+
+# -- `hermes-opd bench reply-flood` (hermes_opd/bench/cli.py) ---------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shapes", default=None, help="comma-separated payloads (default dicts,zeros,set,tuples; "
+                        "quick dicts)")  # fmt: skip
+    parser.add_argument("--attackers", default="1,2", help="comma-separated attacker counts (default 1,2)")
+    parser.add_argument(
+        "--humaneval", type=int, default=None, help="HumanEval neighbours (default 4; quick 2)"
+    )
+    parser.add_argument("--stdio", type=int, default=None, help="stdio neighbours (default 2; quick 1)")
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    q = args.quick
+    return run_sync(
+        pick(args.shapes, "dicts,zeros,set,tuples", "dicts", q).split(","),
+        [int(n) for n in args.attackers.split(",")],
+        humaneval=pick(args.humaneval, 4, 2, q),
+        stdio=pick(args.stdio, 2, 1, q),
+    )

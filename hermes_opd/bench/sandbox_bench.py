@@ -8,6 +8,7 @@ milliseconds; the headline is the shell median over the bubblewrap median (large
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import time
@@ -15,6 +16,7 @@ from typing import Any
 
 from environments.rollout.sandbox.limits import SandboxLimits
 from environments.rollout.sandbox.sandbox import Sandbox
+from hermes_opd.bench.common import pick
 
 BUILDERS = ("shell", "bwrap")
 _WARM_UP = 2
@@ -59,3 +61,16 @@ async def run(commands: int) -> dict[str, Any]:
 
 def run_sync(commands: int) -> dict[str, Any]:
     return asyncio.run(run(commands))
+
+
+# -- `hermes-opd bench sandbox` (hermes_opd/bench/cli.py) -------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--commands", type=int, default=None, help="commands per builder (default 100; quick 10)"
+    )
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    return run_sync(pick(args.commands, 100, 10, args.quick))

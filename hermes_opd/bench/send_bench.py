@@ -21,6 +21,7 @@ above its idle level. The headline is unpaced growth / queue-bound growth.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import itertools
 import json
@@ -36,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from hermes_opd.bench.common import machine_info, rounded, with_headline
+from hermes_opd.bench.common import machine_info, pick, rounded, with_headline
 from hermes_opd.devkit.dev_server import free_port
 
 
@@ -227,3 +228,17 @@ def run(
     growth = result["queue_bound"]["api_rss_growth_mib"]
     ratio = result["unpaced"]["api_rss_growth_mib"] / growth if growth > 0 else float("inf")
     return with_headline(result, "unpaced_over_queue_bound_rss_growth", round(ratio, 2))
+
+
+# -- `hermes-opd bench send` (hermes_opd/bench/cli.py) ----------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--groups", required=True, help="groups JSONL to replay (cycled up to ten batches)")
+    parser.add_argument("--batch-size", type=int, default=None, help="trainer batch in sequences (default 8)")
+    parser.add_argument("--step-s", type=float, default=None,
+                        help="the slow trainer's seconds per batch (default: 4x slower than send's throughput)")  # fmt: skip
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    return run(args.groups, batch_size=pick(args.batch_size, 8, 4, args.quick), step_s=args.step_s)

@@ -22,6 +22,8 @@ Headline, last key: `with_over_without`, the wall-time ratio (smaller is better;
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import os
 import random
 import statistics
@@ -29,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-from hermes_opd.bench.common import machine_info, with_headline
+from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline
 from hermes_opd.bench.teacher_bench import prompt_of_length
 from hermes_opd.contract.student_topk import teacher_logprobs_on
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
@@ -140,3 +142,37 @@ async def run(
         "load_avg_1m_end": os.getloadavg()[0],
     }
     return with_headline(result, "with_over_without", with_s / without_s)
+
+
+# -- `hermes-opd bench student-topk` (hermes_opd/bench/cli.py) --------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--k", type=int, default=4, help="the student's top-K (OpenClaw-RL's default 4)")
+    parser.add_argument("--n", type=int, default=None, help="continuations per request (default 8; quick 2)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=None, help="tokens per continuation (default 128; quick 16)"
+    )
+    parser.add_argument("--prompt-tokens", type=int, default=None, help="default 512 (quick 64)")
+    parser.add_argument("--iters", type=int, default=None, help="request pairs (default 6; quick 2)")
+    parser.add_argument(
+        "--teacher-k", type=int, default=50, help="the teacher's top-K for the unknown-id count"
+    )
+    add_server_arguments(parser)
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    q = args.quick
+    return asyncio.run(
+        run(
+            base_url=args.base_url,
+            model=args.model,
+            tokenizer_dir=args.tokenizer,
+            k=args.k,
+            n=pick(args.n, 8, 2, q),
+            max_tokens=pick(args.max_tokens, 128, 16, q),
+            prompt_tokens=pick(args.prompt_tokens, 512, 64, q),
+            iters=pick(args.iters, 6, 2, q),
+            teacher_k=args.teacher_k,
+        )
+    )

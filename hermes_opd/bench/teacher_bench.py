@@ -5,17 +5,18 @@ text), sent as `/v1/completions` with `prompt_logprobs: K, max_tokens: 1`, `iter
 - server: time to the response headers (vLLM builds the whole JSON body before it sends them, so
   this is queueing + forward pass + building and serializing every position's logprob dict);
 - transfer: headers to the last body byte;
-- parsing, three ways on the same body: `before` = the client as it was (`json.loads` of the text,
-  then the original `parse_prompt_topk`, kept below verbatim as `legacy_parse_prompt_topk`);
-  `after_full` = `parse_prompt_topk_json` (msgspec, every row); `after_turn` = the same with
+- parsing, three ways on the same body: `plain` = `json.loads` of the text, then
+  `parse_prompt_topk` (the dict parser, every row: the specification of the fast one);
+  `fast_full` = `parse_prompt_topk_json` (msgspec, every row); `fast_turn` = the same with
   `from_pos` = L - turn_tokens, i.e. only the rows a teacher needs (the turn's).
 Every cell also checks that the three parses give the same rows (where they overlap).
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
-import math
 import statistics
 import sys
 import time
@@ -23,65 +24,9 @@ from typing import Any
 
 import aiohttp
 
-from hermes_opd.bench.common import machine_info, with_headline, with_retries
+from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline, with_retries
 from hermes_opd.bench.synth import filler
-from hermes_opd.vllm_api.errors import UnexpectedResponseError
-from hermes_opd.vllm_api.wire_format import _snippet
-from scoring.response_parsing import PromptTopK, parse_prompt_topk_json
-
-
-def legacy_parse_prompt_topk(body: dict[str, Any], prompt_ids: list[int], k: int) -> PromptTopK:
-    """`hermes_opd.vllm_api.wire_format.parse_prompt_topk` as it was before the speed work (commit 702b418),
-    verbatim, for the `before` column."""
-    try:
-        entries = body["choices"][0]["prompt_logprobs"]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise UnexpectedResponseError(
-            f"response has no choices[0].prompt_logprobs: {_snippet(body)}"
-        ) from exc
-    if not isinstance(entries, list):
-        raise UnexpectedResponseError(f"prompt_logprobs is {type(entries).__name__}, expected a list")
-    if len(entries) != len(prompt_ids):
-        raise UnexpectedResponseError(
-            f"prompt_logprobs has {len(entries)} positions for a prompt of {len(prompt_ids)} tokens"
-        )
-    ids_rows: list[list[int]] = []
-    lp_rows: list[list[float]] = []
-    for pos, entry in enumerate(entries):
-        if entry is None:
-            if pos != 0:
-                raise UnexpectedResponseError(f"prompt_logprobs entry {pos} is null; only entry 0 may be")
-            ids_rows.append([])
-            lp_rows.append([])
-            continue
-        if not isinstance(entry, dict):
-            raise UnexpectedResponseError(
-                f"prompt_logprobs entry {pos} is {type(entry).__name__}, expected an object"
-            )
-        try:
-            items = [(int(tok), float(v["logprob"]), int(v.get("rank") or 10**9)) for tok, v in entry.items()]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UnexpectedResponseError(
-                f"prompt_logprobs entry {pos} is malformed: {_snippet(entry)}"
-            ) from exc
-        for tok, lp, _ in items:
-            if math.isnan(lp) or lp > 1e-4:
-                raise UnexpectedResponseError(
-                    f"prompt_logprobs entry {pos} token {tok} has invalid logprob {lp}"
-                )
-        items.sort(key=lambda item: (item[2], -item[1]))
-        actual = prompt_ids[pos]
-        top = [item for item in items if item[2] <= k][:k]
-        if len(top) < min(k, len(items)) and len(items) >= k:
-            raise UnexpectedResponseError(f"prompt_logprobs entry {pos} has fewer than k={k} ranked entries")
-        if actual not in {item[0] for item in top}:
-            actual_items = [item for item in items if item[0] == actual]
-            if not actual_items:
-                raise UnexpectedResponseError(f"prompt_logprobs entry {pos} lacks the actual token {actual}")
-            top.append(actual_items[0])
-        ids_rows.append([item[0] for item in top])
-        lp_rows.append([item[1] for item in top])
-    return PromptTopK(prompt_ids=list(prompt_ids), token_ids=ids_rows, logprobs=lp_rows)
+from scoring.response_parsing import parse_prompt_topk, parse_prompt_topk_json
 
 
 def prompt_of_length(tokenizer: Any, n: int, seed: int) -> list[int]:
@@ -119,13 +64,13 @@ async def one_request(
         {"model": model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
     )
     server_s, transfer_s, raw = await with_retries(lambda: timed_post(session, url, payload))
-    before_s, before = _timed(lambda: legacy_parse_prompt_topk(json.loads(raw.decode("utf-8")), ids, k))
+    plain_s, plain = _timed(lambda: parse_prompt_topk(json.loads(raw.decode("utf-8")), ids, k))
     full_s, full = _timed(lambda: parse_prompt_topk_json(raw, ids, k))
     from_pos = len(ids) - turn_tokens
     turn_s, turn = _timed(lambda: parse_prompt_topk_json(raw, ids, k, from_pos=from_pos))
     identical = (
-        before.token_ids == full.token_ids
-        and before.logprobs == full.logprobs
+        plain.token_ids == full.token_ids
+        and plain.logprobs == full.logprobs
         and turn.token_ids[from_pos:] == full.token_ids[from_pos:]
         and turn.logprobs[from_pos:] == full.logprobs[from_pos:]
     )
@@ -133,9 +78,9 @@ async def one_request(
         "server_s": server_s,
         "transfer_s": transfer_s,
         "bytes": len(raw),
-        "parse_before_s": before_s,
-        "parse_after_full_s": full_s,
-        "parse_after_turn_s": turn_s,
+        "parse_plain_s": plain_s,
+        "parse_fast_full_s": full_s,
+        "parse_fast_turn_s": turn_s,
         "identical": identical,
     }
 
@@ -174,18 +119,18 @@ async def run(
                         cell[key] = all(s[key] for s in samples)
                     else:
                         cell[key] = statistics.median(s[key] for s in samples)
-                cell["total_before_s"] = cell["server_s"] + cell["transfer_s"] + cell["parse_before_s"]
-                cell["parse_share_before"] = cell["parse_before_s"] / cell["total_before_s"]
-                cell["total_after_s"] = cell["server_s"] + cell["transfer_s"] + cell["parse_after_turn_s"]
-                cell["parse_share_after"] = cell["parse_after_turn_s"] / cell["total_after_s"]
+                cell["total_plain_s"] = cell["server_s"] + cell["transfer_s"] + cell["parse_plain_s"]
+                cell["parse_share_plain"] = cell["parse_plain_s"] / cell["total_plain_s"]
+                cell["total_fast_s"] = cell["server_s"] + cell["transfer_s"] + cell["parse_fast_turn_s"]
+                cell["parse_share_fast"] = cell["parse_fast_turn_s"] / cell["total_fast_s"]
                 cells[f"L{length}_K{k}"] = cell
                 print(f"[bench teacher] L={length} K={k}: server {cell['server_s']:.3f}s, transfer "
-                      f"{cell['transfer_s']:.4f}s, {cell['bytes'] / 1e6:.2f} MB, parse {cell['parse_before_s']:.3f}s"
-                      f" -> {cell['parse_after_full_s']:.3f}s (all rows) / {cell['parse_after_turn_s']:.4f}s "
+                      f"{cell['transfer_s']:.4f}s, {cell['bytes'] / 1e6:.2f} MB, parse {cell['parse_plain_s']:.3f}s"
+                      f" -> {cell['parse_fast_full_s']:.3f}s (all rows) / {cell['parse_fast_turn_s']:.4f}s "
                       f"(turn rows)", flush=True, file=sys.stderr)  # fmt: skip
-    before = sum(c["parse_before_s"] for c in cells.values())
-    after_full = sum(c["parse_after_full_s"] for c in cells.values())
-    after_turn = sum(c["parse_after_turn_s"] for c in cells.values())
+    plain = sum(c["parse_plain_s"] for c in cells.values())
+    fast_full = sum(c["parse_fast_full_s"] for c in cells.values())
+    fast_turn = sum(c["parse_fast_turn_s"] for c in cells.values())
     result: dict[str, Any] = {
         "bench": "teacher",
         "base_url": base_url,
@@ -193,12 +138,42 @@ async def run(
         "iters": iters,
         "cells": cells,
         "all_identical": all(c["identical"] for c in cells.values()),
-        "parse_share_before_max": max(c["parse_share_before"] for c in cells.values()),
-        "parse_share_after_max": max(c["parse_share_after"] for c in cells.values()),
-        "parse_before_s_sum": before,
-        "parse_after_full_s_sum": after_full,
-        "parse_after_turn_s_sum": after_turn,
-        "parse_speedup_full": before / after_full,
+        "parse_share_plain_max": max(c["parse_share_plain"] for c in cells.values()),
+        "parse_share_fast_max": max(c["parse_share_fast"] for c in cells.values()),
+        "parse_plain_s_sum": plain,
+        "parse_fast_full_s_sum": fast_full,
+        "parse_fast_turn_s_sum": fast_turn,
+        "parse_speedup_full": plain / fast_full,
         "machine": machine_info(),
     }
-    return with_headline(result, "parse_speedup_turn", before / after_turn)
+    return with_headline(result, "parse_speedup_turn", plain / fast_turn)
+
+
+# -- `hermes-opd bench teacher` (hermes_opd/bench/cli.py) -------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lengths", default=None, help="comma-separated context lengths (default 256,1024,2048)"
+    )
+    parser.add_argument("--ks", default=None, help="comma-separated K values (default 1,20,50)")
+    parser.add_argument("--turn-tokens", type=int, default=64, help="positions the teacher needs (the turn)")
+    parser.add_argument("--iters", type=int, default=None, help="requests per cell (default 3)")
+    add_server_arguments(parser)
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    q = args.quick
+    lengths = [int(x) for x in (args.lengths or ("64,128" if q else "256,1024,2048")).split(",")]
+    ks = [int(x) for x in (args.ks or ("1,5" if q else "1,20,50")).split(",")]
+    return asyncio.run(
+        run(
+            base_url=args.base_url,
+            model=args.model,
+            tokenizer_dir=args.tokenizer,
+            lengths=lengths,
+            ks=ks,
+            turn_tokens=min(args.turn_tokens, min(lengths) // 2),
+            iters=pick(args.iters, 3, 1, q),
+        )
+    )

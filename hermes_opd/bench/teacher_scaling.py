@@ -23,6 +23,7 @@ Headline keys: `best_over_prefill` (best path / prefill at the largest L), and, 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import random
@@ -33,7 +34,7 @@ from typing import Any
 
 import aiohttp
 
-from hermes_opd.bench.common import machine_info, with_headline, with_retries
+from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline, with_retries
 from hermes_opd.bench.teacher_bench import prompt_of_length, timed_post
 from scoring.alignment import turn_rows
 from scoring.request_paths import GENERATE_PATH, completions_payload, generate_payload
@@ -242,3 +243,40 @@ async def run(
     result["best_over_prefill"] = largest[best]["over_prefill"]
     baseline = largest["completions"]["wall_s"] if "completions" in available else float("nan")
     return with_headline(result, "completions_over_best", baseline / largest[best]["wall_s"])
+
+
+# -- `hermes-opd bench teacher-scaling` (hermes_opd/bench/cli.py) -----------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lengths", default=None, help="comma-separated context lengths (default 256,1024,2048,3584)"
+    )
+    parser.add_argument(
+        "--turn-tokens", type=int, default=64, help="the turn's positions (the rows a teacher needs)"
+    )
+    parser.add_argument("--k", type=int, default=50)
+    parser.add_argument("--iters", type=int, default=None, help="requests per path and length (default 3)")
+    parser.add_argument("--paths", default="completions,generate,transformers", help="comma-separated paths")
+    parser.add_argument(
+        "--local-threads", type=int, default=None, help="torch threads of the in-process path"
+    )
+    add_server_arguments(parser)
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    q = args.quick
+    lengths = [int(x) for x in (args.lengths or ("128,256" if q else "256,1024,2048,3584")).split(",")]
+    return asyncio.run(
+        run(
+            base_url=args.base_url,
+            model=args.model,
+            tokenizer_dir=args.tokenizer,
+            lengths=lengths,
+            turn_tokens=min(args.turn_tokens, min(lengths) // 2),
+            k=args.k,
+            iters=pick(args.iters, 3, 1, q),
+            paths=tuple(p for p in args.paths.split(",") if p),
+            local_threads=args.local_threads,
+        )
+    )

@@ -74,12 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="groups to collect (default 2; 3 with --dev-model)")  # fmt: skip
     learning = parser.add_argument_group("the learning demo (the default)")
     learning.add_argument("--steps", type=int, default=None,
-                          help="OPD steps of the closed loop (default: configs/bench/learning-student-quick.yaml, 6)")  # fmt: skip
+                          help="OPD steps of the closed loop (default: hermes_opd/learning_study/configs/learning-student-quick.yaml, 6)")  # fmt: skip
     learning.add_argument("--eval-every", type=int, default=None,
                           help="evaluate the weights after every k-th step and the last (default: the config's, 2)")  # fmt: skip
     learning.add_argument("--seed", type=int, default=0, help="seed of the loop's run (default 0)")
     learning.add_argument("--student-model", default=None,
-                          help="student directory (default: the shipped hermes_opd/devkit/student_q2)")  # fmt: skip
+                          help="student directory (default: the shipped hermes_opd/learning_study/student_q2)")  # fmt: skip
     learning.add_argument("--vllm-url", default=None,
                           help="a running vLLM root URL with --enable-lora serving the student (default: start one)")  # fmt: skip
     dev = parser.add_argument_group("--dev-model")

@@ -1,9 +1,9 @@
 """The README's main job, `hermes-opd demo`: OPD teaching a small agent, on a laptop CPU.
 
-On the copying student that ships with the project (`hermes_opd/devkit/student_q2`, 1.6M
+On the copying student that ships with the project (`hermes_opd/learning_study/student_q2`, 1.6M
 parameters) and the convention tasks (each task's checker wants a function of a given name in a
 given file; 24 held-out tasks whose conventions the student never saw), through the learning
-bench's own machinery (hermes_opd/bench/learning_loop.py, configs/bench/learning-student-quick.yaml):
+bench's own machinery (hermes_opd/learning_study/loop.py, hermes_opd/learning_study/configs/learning-student-quick.yaml):
 
 1. one CPU vLLM that serves the student and hot-loads LoRA adapters (`start_lora_vllm`);
 2. a few OPD groups collected with the loop's own env settings (`env_document`): real tool calls,
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from hermes_opd.commands.progress import format_duration
+from hermes_opd.learning_study.paths import CONFIG_DIR
 
-REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "configs" / "bench" / "learning-student-quick.yaml"
+CONFIG = CONFIG_DIR / "learning-student-quick.yaml"
 """The loop's settings: the README test command's learning test runs exactly these."""
 ARM = "opd"
 SERVED_MODEL = "student-q2"
@@ -67,8 +67,8 @@ def _step(text: str) -> None:
 
 def loop_settings(args: argparse.Namespace, out_dir: Path):
     """The bench's settings from CONFIG, with the demo's --steps / --eval-every / --student-model."""
-    from hermes_opd.bench.learning_bench import add_arguments, resolve_settings
-    from hermes_opd.devkit.paths import shipped_student_dir
+    from hermes_opd.learning_study.bench import add_arguments, resolve_settings
+    from hermes_opd.learning_study.paths import shipped_student_dir
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -87,7 +87,7 @@ def loop_settings(args: argparse.Namespace, out_dir: Path):
 
 def run(args: argparse.Namespace, raise_on_sigterm) -> int:
     """The learning demo; `raise_on_sigterm` is re-installed after each asyncio run (which resets it)."""
-    from hermes_opd.bench.learning_loop import evaluate_policy, run_arm, start_lora_vllm
+    from hermes_opd.learning_study.loop import evaluate_policy, run_arm, start_lora_vllm
 
     started = time.monotonic()
     out_dir = Path(args.out)
@@ -172,10 +172,10 @@ def collect_groups(args: argparse.Namespace, settings, out_dir: Path) -> Collect
     """`args.groups` OPD groups with the loop's own env, the inspector's report and the validator."""
     from environments.atropos.agentic_opd_env import AgenticOPDEnv
     from environments.atropos.config_loading import build_job_config
-    from hermes_opd.bench.learning_loop import env_document
     from hermes_opd.commands import inspector
     from hermes_opd.commands.process_job import run_job
     from hermes_opd.commands.validate_file import validate_jsonl
+    from hermes_opd.learning_study.loop import env_document
 
     groups_path, report_path = out_dir / "groups.jsonl", out_dir / "report.html"
     document = env_document(settings, seed=args.seed, prefix=None, metrics_path=out_dir / "metrics.jsonl")
@@ -245,7 +245,7 @@ def _last_feedback(messages: list[Any]) -> str | None:
 def write_learning_outputs(settings, values: dict[str, Any], records, out_dir: Path, started: float) -> Path:
     """learning.json and learning.png through the bench's own `write_outputs`; its table goes to
     DIR/learning-summary.txt (the demo prints its own screen)."""
-    from hermes_opd.bench.learning_bench import write_outputs
+    from hermes_opd.learning_study.bench import write_outputs
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):

@@ -1,7 +1,7 @@
 """`hermes-opd dev-model build-student`: pretrain the learnable dev student for the env.
 
-Two recipes (`--recipe`): "conversations" (hermes_opd/devkit/student_model.py) and "copy"
-(hermes_opd/devkit/student_recipe.py, induction first). Either builder is given the env's system
+Two recipes (`--recipe`): "conversations" (hermes_opd/learning_study/student_model.py) and "copy"
+(hermes_opd/learning_study/student_recipe.py, induction first). Either builder is given the env's system
 prompt and tool schemas, so the student learns exactly the rendering the env's rollouts use, and
 the values of the convention task family (environments/tasks/conventions.py), which its pretraining
 must never contain.
@@ -16,9 +16,9 @@ from pathlib import Path
 from environments.atropos.agentic_opd_config import AgenticOPDConfig
 from environments.rollout.tools import TOOL_SCHEMAS
 from environments.tasks.conventions import convention_values
-from hermes_opd.devkit.paths import default_student_dir
-from hermes_opd.devkit.student_model import StudentSpec, build_student, is_student_built
-from hermes_opd.devkit.student_recipe import build_recipe_student, recipe_manifest
+from hermes_opd.learning_study.paths import default_student_dir
+from hermes_opd.learning_study.student_model import StudentSpec, build_student, is_student_built
+from hermes_opd.learning_study.student_recipe import build_recipe_student, recipe_manifest
 
 RECIPES = ("conversations", "copy")
 """conversations: `build_student` (minutes; follows the tool format, does not copy unseen names);

@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes_opd.devkit.student_corpus import copy_drill, pretrain_example, word_vocabulary
-from hermes_opd.devkit.student_model import (
+from hermes_opd.learning_study.student_corpus import copy_drill, pretrain_example, word_vocabulary
+from hermes_opd.learning_study.student_model import (
     StudentSpec,
     _Batch,
     assistant_mask,

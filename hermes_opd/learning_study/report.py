@@ -1,5 +1,5 @@
 """`hermes-opd bench learning`: from the records of finished runs to curves, stage timings, the
-summary table and the headline (pure logic; the runs: learning_loop.py, the figure: learning_plot.py).
+summary table and the headline (pure logic; the runs: loop.py, the figure: plot.py).
 
 A run is one (arm, seed). Its records are the trainer's metrics lines (one per optimizer step) and
 the env's metrics lines (one per group, one per evaluation). Held-out success is the env's own
@@ -49,7 +49,7 @@ class RunRecords:
     evals: list[dict[str, Any]] = field(default_factory=list)
     """Each with `policy_version` and `eval/pass@1` (the env's evaluate, run by the bench)."""
     probe: dict[str, Any] = field(default_factory=dict)
-    """learning_probe.probe_run: the teacher gap on the first groups, start and end."""
+    """probe.probe_run: the teacher gap on the first groups, start and end."""
 
 
 def eval_curve(run: RunRecords) -> list[tuple[int, float]]:
@@ -173,7 +173,7 @@ def headline(bands: dict[str, list[tuple[int, float, float, float]]]) -> dict[st
 
 
 def probe_summary(runs: Sequence[RunRecords]) -> dict[str, Any]:
-    """Per arm: the teacher gap on the first groups (learning_probe.py) at the start and the end,
+    """Per arm: the teacher gap on the first groups (probe.py) at the start and the end,
     mean over seeds, and in how many seeds it fell; only arms whose probes measured something."""
     out: dict[str, Any] = {}
     for arm in ARMS:

@@ -30,7 +30,7 @@ from hermes_opd.devkit.dev_model import (
     dev_tokenizer,
     qwen2_config,
 )
-from hermes_opd.devkit.student_corpus import copy_drill, pretrain_example, word_vocabulary
+from hermes_opd.learning_study.student_corpus import copy_drill, pretrain_example, word_vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -297,7 +297,7 @@ def is_student_built(
     path: str | Path, recipe: str = "conversations", expected: dict[str, Any] | None = None
 ) -> bool:
     """True when `path` holds a complete student build of `recipe` made by this version of the
-    builder ("conversations": `build_student`; "copy": hermes_opd/devkit/student_recipe.py), whose
+    builder ("conversations": `build_student`; "copy": hermes_opd/learning_study/student_recipe.py), whose
     manifest also holds every entry of `expected` (for example the phases of the recipe today)."""
     p = Path(path)
     if not all((p / name).is_file() for name in (MANIFEST, "model.safetensors", "tokenizer.json")):

@@ -13,7 +13,7 @@ reported (`followed`, per kind) but not asserted. `MIN_MODULE_GAIN` was chosen f
 distributions of runs with the rules judge's hints and with constant hints (docs/notes/
 learning-proof.md, where both are listed run by run).
 
-`python -m hermes_opd.bench.learning_proof DIR...` prints the verdict of every run in the bench
+`python -m hermes_opd.learning_study.proof DIR...` prints the verdict of every run in the bench
 output directories given.
 """
 
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hermes_opd.bench.learning_report import CONVENTION_KINDS
+from hermes_opd.learning_study.report import CONVENTION_KINDS
 
 MIN_MODULE_GAIN = 2
 """Held-out module tasks (of 12) whose attempt writes `helpers.py` after the last step, more than at
@@ -99,7 +99,7 @@ def verdict_line(facts: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     directories = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
     if not directories:
-        print("usage: python -m hermes_opd.bench.learning_proof BENCH_OUT_DIR...", file=sys.stderr)
+        print("usage: python -m hermes_opd.learning_study.proof BENCH_OUT_DIR...", file=sys.stderr)
         return 2
     for directory in directories:
         path = directory / "learning.json"

@@ -27,7 +27,7 @@ so that building multi-megabyte teacher bodies never competes with the measured 
   number of requests in flight at once, per route (tests use it to prove that a schedule really is
   sequential).
 
-As a process: `python -m hermes_opd.bench.fake_endpoints --port 0` prints `PORT <n>` when ready
+As a process: `python -m hermes_opd.devkit.fake_endpoints --port 0` prints `PORT <n>` when ready
 (`--replies`, `--plan`, `--default`, `--model`, `--announce-requests` for the policy-fault tests,
 which SIGKILL it mid-request; it then prints `REQUEST n MODE` as each request arrives).
 """
@@ -473,7 +473,7 @@ class FakeEndpoints:
     def __enter__(self) -> FakeEndpoints:
         s = self.settings
         command = [
-            sys.executable, "-m", "hermes_opd.bench.fake_endpoints", "--host", "127.0.0.1", "--port", "0",
+            sys.executable, "-m", "hermes_opd.devkit.fake_endpoints", "--host", "127.0.0.1", "--port", "0",
             "--judge-latency", str(s.judge_latency_s), "--teacher-latency", str(s.teacher_latency_s),
             "--vocab-size", str(s.vocab_size), "--hint", s.hint,
         ]  # fmt: skip

@@ -4,7 +4,7 @@ Every arm trains the same student (a LoRA) for the same number of steps, so the 
 generations, with the same seeds. The bench writes `learning.json` (per run: per-step loss terms,
 grad norms, the ratio-capped fraction, hint rate, equal-score share, lag and stage timings, and
 every evaluation), `learning.png` (held-out success against generations, mean and band over seeds)
-and prints a summary table; its last line is one JSON object (learning_report.headline).
+and prints a summary table; its last line is one JSON object (report.headline).
 docs/notes/learning-lab.md, "The bench", says how to run and read it.
 """
 
@@ -21,9 +21,10 @@ from typing import Any
 import yaml
 
 from environments.atropos.embedded_paths import default_dev_model_dir
-from hermes_opd.bench.learning_loop import LoopSettings, evaluate_policy, load_run, run_arm, start_lora_vllm
-from hermes_opd.bench.learning_plot import plot_learning_curves
-from hermes_opd.bench.learning_report import (
+from hermes_opd.contract.errors import ConfigError
+from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, load_run, run_arm, start_lora_vllm
+from hermes_opd.learning_study.plot import plot_learning_curves
+from hermes_opd.learning_study.report import (
     ARMS,
     RunRecords,
     convention_summary,
@@ -34,9 +35,8 @@ from hermes_opd.bench.learning_report import (
     probe_summary,
     summary_table,
 )
-from hermes_opd.contract.errors import ConfigError
 
-logger = logging.getLogger("hermes_opd.bench.learning")
+logger = logging.getLogger(__name__)
 
 CONFIG_KEYS = ("vllm_url", "served_model", "student_model", "steps", "groups_per_step", "group_size",
                "eval_every", "seeds", "first_seed", "arms", "workers", "lora_r", "lr", "run_timeout_s", "env",

@@ -35,11 +35,12 @@ import httpx
 import yaml
 
 from environments.tasks.convention_choice import ConventionChoice, choice_summary
-from hermes_opd.bench.learning_probe import probe_run
-from hermes_opd.bench.learning_report import ARMS, RunRecords
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, adapter_name, adapter_step
 from hermes_opd.devkit.dev_server import WAIT_NOTICE_S, DevServer, free_port
+from hermes_opd.learning_study.probe import probe_run
+from hermes_opd.learning_study.report import ARMS, RunRecords
+from trainer_adapters.weight_sync import WeightSyncError, load_lora_adapter, unload_lora_adapter
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def unload_adapters(vllm_root_url: str, prefix: str) -> list[str]:
     """Unload every adapter of `prefix` still on the server (a finished run's last ones); returns
-    their names. vLLM answers an unload with plain text, so only the status is read."""
+    their names."""
     try:
         served = [m["id"] for m in _http_json("GET", f"{vllm_root_url}/v1/models")["data"]]
     except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
@@ -181,20 +182,8 @@ def unload_adapters(vllm_root_url: str, prefix: str) -> list[str]:
         return [
             name
             for name in served
-            if adapter_step(prefix, name) is not None and unload_adapter(http, vllm_root_url, name)
+            if adapter_step(prefix, name) is not None and unload_lora_adapter(http, vllm_root_url, name)
         ]
-
-
-def unload_adapter(http: httpx.Client, vllm_root_url: str, name: str) -> bool:
-    """Unload one adapter; a failure is logged, not raised (the caller's own work is done or failing)."""
-    try:
-        response = http.post(f"{vllm_root_url}/v1/unload_lora_adapter", json={"lora_name": name})
-    except httpx.HTTPError as exc:
-        logger.warning("could not unload adapter %s: %s", name, exc)
-        return False
-    if response.status_code != 200:
-        logger.warning("unloading %s answered %d: %s", name, response.status_code, response.text[:200])
-    return response.status_code == 200
 
 
 # -- configs ----------------------------------------------------------------------------------------
@@ -328,15 +317,14 @@ def evaluate_checkpoint(
     root = settings.vllm_root_url
     started = time.monotonic()
     with httpx.Client(timeout=120) as http:
-        response = http.post(f"{root}/v1/load_lora_adapter",
-                             json={"lora_name": name, "lora_path": str(checkpoint.resolve())})  # fmt: skip
-        if response.status_code != 200:
-            raise LearningRunError(f"vLLM load_lora_adapter {name!r} answered {response.status_code}: "
-                                   f"{response.text[:500]}")  # fmt: skip
+        try:
+            load_lora_adapter(http, root, name, checkpoint.resolve())
+        except WeightSyncError as exc:
+            raise LearningRunError(str(exc)) from exc
         try:
             result = evaluate_policy(settings, seed=seed, prefix=eval_prefix, metrics_path=metrics_path)
         finally:  # an unload that fails is logged: the evaluation's own error, if any, is the one raised
-            unload_adapter(http, root, name)
+            unload_lora_adapter(http, root, name)
     if result[POLICY_VERSION_KEY] != step:
         raise LearningRunError(
             f"the evaluation of step {step} ran on policy version {result[POLICY_VERSION_KEY]}"
