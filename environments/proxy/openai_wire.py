@@ -12,11 +12,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_opd.contract.errors import HermesOPDError
+
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 TOOL_CHOICES = frozenset({"auto", "none"})
 
 
-class RequestError(ValueError):
+class RequestError(HermesOPDError, ValueError):
     """A request the proxy refuses, with the HTTP status and OpenAI error fields to answer with."""
 
     def __init__(self, message: str, *, status: int = 400, param: str | None = None,
