@@ -57,6 +57,7 @@ from typing import Any
 
 import aiohttp
 
+from environments.atropos.groups_file import group_line
 from environments.rollout.sandbox.process_tree import pid_alive
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.vllm_api.retry import RetryPolicy, retrying
@@ -255,7 +256,7 @@ class GroupSpool:
     def append(self, groups: list[dict[str, Any]]) -> Path:
         """Write `groups` as one new segment, durably. Returns its path."""
         name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._counter):06d}{self.SUFFIX}"
-        data = b"".join(json.dumps(group).encode("utf-8") + b"\n" for group in groups)
+        data = b"".join(group_line(group, allow_nan=True) for group in groups)
         path = self.directory / name
         write_atomically(path, data)
         return path
@@ -292,7 +293,7 @@ class GroupSpool:
             _fsync_dir(self.rejected_dir)
             _fsync_dir(self.directory)
         else:
-            write_atomically(target, b"".join(json.dumps(g).encode("utf-8") + b"\n" for g in groups or []))
+            write_atomically(target, b"".join(group_line(g, allow_nan=True) for g in groups or []))
         return target
 
     # -- one flusher per directory, across processes -----------------------------------------------

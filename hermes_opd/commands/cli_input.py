@@ -1,22 +1,17 @@
 """What every operator command (`tasks score`, `validate`, `send`, `process`, `inspect`) shares to meet
-bad input with one clear line and exit code 2: an argument parser whose errors are one line, flag
-types that refuse what cannot be meant (0, negative, NaN, infinite), and a JSONL reader that reads
-each line within `hermes_opd.contract.bounded_json.OPERATOR_INPUT` (a line too long is skipped
-without being held in memory) and names every bad line with its number, going on after it.
+bad input with one clear line and exit code 2: an argument parser whose errors are one line, and flag
+types that refuse what cannot be meant (0, negative, NaN, infinite). Their JSONL reader, which names
+every bad line with its number and goes on after it, is `hermes_opd.contract.bounded_json.iter_jsonl`.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, NoReturn
 
-from hermes_opd.contract.bounded_json import OPERATOR_INPUT, BoundedJSONError, JSONBounds, loads_bounded
-
 EXIT_USAGE = 2
-_SKIP_CHUNK = 1 << 20
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -42,28 +37,3 @@ def number_in(kind: type, low: float, high: float, *, low_open: bool = False) ->
         return value
 
     return parse
-
-
-def iter_jsonl(
-    path: str | Path, bounds: JSONBounds = OPERATOR_INPUT
-) -> Iterator[tuple[int, Any, str | None]]:
-    """(line number, value, None) for each non-blank line that is JSON within `bounds`, and
-    (line number, None, why) for each that is not. OSError when the file cannot be opened."""
-    with open(path, "rb") as handle:
-        number = 0
-        while raw := handle.readline(bounds.max_bytes + 1):
-            number += 1
-            if len(raw) > bounds.max_bytes and not raw.endswith(b"\n"):
-                while (rest := handle.readline(_SKIP_CHUNK)) and not rest.endswith(b"\n"):
-                    pass
-                yield number, None, f"longer than {bounds.max_bytes} bytes; not read"
-                continue
-            if not raw.strip():
-                continue
-            try:
-                yield number, loads_bounded(raw, bounds), None
-            except BoundedJSONError as exc:
-                text = str(exc)
-                if not text.startswith("not valid UTF-8"):
-                    text = f"invalid JSON: {text.removeprefix('not valid JSON: ')}"
-                yield number, None, text

@@ -41,6 +41,7 @@ from typing import Any
 
 import aiohttp
 
+from environments.atropos.groups_file import parse_group_line, unwrap_group, without_wrapper
 from environments.atropos.send_spool import (
     APIRejectedError,
     APIUnavailableError,
@@ -51,7 +52,6 @@ from environments.atropos.send_spool import (
 )
 from hermes_opd.commands.send_cursor import CursorError, SendCursor, cursor_path, load_cursor, save_cursor
 from hermes_opd.commands.tinker_drops import TinkerDropCount
-from hermes_opd.commands.validate_file import unwrap_group
 from hermes_opd.contract.bounded_json import GROUPS_INPUT, BoundedJSONError, loads_bounded
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.group_id import group_digest, with_group_id
@@ -59,9 +59,6 @@ from hermes_opd.contract.validation import validate_group
 from hermes_opd.devkit.dev_server import WAIT_NOTICE_S  # every wait says what it waits for this often
 
 logger = logging.getLogger(__name__)
-
-WRAPPER_FIELDS = ("group_index", "task_id")
-"""Fields `hermes-opd process` puts in front of each group; not part of the ScoredDataGroup."""
 
 
 class APIGoneError(HermesOPDError, RuntimeError):
@@ -308,7 +305,7 @@ class GroupReplayer:
         group = unwrap_group(record)
         if group is None:
             return None, f"a JSON {type(record).__name__}, not a group object"
-        group = {k: v for k, v in group.items() if k not in WRAPPER_FIELDS}
+        group = without_wrapper(group)
         violations = validate_group(group, group_index=line - 1)
         if violations:
             return None, _describe_violations(violations)
@@ -360,22 +357,12 @@ class GroupReplayer:
             with self.path.open("rb") as handle:
                 handle.seek(self.cursor.last_line_offset)
                 raw = handle.readline()
-            group, _ = self._parse_only(raw)
+            group, _ = parse_group_line(raw)
             if group is None or group_digest(group) != self.cursor.last_group_id:
                 raise CursorError(
                     f"line {self.cursor.acked_lines} of {self.path} is not the group {self.cursor_file} "
                     "recorded as sent last: the file changed; delete the cursor to send it from the start"
                 )
-
-    @staticmethod
-    def _parse_only(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
-        try:
-            group = unwrap_group(loads_bounded(raw, GROUPS_INPUT))
-        except BoundedJSONError as exc:
-            return None, str(exc)
-        if group is None:
-            return None, "not an object"
-        return {k: v for k, v in group.items() if k not in WRAPPER_FIELDS}, None
 
     def _rebuild_window(self) -> None:
         """The window of an earlier run (the groups between the cursor's window and its mark),
@@ -389,7 +376,7 @@ class GroupReplayer:
                 if not raw:
                     break
                 line += 1
-                group, _ = self._parse_only(raw) if raw.strip() else (None, None)
+                group, _ = parse_group_line(raw) if raw.strip() else (None, None)
                 if group is not None and isinstance(group.get("tokens"), list):
                     self._recent.append((start, line - 1, len(group["tokens"])))
 

@@ -24,11 +24,11 @@ import sys
 import time
 from pathlib import Path
 
+from environments.atropos.groups_file import iter_groups
 from hermes_opd.commands.cli_input import OneLineParser
 from hermes_opd.commands.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
 from hermes_opd.commands.progress import format_duration
 from hermes_opd.commands.send_cursor import CursorError
-from hermes_opd.commands.validate_file import iter_groups
 from hermes_opd.contract.validation import validate_group
 
 EXIT_OK = 0
