@@ -8,7 +8,7 @@ import logging
 from collections import deque
 from types import SimpleNamespace
 
-from environments.atropos.dense_k1_notice import TRAIN_COMMAND, DenseK1Notice, equal_score_teacher_positions
+from environments.atropos.tinker_drops import TRAIN_COMMAND, DenseK1Notice, equal_score_teacher_positions
 from hermes_opd.contract.provenance import scored_positions
 from tests.test_distill_format import build_group, to_dense_group
 

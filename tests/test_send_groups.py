@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from environments.atropos.tinker_drops import TinkerDropCount
 from hermes_opd.commands.send_cursor import SendCursor, cursor_path, load_cursor
-from hermes_opd.commands.tinker_drops import TinkerDropCount
 from hermes_opd.contract.group_id import GROUP_ID_KEY, group_digest, group_id_of, with_group_id
 from hermes_opd.devkit.dev_server import free_port
 from tests.test_distill_format import build_group

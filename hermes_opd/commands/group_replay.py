@@ -50,8 +50,8 @@ from environments.atropos.send_spool import (
     post_payload,
     post_with_retries,
 )
+from environments.atropos.tinker_drops import TinkerDropCount
 from hermes_opd.commands.send_cursor import CursorError, SendCursor, cursor_path, load_cursor, save_cursor
-from hermes_opd.commands.tinker_drops import TinkerDropCount
 from hermes_opd.contract.bounded_json import GROUPS_INPUT, BoundedJSONError, loads_bounded
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.group_id import group_digest, with_group_id

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from environments.atropos.config_loading import JobConfig, load_job_config, split_overrides
-from environments.atropos.dense_k1_notice import DenseK1Notice
 from environments.atropos.groups_file import GroupWriter, OutputError, scan_output
 from environments.atropos.role_servers import RoleServers, check_role_servers
+from environments.atropos.tinker_drops import DenseK1Notice
 from hermes_opd.commands.cli_input import OneLineParser
 from hermes_opd.commands.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
 from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
@@ -399,7 +399,7 @@ async def _collect_loop(
     max_consecutive_failures: int,
 ) -> None:
     group_size = env.config.group_size
-    dense_k1 = DenseK1Notice(progress.message)  # once per run (environments/atropos/dense_k1_notice.py)
+    dense_k1 = DenseK1Notice(progress.message)  # once per run (environments/atropos/tinker_drops.py)
     attempts: dict[int, int] = {}
     running: dict[asyncio.Task, int] = {}
     consecutive_failures = 0
