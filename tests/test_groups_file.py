@@ -26,7 +26,7 @@ USERS = {
     "hermes_opd/commands/send_groups.py": {"iter_groups"},
     "hermes_opd/commands/inspector.py": {"iter_groups"},
     "hermes_opd/commands/process_job.py": {"GroupWriter", "scan_output"},
-    "hermes_opd/commands/group_replay.py": {"parse_group_line", "unwrap_group", "without_wrapper"},
+    "environments/atropos/group_replay.py": {"parse_group_line", "unwrap_group", "without_wrapper"},
     "environments/atropos/send_spool.py": {"group_line"},
     "environments/proxy/group_sink.py": {"append_durably", "group_line"},
 }

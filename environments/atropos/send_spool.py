@@ -134,7 +134,7 @@ def write_atomically(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-# -- one POST, and its retries: shared by the env (SendSpool) and `hermes-opd send` --------
+# -- the Atropos API client: one POST, its retries, a GET; shared by the env (SendSpool) and the replay engine
 PostJson = Callable[[aiohttp.ClientSession, str, Any], contextlib.AbstractAsyncContextManager[Any]]
 """`(session, url, payload) -> async context manager of the response` (e.g. `session.post`, or
 `BaseEnv._post_json_with_compression`)."""
@@ -191,6 +191,24 @@ async def post_payload(
         raise APIUnavailableError(f"the Atropos API at {base} answered {status}: {body[:200]}")
     if status >= 400:
         raise APIRejectedError(status, body)
+
+
+def api_session(timeout_s: float = 120.0) -> aiohttp.ClientSession:
+    """A session for several calls to the Atropos API (its connections kept alive); close it."""
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
+
+
+async def get_api_json(session: aiohttp.ClientSession, base_url: str, route: str) -> dict[str, Any] | None:
+    """`GET base_url + route` (`/info`, `/status`): the answer's JSON object, or None when the API
+    does not answer, answers another status than 200, or answers something that is not an object."""
+    try:
+        async with session.get(base_url.rstrip("/") + route) as resp:
+            if resp.status != 200:
+                return None
+            body = await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None
 
 
 async def post_with_retries(

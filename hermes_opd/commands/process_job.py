@@ -34,16 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from environments.atropos.config_loading import JobConfig, load_job_config, split_overrides
+from environments.atropos.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
 from environments.atropos.groups_file import GroupWriter, OutputError, scan_output
 from environments.atropos.role_servers import RoleServers, check_role_servers
+from environments.atropos.send_cursor import CursorError, cursor_path
 from environments.atropos.tinker_drops import DenseK1Notice
-from hermes_opd.commands.cli_input import OneLineParser
-from hermes_opd.commands.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
+from environments.atropos.wait_notice import WAIT_NOTICE_S
+from hermes_opd.commands.cli_input import OneLineParser, add_pacing_arguments, options_from, pacing_error
 from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
-from hermes_opd.commands.send_cursor import CursorError, cursor_path
-from hermes_opd.commands.send_groups import add_pacing_arguments, options_from, pacing_error, summary_lines
+from hermes_opd.commands.send_report import summary_lines
 from hermes_opd.contract.errors import ConfigError, HermesOPDError
-from hermes_opd.devkit.dev_server import WAIT_NOTICE_S
 
 logger = logging.getLogger(__name__)
 
@@ -272,7 +272,7 @@ async def run_job(
     send: ReplayOptions | None = None,
 ) -> tuple[JobResult, StopController]:
     """Collect groups `0..groups-1` into `out` (resuming what is there unless `fresh`). With `send`,
-    replay the file into the Atropos API while it grows (group_replay.py), from its cursor."""
+    replay the file into the Atropos API while it grows (environments/atropos/group_replay.py), from its cursor."""
     started = time.monotonic()
     out = Path(out)
     concurrency = concurrency or job.concurrency
