@@ -39,6 +39,7 @@ from environments.atropos.groups_file import GroupWriter, OutputError, scan_outp
 from environments.atropos.role_servers import RoleServers, check_role_servers
 from environments.atropos.send_cursor import CursorError, cursor_path
 from environments.atropos.tinker_drops import DenseK1Notice
+from environments.atropos.user_errors import names_a_permanent_error, permanent_errors
 from environments.atropos.wait_notice import WAIT_NOTICE_S
 from hermes_opd.commands.cli_input import OneLineParser, add_pacing_arguments, options_from, pacing_error
 from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
@@ -53,7 +54,6 @@ EXIT_USAGE = 2
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 DEFAULT_OUT = "runs/process/groups.jsonl"
-PERMANENT_ERRORS = ("ModelNotServedError", "MaxLogprobsTooLowError", "TeacherTokenizerMismatchError")
 
 
 class PreflightError(HermesOPDError, RuntimeError):
@@ -431,15 +431,18 @@ async def _collect_loop(
             for task in [t for t in done if t in running]:
                 index = running.pop(task)
                 error: str | None = None
+                permanent = False
                 try:
                     task_id, group, duration = task.result()
                     error = group_failure(group, group_size)
+                    permanent = error is not None and names_a_permanent_error(error)
                     if error is None:
                         writer.write(index, task_id, group)
                         if warning := dense_k1.check(group):
                             result.warnings.append(warning)
                 except Exception as exc:  # noqa: BLE001 - one group's failure is reported, then retried
                     error = f"{type(exc).__name__}: {exc}"
+                    permanent = isinstance(exc, permanent_errors())
                 if error is None:
                     consecutive_failures = 0
                     result.written += 1
@@ -454,7 +457,7 @@ async def _collect_loop(
                 logger.warning(
                     "group %d failed (attempt %d/%d): %s", index, attempts[index], max_attempts, error
                 )
-                if any(name in error for name in PERMANENT_ERRORS):
+                if permanent:
                     result.errors[index] = error
                     result.failed.append(index)
                     result.aborted = f"permanent error: {error}"
