@@ -34,12 +34,11 @@ import sys
 import warnings
 from typing import Any
 
+from environments.atropos.exit_codes import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
+
 logger = logging.getLogger(__name__)
 
 MODES = ("serve", "process", "evaluate")
-EXIT_USAGE = 2
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
 STOPPED_BY = {"SIGINT": ("interrupted", EXIT_SIGINT), "SIGTERM": ("stopped by SIGTERM", EXIT_SIGTERM)}
 """What the CLI prints, and its exit code, when that signal stopped the run."""
 OUR_LOGGERS = ("__main__", "environments", "hermes_opd", "judge", "scoring", "trainer_adapters")

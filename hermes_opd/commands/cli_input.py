@@ -12,9 +12,8 @@ import math
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from environments.atropos.exit_codes import EXIT_USAGE
 from environments.atropos.group_replay import ReplayOptions
-
-EXIT_USAGE = 2
 
 
 class OneLineParser(argparse.ArgumentParser):

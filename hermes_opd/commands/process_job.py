@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from environments.atropos.config_loading import JobConfig, load_job_config, split_overrides
+from environments.atropos.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
 from environments.atropos.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
 from environments.atropos.groups_file import GroupWriter, OutputError, scan_output
 from environments.atropos.role_servers import RoleServers, check_role_servers
@@ -48,11 +49,6 @@ from hermes_opd.contract.errors import ConfigError, HermesOPDError
 
 logger = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
 DEFAULT_OUT = "runs/process/groups.jsonl"
 
 

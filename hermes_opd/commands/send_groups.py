@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from environments.atropos.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
 from environments.atropos.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
 from environments.atropos.groups_file import iter_groups
 from environments.atropos.send_cursor import CursorError
@@ -32,10 +33,6 @@ from hermes_opd.commands.progress import format_duration
 from hermes_opd.commands.send_report import summary_lines
 from hermes_opd.contract.validation import validate_group
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_SIGINT = 130
 FIRST_PROBLEMS = 20
 
 
