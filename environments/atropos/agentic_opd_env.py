@@ -51,7 +51,7 @@ from environments.pipeline.opd_config import OPDConfig
 from environments.pipeline.opd_metrics import group_metrics
 from environments.pipeline.opd_pipeline import OPDPipeline
 from environments.rollout.agent_loop import RolloutLimits, run_rollout
-from environments.rollout.isolation import kept_rollouts
+from environments.rollout.failed_rollouts import kept_rollouts
 from environments.rollout.sandbox.limits import SandboxLimits
 from environments.rollout.sandbox.sandbox import Sandbox
 from environments.rollout.tools import TOOL_SCHEMAS
