@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from environments.atropos.groups_file import GroupWriter, OutputError, scan_output
 from hermes_opd.commands import process_job
-from hermes_opd.commands.process_job import GroupWriter, OutputError, group_failure, scan_output
+from hermes_opd.commands.process_job import group_failure
 
 REPO = Path(__file__).resolve().parent.parent
 LOCAL_CPU = REPO / "configs" / "local-cpu.yaml"

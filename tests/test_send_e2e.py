@@ -26,7 +26,7 @@ import httpx
 import pytest
 import yaml
 
-from hermes_opd.commands.send_cursor import cursor_path, load_cursor
+from environments.atropos.send_cursor import cursor_path, load_cursor
 from hermes_opd.devkit.dev_server import free_port
 from tests.test_send_spool import AtroposAPI
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hermes_opd.commands.send_cursor import SendCursor, cursor_path, load_cursor
-from hermes_opd.commands.tinker_drops import TinkerDropCount
+from environments.atropos.send_cursor import SendCursor, cursor_path, load_cursor
+from environments.atropos.tinker_drops import TinkerDropCount
 from hermes_opd.contract.group_id import GROUP_ID_KEY, group_digest, group_id_of, with_group_id
 from hermes_opd.devkit.dev_server import free_port
 from tests.test_distill_format import build_group
@@ -88,7 +88,7 @@ def test_tinker_drop_count_says_how_many_groups_and_positions():
 def test_cursor_refuses_a_foreign_file(tmp_path):
     path = tmp_path / "g.jsonl.cursor"
     path.write_text('{"acked_offset": 3}')
-    from hermes_opd.commands.send_cursor import CursorError
+    from environments.atropos.send_cursor import CursorError
 
     with pytest.raises(CursorError, match="not a version 1 cursor"):
         load_cursor(path)

@@ -24,7 +24,7 @@ import httpx
 import pytest
 import yaml
 
-from hermes_opd.commands.group_replay import WRAPPER_FIELDS
+from environments.atropos.groups_file import WRAPPER_FIELDS
 from hermes_opd.devkit.dev_server import free_port
 from hermes_opd.devkit.tinker_server import client_environment, tinker_venv_ready
 from tests.test_send_spool import AtroposAPI

@@ -26,7 +26,6 @@ from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
 from environments.atropos.agentic_opd_config import AgenticOPDConfig
 from environments.atropos.cli_lifecycle import CliLifecycleMixin
-from environments.atropos.dense_k1_notice import DenseK1Notice
 from environments.atropos.embedded_paths import default_dev_model_dir
 from environments.atropos.eval_choices import eval_convention_choices
 from environments.atropos.group_builder import (
@@ -46,12 +45,13 @@ from environments.atropos.role_servers import (
 from environments.atropos.send_spool import SendSpool, register_again_until_back
 from environments.atropos.server import CurrentVLLMServer
 from environments.atropos.student_topk_check import check_policy_top_logprobs
+from environments.atropos.tinker_drops import DenseK1Notice
 from environments.pipeline.build import build_opd_pipeline
 from environments.pipeline.opd_config import OPDConfig
 from environments.pipeline.opd_metrics import group_metrics
 from environments.pipeline.opd_pipeline import OPDPipeline
 from environments.rollout.agent_loop import RolloutLimits, run_rollout
-from environments.rollout.isolation import kept_rollouts
+from environments.rollout.failed_rollouts import kept_rollouts
 from environments.rollout.sandbox.limits import SandboxLimits
 from environments.rollout.sandbox.sandbox import Sandbox
 from environments.rollout.tools import TOOL_SCHEMAS

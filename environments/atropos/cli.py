@@ -34,27 +34,15 @@ import sys
 import warnings
 from typing import Any
 
+from environments.atropos.exit_codes import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
+
 logger = logging.getLogger(__name__)
 
 MODES = ("serve", "process", "evaluate")
-EXIT_USAGE = 2
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
 STOPPED_BY = {"SIGINT": ("interrupted", EXIT_SIGINT), "SIGTERM": ("stopped by SIGTERM", EXIT_SIGTERM)}
 """What the CLI prints, and its exit code, when that signal stopped the run."""
 OUR_LOGGERS = ("__main__", "environments", "hermes_opd", "judge", "scoring", "trainer_adapters")
 """`__main__`: the env module itself, run with `-m`."""
-ONE_LINE_ERRORS = (
-    "ConfigError",
-    "ValidationError",
-    "ServerUnreachableError",
-    "ModelNotServedError",
-    "MaxLogprobsTooLowError",
-    "TeacherTokenizerMismatchError",
-    "TaskLoadError",
-)
-"""Errors whose message says what to change (matched by class name along the MRO, so that this
-module needs none of their imports)."""
 
 
 def one_line(text: object) -> str:
@@ -153,7 +141,9 @@ def command_classes(env_cls: Any) -> tuple[dict[str, type], dict[str, type]]:
 
 # -- errors -------------------------------------------------------------------------------------
 def _is_one_line_error(exc: BaseException) -> bool:
-    return any(k.__name__ in ONE_LINE_ERRORS for k in type(exc).__mro__)
+    from environments.atropos.user_errors import one_line_errors
+
+    return isinstance(exc, one_line_errors())
 
 
 def _error_handler(prefix: str):
@@ -165,11 +155,9 @@ def _error_handler(prefix: str):
             print(f"{prefix}: {one_line(exc.message.split('error: ')[-1])}", file=sys.stderr)
             return exc.exit_code if isinstance(exc.exit_code, int) and exc.exit_code else EXIT_USAGE
         if _is_one_line_error(exc):
-            kind = (
-                "config error"
-                if type(exc).__name__ in ("ConfigError", "ValidationError")
-                else type(exc).__name__
-            )
+            from environments.atropos.user_errors import config_errors
+
+            kind = "config error" if isinstance(exc, config_errors()) else type(exc).__name__
             print(f"{prefix}: {kind}: {one_line(exc)}", file=sys.stderr)
             logger.debug("details", exc_info=exc)
             return EXIT_USAGE

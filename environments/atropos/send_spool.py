@@ -57,6 +57,7 @@ from typing import Any
 
 import aiohttp
 
+from environments.atropos.groups_file import group_line
 from environments.rollout.sandbox.process_tree import pid_alive
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.vllm_api.retry import RetryPolicy, retrying
@@ -133,7 +134,7 @@ def write_atomically(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-# -- one POST, and its retries: shared by the env (SendSpool) and `hermes-opd send` --------
+# -- the Atropos API client: one POST, its retries, a GET; shared by the env (SendSpool) and the replay engine
 PostJson = Callable[[aiohttp.ClientSession, str, Any], contextlib.AbstractAsyncContextManager[Any]]
 """`(session, url, payload) -> async context manager of the response` (e.g. `session.post`, or
 `BaseEnv._post_json_with_compression`)."""
@@ -190,6 +191,24 @@ async def post_payload(
         raise APIUnavailableError(f"the Atropos API at {base} answered {status}: {body[:200]}")
     if status >= 400:
         raise APIRejectedError(status, body)
+
+
+def api_session(timeout_s: float = 120.0) -> aiohttp.ClientSession:
+    """A session for several calls to the Atropos API (its connections kept alive); close it."""
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
+
+
+async def get_api_json(session: aiohttp.ClientSession, base_url: str, route: str) -> dict[str, Any] | None:
+    """`GET base_url + route` (`/info`, `/status`): the answer's JSON object, or None when the API
+    does not answer, answers another status than 200, or answers something that is not an object."""
+    try:
+        async with session.get(base_url.rstrip("/") + route) as resp:
+            if resp.status != 200:
+                return None
+            body = await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None
 
 
 async def post_with_retries(
@@ -255,7 +274,7 @@ class GroupSpool:
     def append(self, groups: list[dict[str, Any]]) -> Path:
         """Write `groups` as one new segment, durably. Returns its path."""
         name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._counter):06d}{self.SUFFIX}"
-        data = b"".join(json.dumps(group).encode("utf-8") + b"\n" for group in groups)
+        data = b"".join(group_line(group, allow_nan=True) for group in groups)
         path = self.directory / name
         write_atomically(path, data)
         return path
@@ -292,7 +311,7 @@ class GroupSpool:
             _fsync_dir(self.rejected_dir)
             _fsync_dir(self.directory)
         else:
-            write_atomically(target, b"".join(json.dumps(g).encode("utf-8") + b"\n" for g in groups or []))
+            write_atomically(target, b"".join(group_line(g, allow_nan=True) for g in groups or []))
         return target
 
     # -- one flusher per directory, across processes -----------------------------------------------

@@ -1,8 +1,8 @@
 """Where the proxy's groups go.
 
-- `GroupFileSink`: a groups JSONL file (`hermes-opd send` replays it, `hermes-opd validate` checks
-  it). Each group is one line, appended and fsynced before it counts as written, so a proxy killed
-  at any moment leaves whole lines only, each written once.
+- `GroupFileSink`: a groups JSONL file (environments/atropos/groups_file.py: `hermes-opd send`
+  replays it, `hermes-opd validate` checks it). Each group is one line, appended and fsynced before
+  it counts as written, so a proxy killed at any moment leaves whole lines only, each written once.
 - `AtroposSink`: straight to an Atropos API through the env's send spool
   (environments/atropos/send_spool.py): sent, or kept on disk while the API or its trainer is away
   and resent, oldest first, when it is back. Groups carry no env id (as `hermes-opd send`'s do).
@@ -11,11 +11,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from environments.atropos.groups_file import append_durably, group_line
 from environments.atropos.send_spool import SendSpool, SpoolSettings
 
 
@@ -28,16 +28,10 @@ class GroupFileSink:
         self.written = 0
         self._lock = asyncio.Lock()
 
-    def _append(self, line: bytes) -> None:
-        with self.path.open("ab") as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
-
     async def write(self, group: dict[str, Any]) -> None:
-        line = (json.dumps(group, separators=(",", ":")) + "\n").encode()
+        line = group_line(group, allow_nan=True)
         async with self._lock:
-            await asyncio.to_thread(self._append, line)
+            await asyncio.to_thread(append_durably, self.path, line)
             self.written += 1
 
 

@@ -1,22 +1,19 @@
 """What every operator command (`tasks score`, `validate`, `send`, `process`, `inspect`) shares to meet
-bad input with one clear line and exit code 2: an argument parser whose errors are one line, flag
-types that refuse what cannot be meant (0, negative, NaN, infinite), and a JSONL reader that reads
-each line within `hermes_opd.contract.bounded_json.OPERATOR_INPUT` (a line too long is skipped
-without being held in memory) and names every bad line with its number, going on after it.
+bad input with one clear line and exit code 2: an argument parser whose errors are one line, and flag
+types that refuse what cannot be meant (0, negative, NaN, infinite), and the flow-control flags
+that `send` and `process --send` share (`add_pacing_arguments`, `pacing_error`, `options_from`). Their JSONL reader, which names
+every bad line with its number and goes on after it, is `hermes_opd.contract.bounded_json.iter_jsonl`.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, NoReturn
 
-from hermes_opd.contract.bounded_json import OPERATOR_INPUT, BoundedJSONError, JSONBounds, loads_bounded
-
-EXIT_USAGE = 2
-_SKIP_CHUNK = 1 << 20
+from environments.atropos.exit_codes import EXIT_USAGE
+from environments.atropos.group_replay import ReplayOptions
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -44,26 +41,36 @@ def number_in(kind: type, low: float, high: float, *, low_open: bool = False) ->
     return parse
 
 
-def iter_jsonl(
-    path: str | Path, bounds: JSONBounds = OPERATOR_INPUT
-) -> Iterator[tuple[int, Any, str | None]]:
-    """(line number, value, None) for each non-blank line that is JSON within `bounds`, and
-    (line number, None, why) for each that is not. OSError when the file cannot be opened."""
-    with open(path, "rb") as handle:
-        number = 0
-        while raw := handle.readline(bounds.max_bytes + 1):
-            number += 1
-            if len(raw) > bounds.max_bytes and not raw.endswith(b"\n"):
-                while (rest := handle.readline(_SKIP_CHUNK)) and not rest.endswith(b"\n"):
-                    pass
-                yield number, None, f"longer than {bounds.max_bytes} bytes; not read"
-                continue
-            if not raw.strip():
-                continue
-            try:
-                yield number, loads_bounded(raw, bounds), None
-            except BoundedJSONError as exc:
-                text = str(exc)
-                if not text.startswith("not valid UTF-8"):
-                    text = f"invalid JSON: {text.removeprefix('not valid JSON: ')}"
-                yield number, None, text
+# -- the flow-control flags of `hermes-opd send` and `hermes-opd process --send` -------------------
+def add_pacing_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flow-control flags (shared with `hermes-opd process --send`)."""
+    parser.add_argument(
+        "--max-rate", type=float, default=None, metavar="G", help="at most G groups per second"
+    )
+    parser.add_argument(
+        "--max-queue-batches",
+        type=int,
+        default=2,
+        metavar="N",
+        help="post only while the API's queue holds fewer than N trainer batches (default 2; 0: no bound)",
+    )
+
+
+def options_from(args: argparse.Namespace, api_url: str) -> ReplayOptions:
+    return ReplayOptions(
+        api_url=api_url,
+        skip_invalid=getattr(args, "skip_invalid", False),
+        max_rate=args.max_rate,
+        max_queue_batches=args.max_queue_batches,
+        give_up_after_s=getattr(args, "give_up_after", 3600.0),
+        drain=not getattr(args, "no_drain", False),
+        resend_window=getattr(args, "resend_window", False),
+    )
+
+
+def pacing_error(args: argparse.Namespace) -> str | None:
+    if args.max_rate is not None and args.max_rate <= 0:
+        return f"--max-rate must be > 0 (got {args.max_rate})"
+    if args.max_queue_batches < 0:
+        return f"--max-queue-batches must be >= 0 (got {args.max_queue_batches})"
+    return None

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from environments.atropos.agentic_opd_env import AgenticOPDEnv
+from environments.atropos.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
 from hermes_opd.commands.progress import format_duration
 from hermes_opd.contract.errors import ConfigError
 
@@ -51,7 +52,6 @@ DEMO_ENV: dict[str, Any] = {
 }
 """The env settings of the demo; configs/local-cpu.yaml holds the same values."""
 DEMO_CONCURRENCY = 2
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("\nhermes-opd demo: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_SIGINT
     except Exception as exc:  # noqa: BLE001 - one clear line; the server is already stopped
         print(f"hermes-opd demo: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -211,7 +211,7 @@ def _collect_and_report(
             f"hermes-opd demo: stopped by {result.interrupted} after {result.written} group(s)",
             file=sys.stderr,
         )
-        return EXIT_INTERRUPTED
+        return EXIT_SIGINT
     report_ok = False
     if result.written:
         from hermes_opd.commands import inspector

@@ -23,10 +23,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import re
 import signal
 import sys
 import time
@@ -36,31 +34,22 @@ from pathlib import Path
 from typing import Any
 
 from environments.atropos.config_loading import JobConfig, load_job_config, split_overrides
-from environments.atropos.dense_k1_notice import DenseK1Notice
+from environments.atropos.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
+from environments.atropos.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
+from environments.atropos.groups_file import GroupWriter, OutputError, scan_output
 from environments.atropos.role_servers import RoleServers, check_role_servers
-from hermes_opd.commands.cli_input import OneLineParser
-from hermes_opd.commands.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
+from environments.atropos.send_cursor import CursorError, cursor_path
+from environments.atropos.tinker_drops import DenseK1Notice
+from environments.atropos.user_errors import names_a_permanent_error, permanent_errors
+from environments.atropos.wait_notice import WAIT_NOTICE_S
+from hermes_opd.commands.cli_input import OneLineParser, add_pacing_arguments, options_from, pacing_error
 from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
-from hermes_opd.commands.send_cursor import CursorError, cursor_path
-from hermes_opd.commands.send_groups import add_pacing_arguments, options_from, pacing_error, summary_lines
-from hermes_opd.contract.bounded_json import GROUPS_INPUT, BoundedJSONError, loads_bounded
+from hermes_opd.commands.send_report import summary_lines
 from hermes_opd.contract.errors import ConfigError, HermesOPDError
-from hermes_opd.devkit.dev_server import WAIT_NOTICE_S
 
 logger = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
 DEFAULT_OUT = "runs/process/groups.jsonl"
-HEAD_PATTERN = re.compile(rb'^\{\s*"group_index"\s*:\s*(\d+)\s*,\s*"task_id"\s*:\s*')
-PERMANENT_ERRORS = ("ModelNotServedError", "MaxLogprobsTooLowError", "TeacherTokenizerMismatchError")
-
-
-class OutputError(HermesOPDError, RuntimeError):
-    """The output file cannot be resumed (not ours, or written with another task order)."""
 
 
 class PreflightError(HermesOPDError, RuntimeError):
@@ -69,136 +58,6 @@ class PreflightError(HermesOPDError, RuntimeError):
 
 class Interrupted(HermesOPDError):
     """A stop signal arrived before the job could start collecting."""
-
-
-# -- the output file ------------------------------------------------------------------------------
-@dataclass
-class ExistingOutput:
-    """What a previous run left in the output file."""
-
-    tasks: dict[int, str] = field(default_factory=dict)
-    """group_index -> task_id of every complete line."""
-    lines: dict[int, int] = field(default_factory=dict)
-    """group_index -> 1-based line number."""
-    truncated_bytes: int = 0
-    """Size of the torn last line that was cut off (0: none)."""
-
-
-def _head_of(line: bytes) -> tuple[int, str] | None:
-    match = HEAD_PATTERN.match(line)
-    if match:
-        with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
-            task_id, _ = json.JSONDecoder().raw_decode(
-                line[match.end() : match.end() + 4096].decode("utf-8", "replace")
-            )
-            if isinstance(task_id, str):
-                return int(match.group(1)), task_id
-    try:
-        record = loads_bounded(line, GROUPS_INPUT)
-    except BoundedJSONError:
-        return None
-    if isinstance(record, dict) and isinstance(record.get("group_index"), int):
-        return record["group_index"], str(record.get("task_id"))
-    return None
-
-
-def _looks_like_our_start(line: bytes) -> bool:
-    """True for the beginning of a line this job writes (however short the torn piece is)."""
-    lead = b'{"group_index":'
-    return line.startswith(lead) or lead.startswith(line)
-
-
-def scan_output(path: Path, repair: bool = True) -> ExistingOutput:
-    """Read the `group_index`/`task_id` of every complete line of `path`; cut off a torn last line.
-
-    A torn line (a last line without its newline that starts like one of ours) is what a kill in
-    the middle of a write leaves; its group is collected again. Raises OutputError for any other
-    unreadable line, a line without `group_index`, or a duplicate index: a file this job did not
-    write is never modified."""
-    existing = ExistingOutput()
-    if not path.exists():
-        return existing
-    if not path.is_file():
-        raise OutputError(f"output {path} exists and is not a file")
-    good_end = 0
-    with path.open("rb") as handle:
-        number = 0
-        while True:
-            line = handle.readline()
-            if not line:
-                break
-            number += 1
-            if not line.endswith(b"\n"):
-                if not _looks_like_our_start(line):
-                    raise OutputError(
-                        f"{path} line {number} does not end with a newline and is not a group written by "
-                        "`hermes-opd process`; give this job another --out, or --overwrite to start over"
-                    )
-                break  # the torn tail of an interrupted write
-            if line.strip():
-                head = _head_of(line)
-                if head is None:
-                    raise OutputError(
-                        f"{path} line {number} is not a group written by `hermes-opd process` (no readable "
-                        "group_index); give this job another --out, or --overwrite to start over"
-                    )
-                index, task_id = head
-                if index in existing.tasks:
-                    raise OutputError(
-                        f"{path}: group_index {index} appears twice (lines {existing.lines[index]} and {number})"
-                    )
-                existing.tasks[index] = task_id
-                existing.lines[index] = number
-            good_end += len(line)
-    size = path.stat().st_size
-    if size > good_end:
-        existing.truncated_bytes = size - good_end
-        if repair:
-            with path.open("r+b") as handle:
-                handle.truncate(good_end)
-                handle.flush()
-                os.fsync(handle.fileno())
-    return existing
-
-
-class GroupWriter:
-    """Appends one group per line, whole: the line is written completely, then fsynced. A write
-    that fails part-way (disk full) is cut back, so the file never holds half a line in the middle."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        created = not path.exists()
-        self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        if created:
-            with contextlib.suppress(OSError):
-                dir_fd = os.open(path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
-
-    def write(self, group_index: int, task_id: str, group: dict[str, Any]) -> int:
-        record = {"group_index": group_index, "task_id": task_id}
-        record.update((k, v) for k, v in group.items() if k not in record)
-        data = json.dumps(record, allow_nan=False, separators=(",", ":")).encode("utf-8") + b"\n"
-        start = os.fstat(self._fd).st_size
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
-            os.fsync(self._fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, start)
-            raise
-        return len(data)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
 
 
 # -- stopping -------------------------------------------------------------------------------------
@@ -409,7 +268,7 @@ async def run_job(
     send: ReplayOptions | None = None,
 ) -> tuple[JobResult, StopController]:
     """Collect groups `0..groups-1` into `out` (resuming what is there unless `fresh`). With `send`,
-    replay the file into the Atropos API while it grows (group_replay.py), from its cursor."""
+    replay the file into the Atropos API while it grows (environments/atropos/group_replay.py), from its cursor."""
     started = time.monotonic()
     out = Path(out)
     concurrency = concurrency or job.concurrency
@@ -536,7 +395,7 @@ async def _collect_loop(
     max_consecutive_failures: int,
 ) -> None:
     group_size = env.config.group_size
-    dense_k1 = DenseK1Notice(progress.message)  # once per run (environments/atropos/dense_k1_notice.py)
+    dense_k1 = DenseK1Notice(progress.message)  # once per run (environments/atropos/tinker_drops.py)
     attempts: dict[int, int] = {}
     running: dict[asyncio.Task, int] = {}
     consecutive_failures = 0
@@ -568,15 +427,18 @@ async def _collect_loop(
             for task in [t for t in done if t in running]:
                 index = running.pop(task)
                 error: str | None = None
+                permanent = False
                 try:
                     task_id, group, duration = task.result()
                     error = group_failure(group, group_size)
+                    permanent = error is not None and names_a_permanent_error(error)
                     if error is None:
                         writer.write(index, task_id, group)
                         if warning := dense_k1.check(group):
                             result.warnings.append(warning)
                 except Exception as exc:  # noqa: BLE001 - one group's failure is reported, then retried
                     error = f"{type(exc).__name__}: {exc}"
+                    permanent = isinstance(exc, permanent_errors())
                 if error is None:
                     consecutive_failures = 0
                     result.written += 1
@@ -591,7 +453,7 @@ async def _collect_loop(
                 logger.warning(
                     "group %d failed (attempt %d/%d): %s", index, attempts[index], max_attempts, error
                 )
-                if any(name in error for name in PERMANENT_ERRORS):
+                if permanent:
                     result.errors[index] = error
                     result.failed.append(index)
                     result.aborted = f"permanent error: {error}"

@@ -3,7 +3,7 @@
 Every Atropos trainer (`hermes-opd train`, tinker-atropos, ...) reads from the API's `/batch`; this
 puts a file written by `hermes-opd process` (or any file `hermes-opd validate` reads) there, with a
 progress bar, a rate limit, and a cursor file next to the input so that a rerun of the same command
-after a kill or an API restart continues without losing a group (group_replay.py says how).
+after a kill or an API restart continues without losing a group (environments/atropos/group_replay.py says how).
 
 The file is checked BEFORE the API is contacted: every line is read (within the bounds of
 `hermes_opd.contract.bounded_json.GROUPS_INPUT`) and validated against the contract; a bad line is
@@ -24,17 +24,15 @@ import sys
 import time
 from pathlib import Path
 
-from hermes_opd.commands.cli_input import OneLineParser
-from hermes_opd.commands.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
+from environments.atropos.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
+from environments.atropos.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
+from environments.atropos.groups_file import iter_groups
+from environments.atropos.send_cursor import CursorError
+from hermes_opd.commands.cli_input import OneLineParser, add_pacing_arguments, options_from, pacing_error
 from hermes_opd.commands.progress import format_duration
-from hermes_opd.commands.send_cursor import CursorError
-from hermes_opd.commands.validate_file import iter_groups
+from hermes_opd.commands.send_report import summary_lines
 from hermes_opd.contract.validation import validate_group
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_SIGINT = 130
 FIRST_PROBLEMS = 20
 
 
@@ -112,81 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_pacing_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flow-control flags (shared with `hermes-opd process --send`)."""
-    parser.add_argument(
-        "--max-rate", type=float, default=None, metavar="G", help="at most G groups per second"
-    )
-    parser.add_argument(
-        "--max-queue-batches",
-        type=int,
-        default=2,
-        metavar="N",
-        help="post only while the API's queue holds fewer than N trainer batches (default 2; 0: no bound)",
-    )
-
-
-def options_from(args: argparse.Namespace, api_url: str) -> ReplayOptions:
-    return ReplayOptions(
-        api_url=api_url,
-        skip_invalid=getattr(args, "skip_invalid", False),
-        max_rate=args.max_rate,
-        max_queue_batches=args.max_queue_batches,
-        give_up_after_s=getattr(args, "give_up_after", 3600.0),
-        drain=not getattr(args, "no_drain", False),
-        resend_window=getattr(args, "resend_window", False),
-    )
-
-
-def pacing_error(args: argparse.Namespace) -> str | None:
-    if args.max_rate is not None and args.max_rate <= 0:
-        return f"--max-rate must be > 0 (got {args.max_rate})"
-    if args.max_queue_batches < 0:
-        return f"--max-queue-batches must be >= 0 (got {args.max_queue_batches})"
-    return None
-
-
-def summary_lines(result: ReplayResult) -> list[str]:
-    done = result.acked_lines_before + result.groups_sent
-    state = "complete" if result.complete else "stopped"
-    lines = [
-        f"send {state}: {result.groups_sent} group(s), {result.sequences_sent} sequences, "
-        f"{result.tokens_sent:,} tokens acknowledged by the API in {format_duration(result.elapsed_s)} "
-        f"({result.groups_per_s:.1f} groups/s); {result.acked_lines_before} line(s) were sent by an earlier run; "
-        f"{done} of {result.lines_total} lines done"
-    ]
-    if result.restarts:
-        lines.append(
-            f"  the API went away or restarted {result.restarts} time(s); {result.resent_lines} line(s) were sent "
-            "again (`hermes-opd train` drops the repeats by id; other trainers would train them twice)"
-        )
-    if result.invalid:
-        verb = "skipped" if result.stopped_at is None else "found"
-        lines.append(f"  {len(result.invalid)} invalid group(s) {verb}:")
-        lines.extend(f"    line {bad.line}: {bad.message}" for bad in result.invalid[:10])
-    if result.stopped_at is not None:
-        lines.append(
-            f"  stopped at line {result.stopped_at.line}: nothing after it was sent. Fix or remove that line "
-            "and rerun, or rerun with --skip-invalid"
-        )
-    if result.rejected:
-        lines.append(f"  {result.rejected} group(s) refused by the API, kept in {result.path}.rejected/")
-    if result.still_queued:
-        lines.append(
-            f"  {result.still_queued} group(s) still wait in the API's queue (fewer than a trainer batch, or no "
-            "trainer pulling); if the API restarts before a trainer takes them, rerun with --resend-window"
-        )
-    if result.torn_tail:
-        lines.append("  the last line is incomplete (no newline): rerun when the file is complete")
-    if warning := result.drops.warning():
-        lines.append(f"  warning: {warning}")
-    lines.append(f"  cursor: {result.cursor_path}")
-    return lines
-
-
 async def _run(path: Path, options: ReplayOptions, progress_mode: str) -> ReplayResult:
-    from hermes_opd.commands.group_replay import count_lines
-    from hermes_opd.commands.send_cursor import cursor_path, load_cursor
+    from environments.atropos.group_replay import count_lines
+    from environments.atropos.send_cursor import cursor_path, load_cursor
 
     initial = load_cursor(cursor_path(path)).acked_lines
     progress = SendProgress(count_lines(path), initial, mode=progress_mode)

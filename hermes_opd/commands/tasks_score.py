@@ -48,8 +48,8 @@ from environments.rollout.verifier_batch import (
 from environments.tasks.builtin import builtin_tasks
 from environments.tasks.loaders import TaskLoadError, load_tasks
 from environments.tasks.task import Task
-from hermes_opd.commands.cli_input import OneLineParser, iter_jsonl, number_in
-from hermes_opd.contract.bounded_json import OPERATOR_INPUT, BoundedJSONError, loads_bounded
+from hermes_opd.commands.cli_input import OneLineParser, number_in
+from hermes_opd.contract.bounded_json import OPERATOR_INPUT, BoundedJSONError, iter_jsonl, loads_bounded
 from hermes_opd.contract.errors import HermesOPDError
 
 MAX_WORKERS = 64

@@ -1,12 +1,9 @@
 """`hermes-opd validate FILE.jsonl`: check a file of ScoredDataGroups against the distill contract.
 
-Each non-blank line is one JSON object: a ScoredDataGroup dict exactly as Atropos' `process` mode
-writes it, or a wrapper `{"group": {...}, ...}` (any other keys of the wrapper are ignored). A line
-counts as a wrapper when it has a dict under "group" and no "tokens" of its own.
-
-Every line is read within `hermes_opd.contract.bounded_json.GROUPS_INPUT` (256 MiB, nesting 64
-deep); a group of more than MAX_GROUP_SEQUENCES sequences is one violation, found before any of its
-sequences is checked.
+Each non-blank line is one JSON object: a ScoredDataGroup, or a wrapper `{"group": {...}, ...}`, read
+by the groups file's one reader (environments/atropos/groups_file.py), within
+`hermes_opd.contract.bounded_json.GROUPS_INPUT` (256 MiB, nesting 64 deep); a group of more than
+MAX_GROUP_SEQUENCES sequences is one violation, found before any of its sequences is checked.
 
 Exit codes: 0 clean; 1 contract violations (the first ones are listed); 2 the file cannot be read,
 a line is not a JSON object (each such line is named, and the lines after it are still
@@ -20,15 +17,14 @@ import contextlib
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hermes_opd.commands.cli_input import OneLineParser, iter_jsonl
-from hermes_opd.contract.bounded_json import GROUPS_INPUT
+from environments.atropos.groups_file import iter_groups
+from hermes_opd.commands.cli_input import OneLineParser
 from hermes_opd.contract.constants import MAX_GROUP_SEQUENCES
 from hermes_opd.contract.provenance import parse_provenance, scored_positions
 from hermes_opd.contract.validation import Violation, validate_group
@@ -104,35 +100,6 @@ class ValidationReport:
             "read_error": self.read_error,
             "empty": self.empty,
         }
-
-
-def unwrap_group(record: Any) -> dict[str, Any] | None:
-    """The ScoredDataGroup inside one parsed JSONL record, or None if it is not an object."""
-    if not isinstance(record, dict):
-        return None
-    inner = record.get("group")
-    if isinstance(inner, dict) and "tokens" not in record:
-        return inner
-    return record
-
-
-def iter_groups(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
-    """Yield `(line_number, group, error)` for each non-blank line, one line in memory at a time,
-    each read within GROUPS_INPUT (hermes_opd/contract/bounded_json.py).
-
-    `group` is None and `error` says why when the line is not a JSON object (or too large, too
-    deep, not UTF-8); the lines after it are still read. Raises OSError when the file cannot be
-    opened.
-    """
-    for line_number, record, error in iter_jsonl(path, GROUPS_INPUT):
-        if error is not None:
-            yield line_number, None, error
-            continue
-        group = unwrap_group(record)
-        if group is None:
-            yield line_number, None, f"a JSON {type(record).__name__}, not an object"
-            continue
-        yield line_number, group, None
 
 
 def _count_group(report: ValidationReport, group: dict[str, Any]) -> None:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,8 @@ from hermes_opd.contract.errors import HermesOPDError
 
 _CHUNK = 1 << 18
 """Bytes scanned per step: each numpy call is short, so a thread running the scan lets others run."""
+_SKIP_CHUNK = 1 << 20
+"""Bytes read per step while skipping the rest of a line that is too long."""
 
 
 class BoundedJSONError(HermesOPDError, ValueError):
@@ -189,3 +193,30 @@ def loads_bounded(raw: bytes | str, bounds: JSONBounds) -> Any:
         raise
     except (ValueError, RecursionError) as exc:
         raise BoundedJSONError(f"not valid JSON: {str(exc)[:200]}") from None
+
+
+def iter_jsonl(
+    path: str | Path, bounds: JSONBounds = OPERATOR_INPUT
+) -> Iterator[tuple[int, Any, str | None]]:
+    """(line number, value, None) for each non-blank line of a JSONL file that is JSON within
+    `bounds`, and (line number, None, why) for each that is not; the lines after a bad one are still
+    read, and a line too long is skipped without being held in memory. OSError when the file cannot
+    be opened."""
+    with open(path, "rb") as handle:
+        number = 0
+        while raw := handle.readline(bounds.max_bytes + 1):
+            number += 1
+            if len(raw) > bounds.max_bytes and not raw.endswith(b"\n"):
+                while (rest := handle.readline(_SKIP_CHUNK)) and not rest.endswith(b"\n"):
+                    pass
+                yield number, None, f"longer than {bounds.max_bytes} bytes; not read"
+                continue
+            if not raw.strip():
+                continue
+            try:
+                yield number, loads_bounded(raw, bounds), None
+            except BoundedJSONError as exc:
+                text = str(exc)
+                if not text.startswith("not valid UTF-8"):
+                    text = f"invalid JSON: {text.removeprefix('not valid JSON: ')}"
+                yield number, None, text

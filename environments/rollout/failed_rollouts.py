@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from typing import TypeVar
 
-logger = logging.getLogger("environments.atropos.agentic_opd_env")
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 

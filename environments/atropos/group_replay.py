@@ -1,10 +1,11 @@
 """Replay a groups JSONL file into the Atropos API: nothing lost, nothing counted twice by our trainers.
 
-The engine behind `hermes-opd send` (and `hermes-opd process --send`). Each line is validated with
-the contract's validator, checked against the trainer's registration (`max_token_len`, and a group
-size that divides `batch_size`), stamped with its stable id (`hermes_opd.contract.group_id`) and
-POSTed with the env's own sender (`environments.atropos.send_spool.post_payload` and `post_with_retries`:
-the same retry policy, the same "no trainer registered yet" guard, the same 4xx/5xx split). A group
+The engine behind `hermes-opd send` (and `hermes-opd process --send`), beside the env's send spool:
+it talks to the API only through the spool's Atropos API client (`api_session`, `get_api_json`,
+`post_payload`, `post_with_retries`). Each line is validated with the contract's validator, checked
+against the trainer's registration (`max_token_len`, and a group size that divides `batch_size`),
+stamped with its stable id (`hermes_opd.contract.group_id`) and POSTed with the env's own sender:
+the same retry policy, the same "no trainer registered yet" guard, the same 4xx/5xx split. A group
 the API refuses (4xx) goes to the rejected directory with the reason, like the env's spool does.
 
 Unlike the env, the sender never spools a group it could not deliver: the input file already holds
@@ -41,27 +42,26 @@ from typing import Any
 
 import aiohttp
 
+from environments.atropos.groups_file import parse_group_line, unwrap_group, without_wrapper
+from environments.atropos.send_cursor import CursorError, SendCursor, cursor_path, load_cursor, save_cursor
 from environments.atropos.send_spool import (
     APIRejectedError,
     APIUnavailableError,
     GroupSpool,
     SpoolStats,
+    api_session,
+    get_api_json,
     post_payload,
     post_with_retries,
 )
-from hermes_opd.commands.send_cursor import CursorError, SendCursor, cursor_path, load_cursor, save_cursor
-from hermes_opd.commands.tinker_drops import TinkerDropCount
-from hermes_opd.commands.validate_file import unwrap_group
+from environments.atropos.tinker_drops import TinkerDropCount
+from environments.atropos.wait_notice import WAIT_NOTICE_S
 from hermes_opd.contract.bounded_json import GROUPS_INPUT, BoundedJSONError, loads_bounded
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.group_id import group_digest, with_group_id
 from hermes_opd.contract.validation import validate_group
-from hermes_opd.devkit.dev_server import WAIT_NOTICE_S  # every wait says what it waits for this often
 
 logger = logging.getLogger(__name__)
-
-WRAPPER_FIELDS = ("group_index", "task_id")
-"""Fields `hermes-opd process` puts in front of each group; not part of the ScoredDataGroup."""
 
 
 class APIGoneError(HermesOPDError, RuntimeError):
@@ -193,14 +193,7 @@ class GroupReplayer:
     # -- the API's state -------------------------------------------------------------------------
     async def _get(self, route: str) -> dict[str, Any] | None:
         assert self._session is not None
-        try:
-            async with self._session.get(self.options.api_url.rstrip("/") + route) as resp:
-                if resp.status != 200:
-                    return None
-                body = await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
-            return None
-        return body if isinstance(body, dict) else None
+        return await get_api_json(self._session, self.options.api_url, route)
 
     async def _wait_for_trainer(self) -> None:
         """Until the API answers and a trainer has registered; sets batch_size and max_token_len."""
@@ -308,7 +301,7 @@ class GroupReplayer:
         group = unwrap_group(record)
         if group is None:
             return None, f"a JSON {type(record).__name__}, not a group object"
-        group = {k: v for k, v in group.items() if k not in WRAPPER_FIELDS}
+        group = without_wrapper(group)
         violations = validate_group(group, group_index=line - 1)
         if violations:
             return None, _describe_violations(violations)
@@ -360,22 +353,12 @@ class GroupReplayer:
             with self.path.open("rb") as handle:
                 handle.seek(self.cursor.last_line_offset)
                 raw = handle.readline()
-            group, _ = self._parse_only(raw)
+            group, _ = parse_group_line(raw)
             if group is None or group_digest(group) != self.cursor.last_group_id:
                 raise CursorError(
                     f"line {self.cursor.acked_lines} of {self.path} is not the group {self.cursor_file} "
                     "recorded as sent last: the file changed; delete the cursor to send it from the start"
                 )
-
-    @staticmethod
-    def _parse_only(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
-        try:
-            group = unwrap_group(loads_bounded(raw, GROUPS_INPUT))
-        except BoundedJSONError as exc:
-            return None, str(exc)
-        if group is None:
-            return None, "not an object"
-        return {k: v for k, v in group.items() if k not in WRAPPER_FIELDS}, None
 
     def _rebuild_window(self) -> None:
         """The window of an earlier run (the groups between the cursor's window and its mark),
@@ -389,7 +372,7 @@ class GroupReplayer:
                 if not raw:
                     break
                 line += 1
-                group, _ = self._parse_only(raw) if raw.strip() else (None, None)
+                group, _ = parse_group_line(raw) if raw.strip() else (None, None)
                 if group is not None and isinstance(group.get("tokens"), list):
                     self._recent.append((start, line - 1, len(group["tokens"])))
 
@@ -507,9 +490,8 @@ class GroupReplayer:
         self._load_cursor()
         self.result.lines_total = count_lines(self.path)
         self.result.acked_lines_before = self.cursor.acked_lines
-        timeout = aiohttp.ClientTimeout(total=self.options.request_timeout_s)
         try:
-            async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with api_session(self.options.request_timeout_s) as session:
                 self._session = session
                 await self._wait_for_trainer()
                 status = await self._get("/status") or {}
