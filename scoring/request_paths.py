@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes_opd.vllm_api.client import VLLMCompletionsClient, root_url
-from scoring.response_parsing import PromptTopK, parse_prompt_topk_json
+from scoring.response_parsing import PromptTopK, parse_prompt_topk_json, parse_turn_rows_from_tail
 
 GENERATE_PATH = "/inference/v1/generate"
 
@@ -57,14 +57,22 @@ class RawTopK:
 async def _post_prompt_topk(
     client: VLLMCompletionsClient, path: str, payload: dict, ids: list[int], k: int, from_pos: int, route: str
 ) -> RawTopK:
+    """The turn's rows read from the end of the body on the event loop (about a millisecond; a
+    thread hop costs more); a body that only a whole-body decode can read goes through
+    `client.decode_body` (a worker thread when it is large), with the same rows or errors."""
     sizes: list[int] = []
 
-    def decode(raw: bytes) -> PromptTopK:
+    def tail_or_body(raw: bytes) -> PromptTopK | bytes:
         sizes.append(len(raw))
-        return parse_prompt_topk_json(raw, ids, k, from_pos=from_pos, route=route)
+        rows = parse_turn_rows_from_tail(raw, ids, k, from_pos=from_pos, route=route)
+        return raw if rows is None else rows
 
-    topk = await client.post(path, payload, decode, root=route == "generate")
-    return RawTopK(topk, sizes[-1])
+    read = await client.post(path, payload, tail_or_body, root=route == "generate", decode_on_loop=True)
+    if isinstance(read, bytes):
+        read = await client.decode_body(
+            read, lambda raw: parse_prompt_topk_json(raw, ids, k, from_pos=from_pos, route=route)
+        )
+    return RawTopK(read, sizes[-1])
 
 
 async def completions_prompt_topk(

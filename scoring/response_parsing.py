@@ -315,6 +315,20 @@ def _fast_full_prompt_topk(raw: bytes, prompt_ids: list[int], k: int, route: str
     return PromptTopK(prompt_ids=list(prompt_ids), token_ids=ids_rows, logprobs=lp_rows)
 
 
+def parse_turn_rows_from_tail(
+    raw: bytes, prompt_ids: list[int], k: int, *, from_pos: int, route: str = "completions"
+) -> PromptTopK | None:
+    """The rows from `from_pos` on read from the end of the body (`_tail_prompt_topk`: about a
+    millisecond for megabytes, cheap enough for the event loop), or None when only a whole-body
+    decode can say (then `parse_prompt_topk_json`, which gives the same rows, or words the error)."""
+    if msgspec is None:
+        return None
+    try:
+        return _tail_prompt_topk(raw, prompt_ids, k, from_pos, route)
+    except _SlowPath:
+        return None
+
+
 def parse_prompt_topk_json(
     raw: bytes | str, prompt_ids: list[int], k: int, *, from_pos: int = 0, route: str = "completions"
 ) -> PromptTopK:

@@ -1,15 +1,16 @@
 """Fingerprint of the rows a fixed run writes, to check that a refactor leaves them bit-identical.
 
-The bench's synthetic group (4 rollouts x 3 turns, dev tokenizer) goes through `OPDPipeline` with the
+The bench's synthetic group (4 rollouts x 3 turns, dev tokenizer) goes through the OPD pipeline, built
+as the bench builds it (`build_backend`: the one constructor, environments/pipeline/build.py), with the
 fake judge and the remote-like fake teacher of `hermes_opd.devkit.fake_endpoints`, then through the
 group builder, in `topk` and `dense_k1` mode, with and without OPD rows. Prints the sha256 of each
 group's JSON (the judge's `votes.latency_s`, a wall-clock timing, removed) and of all of them.
 
     .venv/bin/python scripts/rows_fingerprint.py            # this checkout
-    # an older commit (e.g. ba45892, before the environments/ floors), with this script and venv:
-    mkdir /tmp/base && git archive ba45892 | tar -x -C /tmp/base
+    # an older commit (e.g. ca95989), with that commit's own copy of this script and this venv:
+    mkdir /tmp/base && git archive ca95989 | tar -x -C /tmp/base
     (cd /tmp/base && PYTHONPATH=/tmp/base HERMES_OPD_CACHE=$OLDPWD/.cache \
-        $OLDPWD/.venv/bin/python $OLDPWD/scripts/rows_fingerprint.py)
+        $OLDPWD/.venv/bin/python scripts/rows_fingerprint.py)
 """
 
 import asyncio
@@ -21,15 +22,10 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from environments.atropos.embedded_paths import default_dev_model_dir
-from environments.pipeline.opd_pipeline import OPDPipeline
-from hermes_opd.bench.pipeline_bench import PipelineBenchConfig, _Backend
+from environments.atropos.group_builder import FinishedRollout, build_group
+from hermes_opd.bench.pipeline_bench import PipelineBenchConfig, build_backend
 from hermes_opd.bench.synth import SynthSpec, synth_group
 from hermes_opd.devkit.fake_endpoints import FakeEndpoints, FakeSettings
-
-try:
-    from environments.atropos.group_builder import FinishedRollout, build_group
-except ImportError:  # commits before the environments/ floors
-    from environments.atropos.group_builder import FinishedRollout, build_group
 
 
 async def main() -> None:
@@ -46,10 +42,10 @@ async def main() -> None:
     digests = {}
     with FakeEndpoints(settings) as fake:
         for mode in ("topk", "dense_k1"):
-            b = _Backend(cfg, fake.base_url, fake.base_url, "fake-teacher", "completions")
-            opd = b.opd_config.model_copy(update={"distill_mode": mode})
-            pipeline = OPDPipeline(tokenizer, b.judge, b.teacher, opd)
-            distills = [await pipeline.process(t) for t in trajectories]
+            b = await build_backend(cfg, tokenizer, fake.base_url, fake.base_url, "fake-teacher", "completions",
+                                    distill_mode=mode)  # fmt: skip
+            opd = b.opd_config
+            distills = [await b.pipeline.process(t) for t in trajectories]
             await b.aclose()
             for with_opd in (True, False):
                 rollouts = [

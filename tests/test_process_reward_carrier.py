@@ -10,10 +10,11 @@ import copy
 import pytest
 
 from environments.atropos.group_builder import FinishedRollout, build_group, has_distill_signal
+from environments.pipeline.build import build_opd_pipeline
 from environments.pipeline.opd_config import OPDConfig, PRMConfig
 from environments.pipeline.opd_metrics import group_metrics
-from environments.pipeline.opd_pipeline import OPDPipeline
 from hermes_opd.bench.synth import SynthSpec, synth_group
+from hermes_opd.contract.errors import ConfigError
 from hermes_opd.contract.process_reward import (
     ProcessTurn,
     make_prm_block,
@@ -22,7 +23,7 @@ from hermes_opd.contract.process_reward import (
 )
 from hermes_opd.contract.validation import PROCESS_REWARD, validate_group
 from judge.config import JudgeConfig
-from judge.make_backend import make_judge_backend
+from judge.prm_rules_backend import ProcessRulesBackend
 
 
 @pytest.mark.parametrize(
@@ -147,8 +148,7 @@ def _prm_config(**prm) -> OPDConfig:
 
 async def _distills(tokenizer, config: OPDConfig, feedback: list[str], tool_states=TOOL_STATES):
     trajectories = _trajectories(tokenizer, feedback, tool_states)
-    backend = make_judge_backend(config.prm.judge, kind="prm")
-    pipeline = OPDPipeline(tokenizer, None, None, config, prm_judge=backend)
+    pipeline = await build_opd_pipeline(tokenizer, config, None, None)  # the process judge alone
     distills = [await pipeline.process(t) for t in trajectories]
     await pipeline.aclose()
     return trajectories, distills
@@ -225,6 +225,19 @@ def test_prm_off_leaves_the_group_as_it_was(dev_tokenizer):
     assert [t["status"] for t in prm_on["overrides"][0]["prm"]["turns"]] == ["skipped"] * 3
     assert prm_on["advantages"] == [[0.0] * len(group["tokens"][0])]
     assert validate_group(prm_on) == []
+
+
+def test_the_builder_makes_no_hint_judge_or_teacher_for_the_process_reward_alone(dev_tokenizer):
+    pipeline = asyncio.run(build_opd_pipeline(dev_tokenizer, _prm_config(), None, None))
+    assert pipeline.judge is None and pipeline.teacher is None
+    assert isinstance(pipeline.prm_judge, ProcessRulesBackend)
+
+
+def test_the_builder_refuses_opd_without_a_teacher_server(dev_tokenizer):
+    with pytest.raises(ConfigError, match="teacher server"):
+        asyncio.run(
+            build_opd_pipeline(dev_tokenizer, OPDConfig(judge=JudgeConfig(backend="rules")), None, None)
+        )
 
 
 def test_a_vote_policy_without_a_score_is_refused_at_config_time():

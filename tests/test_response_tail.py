@@ -96,3 +96,34 @@ def test_a_body_for_another_prompt_is_refused_not_misread():
     longer = ids + [1]
     with pytest.raises(UnexpectedResponseError, match="positions for a prompt of"):
         parse_prompt_topk_json(raw, longer, k, from_pos=2)
+
+
+def test_the_event_loop_reads_the_tail_and_a_thread_decides_the_rest():
+    """`parse_turn_rows_from_tail` (run on the loop) answers only what the tail vouches for; the
+    request path sends the rest through the client's whole-body decode, with the same rows."""
+    import asyncio
+
+    from hermes_opd.vllm_api.client import VLLMCompletionsClient
+    from scoring.request_paths import completions_prompt_topk
+    from scoring.response_parsing import parse_turn_rows_from_tail
+
+    ids, k, entries, raw = _case(random.Random(3), "completions")
+    spaced = json.dumps(json.loads(raw)).encode()
+    plain = parse_prompt_topk(json.loads(raw), ids, k, from_pos=2)
+    assert parse_turn_rows_from_tail(raw, ids, k, from_pos=2) == plain
+    assert parse_turn_rows_from_tail(spaced, ids, k, from_pos=2) is None
+
+    class Client(VLLMCompletionsClient):
+        async def post(self, path, payload, decode=None, *, root=False, decode_on_loop=False):
+            assert decode_on_loop
+            return self._decode(self.body, decode)
+
+    for body in (raw, spaced, b"not json"):
+        client = Client("http://127.0.0.1:1/v1", "m")
+        client.body = body
+        if body == b"not json":
+            with pytest.raises(UnexpectedResponseError, match="not JSON"):
+                asyncio.run(completions_prompt_topk(client, ids, k, from_pos=2))
+            continue
+        read = asyncio.run(completions_prompt_topk(client, ids, k, from_pos=2))
+        assert read.topk == plain and read.body_bytes == len(body)

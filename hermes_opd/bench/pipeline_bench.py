@@ -35,6 +35,7 @@ import aiohttp
 
 from environments.atropos.embedded_paths import default_dev_model_dir
 from environments.atropos.process_tuning import freeze_startup_heap
+from environments.pipeline.build import build_opd_pipeline
 from environments.pipeline.opd_config import OPDConfig, TeacherConfig
 from environments.pipeline.opd_pipeline import OPDPipeline
 from hermes_opd.bench.client_cpu import client_cpu_per_turn
@@ -45,10 +46,8 @@ from hermes_opd.devkit.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSe
 from hermes_opd.record.hint_splice import build_canonical_teacher_input, tokenizer_codec
 from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.turn_pairs import extract_turn_pairs
-from hermes_opd.vllm_api.client import VLLMCompletionsClient
+from hermes_opd.vllm_api.endpoint import Endpoint
 from judge.config import JudgeConfig
-from judge.llm_backend import LLMJudgeBackend
-from scoring.teacher import TeacherScorer
 
 BACKENDS = ("remote", "real")
 
@@ -147,39 +146,53 @@ async def probe_teacher(base_url: str, model: str, inputs: list[list[int]], k: i
 
 
 class _Backend:
-    """The objects one run needs, built fresh for each schedule (same endpoints)."""
+    """The objects one run needs, built fresh for each schedule (same endpoints): the pipeline the
+    env would build from the same config (environments/pipeline/build.py), and its parts."""
 
-    def __init__(
-        self, cfg: PipelineBenchConfig, judge_url: str, teacher_url: str, teacher_model: str, path: str
-    ):
-        self.judge_config = JudgeConfig(base_url=judge_url, model="fake-judge", m=cfg.judge_m, timeout_s=120.0,
-                                        turn_deadline_s=None)  # fmt: skip
-        self.opd_config = OPDConfig(
-            distill_topk=cfg.k,
-            judge_concurrency=cfg.judge_concurrency,
-            judge=self.judge_config,
-            teacher=TeacherConfig(
-                base_url=teacher_url,
-                model=teacher_model,
-                concurrency=cfg.teacher_concurrency,
-                max_positions_in_flight=cfg.teacher_positions,
-                timeout_s=cfg.teacher_timeout_s,
-            ),  # fmt: skip
-        )
-        self.judge = LLMJudgeBackend(self.judge_config, base_url=judge_url, model="fake-judge")
-        self.client = VLLMCompletionsClient(teacher_url, teacher_model, timeout_s=cfg.teacher_timeout_s)
-        self.teacher = TeacherScorer(self.client, k=cfg.k, concurrency=cfg.teacher_concurrency,
-                                     max_positions_in_flight=cfg.teacher_positions,
-                                     timeout_s=cfg.teacher_timeout_s, path=path)  # fmt: skip
+    def __init__(self, opd_config: OPDConfig, pipeline: OPDPipeline) -> None:
+        self.opd_config = opd_config
+        self.judge_config = opd_config.judge
+        self.pipeline = pipeline
+        self.judge = pipeline.judge
+        self.teacher = pipeline.teacher
 
     async def warm_up(self, pair: Any, request: TeacherRequest) -> None:
-        """Open connections, choose the teacher path, pay first-request costs outside the timed part."""
+        """Open connections, pay first-request costs outside the timed part (the teacher's path was
+        chosen when the pipeline was built)."""
         await self.judge.collect_votes(pair)
         await self.teacher.score_turn(request.ids, request.prompt_len, request.ids[request.prompt_len :])
 
     async def aclose(self) -> None:
-        await self.judge.aclose()
-        await self.client.close()
+        await self.pipeline.aclose()
+
+
+def bench_opd_config(
+    cfg: PipelineBenchConfig, judge_url: str, teacher_url: str, teacher_model: str, path: str
+) -> OPDConfig:
+    """The bench's OPD config: the llm judge at `judge_url` (m votes, no turn deadline), the teacher
+    at `teacher_url` on `path`, the configured limits. The tokenizer check is off: the fake teacher
+    has no `/tokenize` route, and the synthetic groups use the teacher's own tokenizer."""
+    judge = JudgeConfig(base_url=judge_url, model="fake-judge", m=cfg.judge_m, timeout_s=120.0,
+                        turn_deadline_s=None)  # fmt: skip
+    teacher = TeacherConfig(base_url=teacher_url, model=teacher_model, concurrency=cfg.teacher_concurrency,
+                            max_positions_in_flight=cfg.teacher_positions, timeout_s=cfg.teacher_timeout_s,
+                            check_tokenizer=False, path=path)  # fmt: skip
+    return OPDConfig(
+        distill_topk=cfg.k, judge_concurrency=cfg.judge_concurrency, judge=judge, teacher=teacher
+    )
+
+
+async def build_backend(
+    cfg: PipelineBenchConfig, tokenizer: Any, judge_url: str, teacher_url: str, teacher_model: str, path: str,
+    *, distill_mode: str = "topk",
+) -> _Backend:  # fmt: skip
+    """A fresh pipeline and its parts, through the one constructor (`build_opd_pipeline`)."""
+    opd = bench_opd_config(cfg, judge_url, teacher_url, teacher_model, path)
+    opd = opd.model_copy(update={"distill_mode": distill_mode})
+    pipeline = await build_opd_pipeline(
+        tokenizer, opd, Endpoint(teacher_url, teacher_model), Endpoint(judge_url, "fake-judge")
+    )
+    return _Backend(opd, pipeline)
 
 
 async def run_backend(
@@ -198,9 +211,8 @@ async def run_backend(
     finishes = finish_times(len(trajectories), cfg.gen_time_s)
 
     async def backend() -> _Backend:
-        built = _Backend(
-            cfg, judge_url, teacher_url, teacher_model, "completions" if remote else cfg.real_teacher_path
-        )
+        path = "completions" if remote else cfg.real_teacher_path
+        built = await build_backend(cfg, tokenizer, judge_url, teacher_url, teacher_model, path)
         await built.warm_up(warm_pair, warm_request)
         fake.reset_stats()
         return built
@@ -225,7 +237,7 @@ async def run_backend(
 
     # -- (b) ours, every rollout finished at once: the OPD phase alone --------------------------------
     b = await backend()
-    pipeline = OPDPipeline(tokenizer, b.judge, b.teacher, b.opd_config)
+    pipeline = b.pipeline
     started, cpu = time.perf_counter(), time.process_time()
     ours = await asyncio.gather(*(pipeline.process(t) for t in trajectories))
     ours_opd_s = time.perf_counter() - started
@@ -236,7 +248,7 @@ async def run_backend(
 
     # -- (b') ours as the env runs it: each rollout's OPD starts when it finishes ---------------------
     b = await backend()
-    pipeline = OPDPipeline(tokenizer, b.judge, b.teacher, b.opd_config)
+    pipeline = b.pipeline
 
     async def rollout_then_opd(trajectory: Trajectory, finish_s: float):
         await asyncio.sleep(finish_s)
@@ -303,8 +315,7 @@ async def run_backend(
         result["teacher_max_in_flight_reference"] = ref_stats["teacher"]["max_in_flight"]
         result["teacher_max_in_flight_ours"] = ours_stats["teacher"]["max_in_flight"]
         pairs = [p for t in trajectories for p in extract_turn_pairs(t) if p.has_next_state and len(p.span)]
-        judge_config = JudgeConfig(base_url=judge_url, model="fake-judge", m=cfg.judge_m, timeout_s=120.0,
-                                   turn_deadline_s=None)  # fmt: skip
+        judge_config = bench_opd_config(cfg, judge_url, teacher_url, teacher_model, "completions").judge
         result["client_cpu_per_turn"] = await client_cpu_per_turn(
             judge_url, judge_config, pairs, requests, cfg.k
         )

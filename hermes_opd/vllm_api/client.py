@@ -98,9 +98,11 @@ class VLLMCompletionsClient:
         payload: dict[str, Any],
         decode: Callable[[bytes], Any] | None = None,
         root: bool = False,
+        decode_on_loop: bool = False,
     ) -> Any:
         """One POST. The 200 body goes through `decode` (bytes -> result), by default `json.loads`.
-        `root`: `path` is relative to the server root (`/inference/...`), not to the `/v1` base URL."""
+        `root`: `path` is relative to the server root (`/inference/...`), not to the `/v1` base URL.
+        `decode_on_loop`: see `post`."""
         session = await self._get_session()
         url = f"{root_url(self.base_url) if root else self.base_url}{path}"
         try:
@@ -123,10 +125,20 @@ class VLLMCompletionsClient:
             if status >= 500:
                 raise TransientServerError(f"vLLM at {self.base_url} answered {status}: {body_text[:300]}")
             await self._raise_client_error(status, body_text, payload)
+        if decode_on_loop:
+            return self._decode(raw, decode)
+        return await self.decode_body(raw, decode)
+
+    async def decode_body(self, raw: bytes, decode: Callable[[bytes], Any] | None = None) -> Any:
+        """A 200 body through `decode` (default `json.loads`), in a worker thread when it is large:
+        a top-50 prompt-logprobs body is megabytes, and parsing it whole on the loop stalls every
+        rollout. A body that is not JSON raises UnexpectedResponseError."""
+        if len(raw) > _PARSE_IN_THREAD_BYTES:
+            return await asyncio.to_thread(self._decode, raw, decode)
+        return self._decode(raw, decode)
+
+    def _decode(self, raw: bytes, decode: Callable[[bytes], Any] | None) -> Any:
         try:
-            if len(raw) > _PARSE_IN_THREAD_BYTES:
-                # A top-50 prompt-logprobs body is megabytes; parsing it inline stalls every rollout.
-                return await asyncio.to_thread(json.loads if decode is None else decode, raw)
             return json.loads(raw) if decode is None else decode(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             body_text = raw.decode("utf-8", errors="replace")
@@ -175,11 +187,15 @@ class VLLMCompletionsClient:
         decode: Callable[[bytes], Any] | None = None,
         *,
         root: bool = False,
+        decode_on_loop: bool = False,
     ) -> Any:
         """POST with retries on transient errors; permanent errors are raised at once. The 200 body is
-        decoded by `decode` (bytes -> result; default `json.loads`); its errors are never retried."""
+        decoded by `decode` (bytes -> result; default `json.loads`); its errors are never retried.
+        A large body is decoded in a worker thread (`decode_body`), unless `decode_on_loop`: for a
+        decoder that reads only a few of the body's bytes and leaves a whole-body parse to its caller
+        (scoring/request_paths.py), the thread hop costs more than the decode."""
         return await retrying(
-            lambda: self._post_once(path, payload, decode, root),
+            lambda: self._post_once(path, payload, decode, root, decode_on_loop),
             self.retry,
             lambda exc: isinstance(exc, VLLMError) and exc.transient,
             logger=logger,
