@@ -20,10 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from environments.atropos.wait_notice import WAIT_NOTICE_S
 from hermes_opd.contract.errors import HermesOPDError
-
-WAIT_NOTICE_S = 5.0
-"""How often a long wait says what it waits for (the start of vLLM here; the demo and benches too)."""
 
 DEFAULT_MAX_LOGPROBS = 100
 """vLLM's default is 20; teacher scoring asks for top-50 prompt logprobs plus the student's token."""
