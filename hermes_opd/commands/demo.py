@@ -33,6 +33,7 @@ from environments.atropos.agentic_opd_env import AgenticOPDEnv
 from environments.atropos.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
 from hermes_opd.commands.progress import format_duration
 from hermes_opd.contract.errors import ConfigError
+from hermes_opd.contract.log_setup import configure_logging
 
 DEFAULT_OUT = "runs/demo"
 DEMO_ENV: dict[str, Any] = {
@@ -107,9 +108,9 @@ def _step(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from hermes_opd.commands.process_job import configure_logging
+    from hermes_opd.commands.process_job import log_level
 
-    configure_logging()
+    configure_logging(log_level(), override=True)
     if args.groups is None:
         args.groups = 3 if args.dev_model else 2
     counts = (

@@ -46,6 +46,7 @@ from hermes_opd.commands.cli_input import OneLineParser, add_pacing_arguments, o
 from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
 from hermes_opd.commands.send_report import summary_lines
 from hermes_opd.contract.errors import ConfigError, HermesOPDError
+from hermes_opd.contract.log_setup import configure_logging
 
 logger = logging.getLogger(__name__)
 
@@ -522,17 +523,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(level: str | None = None) -> None:
-    """Library chatter off the terminal (warnings and up), unless asked for (`hermes-opd -v`)."""
+def log_level(asked: str | None = None) -> str:
+    """Library chatter off the terminal (warnings and up), unless asked for (`--log-level`, or
+    `hermes-opd -v`, which has set the root logger to DEBUG)."""
+    if asked is not None:
+        return asked
     root = logging.getLogger()
-    if level is None:
-        level = "debug" if root.level == logging.DEBUG and root.handlers else "warning"
-    if not root.handlers:
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    numeric = getattr(logging, level.upper())
-    root.setLevel(numeric)
-    for handler in root.handlers:
-        handler.setLevel(numeric)  # atroposlib sets its own loggers to DEBUG; filter at the handler
+    return "debug" if root.level == logging.DEBUG and root.handlers else "warning"
 
 
 def _print_summary(result: JobResult, stop: StopController) -> None:
@@ -590,7 +587,7 @@ def _main(argv: list[str]) -> int:
         print(f"hermes-opd process: unknown argument(s): {' '.join(unknown)} "
               "(config keys go as --env.KEY VALUE or --openai.KEY VALUE)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
-    configure_logging(args.log_level)
+    configure_logging(log_level(args.log_level), override=True)
     from environments.atropos.agentic_opd_env import AgenticOPDEnv
 
     try:
