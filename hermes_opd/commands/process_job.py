@@ -39,6 +39,7 @@ from environments.atropos.group_replay import APIGoneError, GroupReplayer, Repla
 from environments.atropos.groups_file import GroupWriter, OutputError, scan_output
 from environments.atropos.role_servers import RoleServers, check_role_servers
 from environments.atropos.send_cursor import CursorError, cursor_path
+from environments.atropos.stop_signals import StopSignals
 from environments.atropos.tinker_drops import DenseK1Notice
 from environments.atropos.user_errors import names_a_permanent_error, permanent_errors
 from environments.atropos.wait_notice import WAIT_NOTICE_S
@@ -73,21 +74,13 @@ class StopController:
         self.abandon = asyncio.Event()
         self.progress = progress
         self.in_flight = 0
-        self._installed: list[int] = []
+        self._signals = StopSignals(self.on_signal)
 
     def install(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self.on_signal, sig)
-                self._installed.append(sig)
+        self._signals.install()
 
     def uninstall(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in self._installed:
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(sig)
-        self._installed.clear()
+        self._signals.uninstall()
 
     def _say(self, text: str) -> None:
         if self.progress is not None:
