@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hermes_opd.devkit.dev_server import WAIT_NOTICE_S, free_port
+from environments.atropos.wait_notice import WAIT_NOTICE_S
+from hermes_opd.devkit.dev_server import free_port
 from tests.test_distill_format import build_group
 from tests.test_send_groups import write_groups
 from tests.test_send_spool import AtroposAPI

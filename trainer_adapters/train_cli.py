@@ -11,6 +11,7 @@ import logging
 import sys
 
 from hermes_opd.contract.errors import ConfigError
+from hermes_opd.contract.log_setup import configure_logging
 from trainer_adapters.trainer_config import TinkerTrainerConfig, TorchTrainerConfig, load_trainer_config
 
 logger = logging.getLogger("hermes_opd.train")
@@ -43,7 +44,7 @@ def _apply_overrides(
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     try:
         config = _apply_overrides(load_trainer_config(args.config), args)
     except (ConfigError, ValueError) as exc:

@@ -35,6 +35,7 @@ import warnings
 from typing import Any
 
 from environments.atropos.exit_codes import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
+from hermes_opd.contract.log_setup import configure_logging
 
 logger = logging.getLogger(__name__)
 
@@ -166,20 +167,6 @@ def _error_handler(prefix: str):
     return handle
 
 
-def configure_logging() -> None:
-    """This project's log lines at INFO on stderr. atroposlib's loggers are left as they are (only
-    their warnings show: its serve loop logs its status at INFO ten times a second)."""
-    if logging.getLogger().handlers:
-        return  # the caller configured logging
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    level = os.environ.get("HERMES_OPD_LOG_LEVEL", "INFO").upper()
-    for name in OUR_LOGGERS:
-        ours = logging.getLogger(name)
-        ours.addHandler(handler)
-        ours.setLevel(level)
-
-
 def run_cli(env_cls: Any, argv: list[str] | None = None) -> int:
     """Run atroposlib's CLI for `env_cls` on `argv` (default: sys.argv[1:]); return the exit code.
 
@@ -191,7 +178,9 @@ def run_cli(env_cls: Any, argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in MODES else None
     prefix = f"{env_cls.name or env_cls.__name__}{' ' + command if command else ''}"
-    configure_logging()
+    # This project's lines at INFO; atroposlib's loggers are left as they are (only their warnings
+    # show: its serve loop logs its status at INFO ten times a second). A caller's set-up wins.
+    configure_logging(os.environ.get("HERMES_OPD_LOG_LEVEL", "INFO"), loggers=OUR_LOGGERS)
     # Every config here points at a local server; atroposlib warns about that on each run.
     warnings.filterwarnings("ignore", message="You are using a local Base URL", category=UserWarning)
     commands, envs = command_classes(env_cls)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
 from environments.atropos.eval_report import EvalReport, format_eval_report
+from environments.atropos.stop_signals import StopSignals
 
 logger = logging.getLogger(__name__)
 
@@ -94,21 +95,16 @@ class CliLifecycleMixin:
 
     @contextlib.asynccontextmanager
     async def _closing_at_exit(self):
-        loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         self._closing = False
-        handled: list[signal.Signals] = []
+        stop_signals = StopSignals(lambda sig: self._on_stop_signal(sig, task))
         if self.cli_mode is not None and task is not None:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.add_signal_handler(sig, self._on_stop_signal, sig, task)
-                    handled.append(sig)
+            stop_signals.install()
         try:
             yield
         finally:
             self._closing = True
-            for sig in handled:  # from here a second Ctrl-C is Python's own KeyboardInterrupt
-                loop.remove_signal_handler(sig)
+            stop_signals.uninstall()  # from here a second Ctrl-C is Python's own KeyboardInterrupt
             await self._stop_background_tasks(task)
             try:
                 await self.close()

@@ -1,4 +1,5 @@
-"""How often a long wait says what it waits for (`hermes-opd send`, `process`, the benchmarks)."""
+"""How often a long wait says what it waits for (`hermes-opd send`, `process`, the start of vLLM,
+the demo and the benchmarks)."""
 
 from __future__ import annotations
 

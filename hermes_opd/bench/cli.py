@@ -17,13 +17,12 @@ import argparse
 import importlib
 import json
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from environments.atropos.stop_signals import sigterm_exits
 from hermes_opd.bench.common import median_result, rounded, with_headline
 
 
@@ -143,14 +142,8 @@ def summary_lines(result: dict[str, Any], prefix: str = "") -> list[str]:
 def main(argv: list[str]) -> int:
     args = build_parser(argv[:1] if argv and argv[0] in BENCHES else ()).parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so child processes (fake endpoints) are stopped on the way out.
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
+    with sigterm_exits():
         return _main(args)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 import sys
 import time
 from pathlib import Path
@@ -31,8 +30,10 @@ from typing import Any
 
 from environments.atropos.agentic_opd_env import AgenticOPDEnv
 from environments.atropos.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
+from environments.atropos.stop_signals import sigterm_exits
 from hermes_opd.commands.progress import format_duration
 from hermes_opd.contract.errors import ConfigError
+from hermes_opd.contract.log_setup import configure_logging
 
 DEFAULT_OUT = "runs/demo"
 DEMO_ENV: dict[str, Any] = {
@@ -97,19 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _raise_on_sigterm(signum, frame) -> None:  # noqa: ARG001
-    raise SystemExit(143)
-
-
 def _step(text: str) -> None:
     print(f"==> {text}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from hermes_opd.commands.process_job import configure_logging
+    from hermes_opd.commands.process_job import log_level
 
-    configure_logging()
+    configure_logging(log_level(), override=True)
     if args.groups is None:
         args.groups = 3 if args.dev_model else 2
     counts = (
@@ -128,13 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_USAGE
     # SIGTERM must unwind through the `finally` that stops vLLM (it runs in its own session).
-    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
-        if args.dev_model:
-            return _run(args)
-        from hermes_opd.commands import demo_learning
+        with sigterm_exits():
+            if args.dev_model:
+                return _run(args)
+            from hermes_opd.commands import demo_learning
 
-        return demo_learning.run(args, _raise_on_sigterm)
+            return demo_learning.run(args)
     except ConfigError as exc:
         print(f"hermes-opd demo: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -144,8 +141,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - one clear line; the server is already stopped
         print(f"hermes-opd demo: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -178,7 +173,6 @@ def _run(args: argparse.Namespace) -> int:
             _step(f"vLLM: ready at {base_url} in {time.monotonic() - t0:.0f}s (pid {server.process.pid})")
         return _collect_and_report(args, model_dir, base_url, out_dir, started)
     finally:
-        signal.signal(signal.SIGTERM, _raise_on_sigterm)  # asyncio may have reset it to the default
         if server is not None:
             _step("vLLM: stopping")
             server.stop()
@@ -205,7 +199,6 @@ def _collect_and_report(
     result, _stop = asyncio.run(
         run_job(job, groups_path, args.groups, concurrency=args.concurrency, fresh=True)
     )
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)  # asyncio restored the default handler
     if result.interrupted:
         print(
             f"hermes-opd demo: stopped by {result.interrupted} after {result.written} group(s)",

@@ -24,7 +24,6 @@ import contextlib
 import io
 import json
 import shutil
-import signal
 import sys
 import textwrap
 import time
@@ -85,8 +84,9 @@ def loop_settings(args: argparse.Namespace, out_dir: Path):
     return resolve_settings(parser.parse_args(argv))
 
 
-def run(args: argparse.Namespace, raise_on_sigterm) -> int:
-    """The learning demo; `raise_on_sigterm` is re-installed after each asyncio run (which resets it)."""
+def run(args: argparse.Namespace) -> int:
+    """The learning demo (under `hermes-opd demo`'s `sigterm_exits`: SIGTERM unwinds through the
+    `finally` that stops vLLM)."""
     from hermes_opd.learning_study.loop import evaluate_policy, run_arm, start_lora_vllm
 
     started = time.monotonic()
@@ -109,14 +109,12 @@ def run(args: argparse.Namespace, raise_on_sigterm) -> int:
             _step(f"vLLM: ready at {server.root_url} in {format_duration(times.stages['vLLM start'])}")
         with times.stage("collection"):
             collected = collect_groups(args, settings, out_dir)
-        signal.signal(signal.SIGTERM, raise_on_sigterm)
         if collected is None:
             return 1
         _step("held-out success before training: the 24 held-out tasks, greedy, no hint")
         with times.stage("evaluation before"):
             start_eval = evaluate_policy(settings, seed=args.seed, prefix=None,
                                          metrics_path=out_dir / "start_eval.jsonl")  # fmt: skip
-        signal.signal(signal.SIGTERM, raise_on_sigterm)
         _step(f"before: {passes(start_eval)} held-out tasks passed")
         _step(f"the closed loop, OPD only: {settings.steps} steps of {settings.groups_per_step} groups of "
               f"{settings.group_size} (run-api, an env worker, hermes-opd train with LoRA; logs in "
@@ -124,7 +122,6 @@ def run(args: argparse.Namespace, raise_on_sigterm) -> int:
         with times.stage("loop + evaluations"):
             records = run_arm(settings, ARM, args.seed, start_eval, on_wait=_say_waiting)
     finally:
-        signal.signal(signal.SIGTERM, raise_on_sigterm)
         if server is not None:
             _step("vLLM: stopping")
             server.stop()

@@ -7,6 +7,8 @@ import argparse
 import logging
 import sys
 
+from hermes_opd.contract.log_setup import configure_logging
+
 
 def _dev_model(args: argparse.Namespace) -> int:
     from hermes_opd.devkit.dev_model import DevModelSpec, build_dev_model, is_built
@@ -135,13 +137,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _configure_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "-v" in argv[:1] or "--verbose" in argv[:1]
@@ -151,11 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         # Subcommands with their own parser get the rest of the command line untouched.
         import importlib
 
-        _configure_logging(verbose)
+        configure_logging(logging.DEBUG if verbose else logging.INFO)
         module = importlib.import_module(DELEGATED[argv[0]][0])
         return int(module.main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
-    _configure_logging(args.verbose or verbose)
+    configure_logging(logging.DEBUG if args.verbose or verbose else logging.INFO)
     return args.handler(args)
 
 

@@ -39,6 +39,7 @@ from environments.atropos.group_replay import APIGoneError, GroupReplayer, Repla
 from environments.atropos.groups_file import GroupWriter, OutputError, scan_output
 from environments.atropos.role_servers import RoleServers, check_role_servers
 from environments.atropos.send_cursor import CursorError, cursor_path
+from environments.atropos.stop_signals import StopSignals
 from environments.atropos.tinker_drops import DenseK1Notice
 from environments.atropos.user_errors import names_a_permanent_error, permanent_errors
 from environments.atropos.wait_notice import WAIT_NOTICE_S
@@ -46,6 +47,7 @@ from hermes_opd.commands.cli_input import OneLineParser, add_pacing_arguments, o
 from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
 from hermes_opd.commands.send_report import summary_lines
 from hermes_opd.contract.errors import ConfigError, HermesOPDError
+from hermes_opd.contract.log_setup import configure_logging
 
 logger = logging.getLogger(__name__)
 
@@ -72,21 +74,13 @@ class StopController:
         self.abandon = asyncio.Event()
         self.progress = progress
         self.in_flight = 0
-        self._installed: list[int] = []
+        self._signals = StopSignals(self.on_signal)
 
     def install(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self.on_signal, sig)
-                self._installed.append(sig)
+        self._signals.install()
 
     def uninstall(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in self._installed:
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(sig)
-        self._installed.clear()
+        self._signals.uninstall()
 
     def _say(self, text: str) -> None:
         if self.progress is not None:
@@ -522,17 +516,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(level: str | None = None) -> None:
-    """Library chatter off the terminal (warnings and up), unless asked for (`hermes-opd -v`)."""
+def log_level(asked: str | None = None) -> str:
+    """Library chatter off the terminal (warnings and up), unless asked for (`--log-level`, or
+    `hermes-opd -v`, which has set the root logger to DEBUG)."""
+    if asked is not None:
+        return asked
     root = logging.getLogger()
-    if level is None:
-        level = "debug" if root.level == logging.DEBUG and root.handlers else "warning"
-    if not root.handlers:
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    numeric = getattr(logging, level.upper())
-    root.setLevel(numeric)
-    for handler in root.handlers:
-        handler.setLevel(numeric)  # atroposlib sets its own loggers to DEBUG; filter at the handler
+    return "debug" if root.level == logging.DEBUG and root.handlers else "warning"
 
 
 def _print_summary(result: JobResult, stop: StopController) -> None:
@@ -590,7 +580,7 @@ def _main(argv: list[str]) -> int:
         print(f"hermes-opd process: unknown argument(s): {' '.join(unknown)} "
               "(config keys go as --env.KEY VALUE or --openai.KEY VALUE)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
-    configure_logging(args.log_level)
+    configure_logging(log_level(args.log_level), override=True)
     from environments.atropos.agentic_opd_env import AgenticOPDEnv
 
     try:

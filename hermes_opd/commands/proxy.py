@@ -9,9 +9,10 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
+
+from environments.atropos.stop_signals import StopSignals
 
 logger = logging.getLogger(__name__)
 
@@ -67,13 +68,11 @@ async def serve(config) -> int:
           f"({config.model_name}); groups -> {_destination(config)}",
           flush=True)  # fmt: skip
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    logger.info("stopping: scoring queued turns and writing the last groups")
-    await server.stop_background()
-    await runner.cleanup()
+    with StopSignals(lambda _sig: stop.set()):  # also during the drain: a second Ctrl-C changes nothing
+        await stop.wait()
+        logger.info("stopping: scoring queued turns and writing the last groups")
+        await server.stop_background()
+        await runner.cleanup()
     return 0
 
 

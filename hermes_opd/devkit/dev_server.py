@@ -20,10 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from environments.atropos.stop_signals import StopSignals
+from environments.atropos.wait_notice import WAIT_NOTICE_S
 from hermes_opd.contract.errors import HermesOPDError
-
-WAIT_NOTICE_S = 5.0
-"""How often a long wait says what it waits for (the start of vLLM here; the demo and benches too)."""
 
 DEFAULT_MAX_LOGPROBS = 100
 """vLLM's default is 20; teacher scoring asks for top-50 prompt logprobs plus the student's token."""
@@ -183,24 +182,18 @@ class DevServer:
 
 def serve_forever(server: DevServer) -> int:
     """Run until SIGINT/SIGTERM, then stop the server cleanly. Returns the exit code."""
-    stop_requested = {"signal": None}
-
-    def _request_stop(signum, _frame):
-        stop_requested["signal"] = signum
-
-    previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        server.start()
-        print(f"vLLM ready: base_url={server.base_url} model={server.served_model_name} pid={server.process.pid}",
-              flush=True)  # fmt: skip
-        while stop_requested["signal"] is None:
-            if server.process is None or server.process.poll() is not None:
-                print(f"vLLM exited unexpectedly; last log lines:\n{server.log_tail()}", file=sys.stderr)
-                return 1
-            time.sleep(0.5)
-        print("stopping vLLM ...", flush=True)
-        return 0
-    finally:
-        server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    stop_requested: list[signal.Signals] = []
+    with StopSignals(stop_requested.append):
+        try:
+            server.start()
+            print(f"vLLM ready: base_url={server.base_url} model={server.served_model_name} pid={server.process.pid}",
+                  flush=True)  # fmt: skip
+            while not stop_requested:
+                if server.process is None or server.process.poll() is not None:
+                    print(f"vLLM exited unexpectedly; last log lines:\n{server.log_tail()}", file=sys.stderr)
+                    return 1
+                time.sleep(0.5)
+            print("stopping vLLM ...", flush=True)
+            return 0
+        finally:
+            server.stop()
