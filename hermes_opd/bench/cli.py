@@ -24,6 +24,7 @@ from typing import Any
 
 from environments.atropos.stop_signals import sigterm_exits
 from hermes_opd.bench.common import median_result, rounded, with_headline
+from hermes_opd.contract.log_setup import configure_logging
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def main(argv: list[str]) -> int:
 def _main(args: argparse.Namespace) -> int:
     bench = BENCHES[args.bench]
     if not bench.measured:  # its own outputs (learning: JSON file, PNG, table, headline line)
-        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging(logging.WARNING)
         return getattr(importlib.import_module(bench.module), bench.run)(args)
     for name in ("hermes_opd", "httpx", "httpx2", "openai", "judge", "scoring"):
         logging.getLogger(name).setLevel(logging.WARNING)
