@@ -64,6 +64,42 @@ def dev_server(dev_model_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def shared_run_api(tmp_path_factory):
+    """atroposlib's `run-api` for the whole session (hermes_opd/devkit/run_api.py); tests take it
+    through `run_api`, which empties it first."""
+    from hermes_opd.devkit.run_api import RunApi
+
+    api = RunApi(log_path=str(tmp_path_factory.mktemp("run-api") / "api.log"))
+    api.start()
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture
+def run_api(shared_run_api):
+    """The session's `run-api`, emptied for this test (no trainer, no envs, no queue): `.url`.
+    A test that stops or restarts its API takes `own_run_api` instead."""
+    shared_run_api.reset()
+    return shared_run_api
+
+
+@pytest.fixture
+def own_run_api(tmp_path):
+    """A fresh `run-api` of this test's own, which it may stop and start again (same port); stopped
+    by its PID when the test ends."""
+    from hermes_opd.devkit.run_api import RunApi
+
+    api = RunApi(log_path=str(tmp_path / "api.log"))
+    api.start()
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture(scope="session")
 def qwen3_dev_model_dir() -> Path:
     """The dev model as a Qwen3 (`dev-model build --architecture qwen3`): what the local Tinker-API
     server can load, and what its vLLM serves, so that policy, teacher and trainer are one model."""

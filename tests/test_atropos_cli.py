@@ -33,7 +33,6 @@ from hermes_opd.vllm_api.errors import ModelNotServedError, ServerUnreachableErr
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_CPU = REPO / "configs" / "local-cpu.yaml"
-RUN_API = Path(sys.executable).with_name("run-api")
 UNCLOSED = "Unclosed"
 
 
@@ -147,42 +146,17 @@ def _http(method: str, url: str, body: dict | None = None) -> dict:
 
 
 @contextlib.contextmanager
-def atropos_api(tmp_path: Path, batch_size: int):
-    """atroposlib's real API (`run-api`) with a trainer registered, as tests/test_scale_out.py does."""
-    import urllib.error
-
-    assert RUN_API.exists(), f"{RUN_API} missing (atroposlib's run-api)"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "api.log").open("wb")
-    proc = subprocess.Popen([str(RUN_API), "--host", "127.0.0.1", "--port", str(port)], cwd=tmp_path,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp_path / "api.log").read_text()[-2000:]
-            with contextlib.suppress(urllib.error.URLError, ConnectionError, OSError):
-                _http("GET", f"{url}/status")
-                break
-            assert time.monotonic() < deadline, "run-api not up after 60 s"
-            time.sleep(0.3)
-        registration = {
-            "wandb_group": "cli-test", "wandb_project": "hermes-opd", "batch_size": batch_size,
-            "max_token_len": 4096, "checkpoint_dir": str(tmp_path / "ckpt"), "save_checkpoint_interval": -1,
-            "starting_step": 0, "num_steps": 100,
-        }  # fmt: skip
-        assert "uuid" in _http("POST", f"{url}/register", registration)
-        assert _http("GET", f"{url}/batch")["batch"] is None
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        log.close()
+def atropos_api(run_api, tmp_path: Path, batch_size: int):
+    """The session's `run-api` (emptied) with a trainer registered, as tests/test_scale_out.py does."""
+    url = run_api.url
+    registration = {
+        "wandb_group": "cli-test", "wandb_project": "hermes-opd", "batch_size": batch_size,
+        "max_token_len": 4096, "checkpoint_dir": str(tmp_path / "ckpt"), "save_checkpoint_interval": -1,
+        "starting_step": 0, "num_steps": 100,
+    }  # fmt: skip
+    assert "uuid" in _http("POST", f"{url}/register", registration)
+    assert _http("GET", f"{url}/batch")["batch"] is None
+    yield url
 
 
 def serve_args(dev_server, api_url: str, total_steps: int) -> list[str]:
@@ -195,10 +169,10 @@ def serve_args(dev_server, api_url: str, total_steps: int) -> list[str]:
 
 
 @pytest.mark.integration
-def test_serve_under_atropos_cli_closes_its_sessions_at_the_end(dev_server, dev_model_dir, tmp_path):
+def test_serve_under_atropos_cli_closes_its_sessions_at_the_end(dev_server, run_api, dev_model_dir, tmp_path):
     # batch_size 2 = group_size: BaseEnv's serve loop ends once the queue holds more than total_steps
     # batches, here after 2 groups.
-    with atropos_api(tmp_path, batch_size=2) as api_url:
+    with atropos_api(run_api, tmp_path, batch_size=2) as api_url:
         proc = run_cli(serve_args(dev_server, api_url, total_steps=1), tmp_path, dev_model_dir, timeout=300)
         queued = _http("GET", f"{api_url}/status")["queue_size"]
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -213,8 +187,10 @@ def test_serve_under_atropos_cli_closes_its_sessions_at_the_end(dev_server, dev_
     [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM")],
     ids=["ctrl-c", "sigterm"],
 )
-def test_serve_stopped_mid_run_closes_its_sessions(dev_server, dev_model_dir, tmp_path, sig, code, said):
-    with atropos_api(tmp_path, batch_size=2) as api_url:
+def test_serve_stopped_mid_run_closes_its_sessions(
+    dev_server, run_api, dev_model_dir, tmp_path, sig, code, said
+):
+    with atropos_api(run_api, tmp_path, batch_size=2) as api_url:
         proc = subprocess.Popen(
             [sys.executable, "-m", "environments.atropos.agentic_opd_env", *serve_args(dev_server, api_url, 1000)],
             cwd=tmp_path, env={**cli_env(dev_model_dir), "PYTHONFAULTHANDLER": "1"},

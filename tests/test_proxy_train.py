@@ -13,6 +13,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from hermes_opd.devkit.dev_server import free_port
+from hermes_opd.devkit.run_api import RunApi
 from tests.proxy_factory import proxy_config, read_groups, running_proxy
 from tests.test_proxy_faults import wait_for
 from tests.test_proxy_live import ask, first_messages, next_state
@@ -25,7 +26,6 @@ from tests.test_send_e2e import (
     sequence_digest,
     start,
 )
-from tests.test_send_spool import AtroposAPI
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ async def test_the_proxys_groups_train_unchanged(dev_server, tmp_path):
                 messages = messages + next_state(message)
     groups = read_groups(path)
     assert [len(g["tokens"]) for g in groups] == [GROUP_SIZE] * GROUPS
-    api = AtroposAPI(free_port(), tmp_path / "api.log", watchdog_s=900).start()
+    api = RunApi(log_path=str(tmp_path / "api.log")).start()
     log = tmp_path / "send.log"
     try:
         trainer = WatchedTrainer(api.url, str(dev_server.model_dir), tmp_path, steps=GROUPS).start()
@@ -75,7 +75,7 @@ async def test_groups_wait_in_the_spool_while_the_api_is_away_and_train_once(dev
         spooled = [json.loads(line) for p in sorted((tmp_path / "spool").glob("*.jsonl"))
                    for line in p.read_text().splitlines()]  # fmt: skip
         assert len(spooled) == GROUPS  # the API is down: every group waits on disk
-        api = AtroposAPI(port, tmp_path / "api.log", watchdog_s=900).start()
+        api = RunApi(port=port, log_path=str(tmp_path / "api.log")).start()
         try:
             trainer = WatchedTrainer(api.url, str(dev_server.model_dir), tmp_path, steps=GROUPS).start()
             # the proxy shares this event loop: wait in a thread while the feed's tick resends the spool

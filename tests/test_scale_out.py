@@ -7,7 +7,6 @@ distill-format validator. Prints the measured throughput (docs/scaling.md quotes
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -23,10 +22,8 @@ import pytest
 
 from hermes_opd.bench.learning_loop import start_logged, stop_process_group
 from hermes_opd.contract.constants import FORMAT_VERSION
-from hermes_opd.devkit.dev_server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
-RUN_API = Path(sys.executable).with_name("run-api")
 GROUP_SIZE = 2
 TARGET_GROUPS = int(os.environ.get("HERMES_OPD_SCALE_OUT_GROUPS", "4"))
 """Groups to pull before stopping; raise it (e.g. 20) to measure steady-state throughput."""
@@ -40,18 +37,6 @@ def _http(method: str, url: str, body: dict | None = None, timeout: float = 30) 
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
-
-
-def _wait_api(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"run-api exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-        with contextlib.suppress(urllib.error.URLError, ConnectionError, OSError):
-            _http("GET", f"{url}/status", timeout=2)
-            return
-        time.sleep(0.3)
-    pytest.fail(f"run-api not up after {timeout_s}s:\n{log.read_text()[-2000:]}")
 
 
 def _fingerprint(group: dict) -> str:
@@ -85,20 +70,15 @@ def _worker_argv(dev_server, api_url: str, seed: int, tmp_path: Path) -> list[st
 
 
 @pytest.mark.integration
-def test_two_workers_feed_one_trainer_every_group_once(dev_server, tmp_path):
+def test_two_workers_feed_one_trainer_every_group_once(dev_server, own_run_api, tmp_path):
     from hermes_opd.contract.validation import validate_group
 
-    assert RUN_API.exists(), f"{RUN_API} missing (atroposlib's run-api)"
-    port = free_port()
-    api_url = f"http://127.0.0.1:{port}"
-    api_log = tmp_path / "api.log"
+    api_url = own_run_api.url
+    api_log = Path(own_run_api.log_path)  # its own log: the POSTs counted below are this test's
     procs: list[subprocess.Popen] = []
     received: list[dict] = []
     arrivals: dict[int, list[float]] = {}
     try:
-        api = start_logged([str(RUN_API), "--host", "127.0.0.1", "--port", str(port)], api_log)
-        procs.append(api)
-        _wait_api(api_url, api, api_log)
         # The trainer registers first (atroposlib: envs wait until a trainer has asked for a batch).
         registration = {
             "wandb_group": "scale-out-test", "wandb_project": "hermes-opd", "batch_size": GROUP_SIZE,
@@ -114,7 +94,7 @@ def test_two_workers_feed_one_trainer_every_group_once(dev_server, tmp_path):
             procs.append(start_logged(_worker_argv(dev_server, api_url, seed, tmp_path), log))
         deadline = started + COLLECT_TIMEOUT_S
         while time.monotonic() < deadline:
-            for worker in procs[1:]:
+            for worker in procs:
                 if worker.poll() is not None:
                     logs = "\n".join(p.read_text()[-2000:] for p in tmp_path.glob("worker*.log"))
                     pytest.fail(f"a worker exited with {worker.returncode}:\n{logs}")
@@ -133,7 +113,7 @@ def test_two_workers_feed_one_trainer_every_group_once(dev_server, tmp_path):
             pytest.fail(f"only {len(received)} group(s) in {COLLECT_TIMEOUT_S}s:\n{logs}")
         window_s = time.monotonic() - started
 
-        for worker in procs[1:]:
+        for worker in procs:
             stop_process_group(worker, grace_s=15)
         # Drain what the workers posted before they stopped.
         while batch := _http("GET", f"{api_url}/batch")["batch"]:

@@ -27,8 +27,7 @@ import pytest
 import yaml
 
 from hermes_opd.commands.send_cursor import cursor_path, load_cursor
-from hermes_opd.devkit.dev_server import free_port
-from tests.test_send_spool import AtroposAPI
+from hermes_opd.devkit.run_api import RunApi
 
 pytestmark = pytest.mark.integration
 
@@ -143,7 +142,7 @@ def collected(dev_server, tmp_path_factory):
     """`hermes-opd process --send`: the file, and what the trainer fed by it trained on."""
     run = tmp_path_factory.mktemp("collect")
     out = run / "groups.jsonl"
-    api = AtroposAPI(free_port(), run / "api.log", watchdog_s=900).start()
+    api = RunApi(log_path=str(run / "api.log")).start()
     try:
         trainer = WatchedTrainer(api.url, str(dev_server.model_dir), run, steps=GROUPS).start()
         model_dir = str(dev_server.model_dir)
@@ -181,7 +180,7 @@ def replay(collected, tmp_path: Path, model_dir: str, disrupt) -> tuple[WatchedT
     source, _, _ = collected
     path = tmp_path / "groups.jsonl"
     path.write_bytes(source.read_bytes())
-    api = AtroposAPI(free_port(), tmp_path / "api.log", watchdog_s=900).start()
+    api = RunApi(log_path=str(tmp_path / "api.log")).start()
     log = tmp_path / "send.log"
     try:
         trainer = WatchedTrainer(api.url, model_dir, tmp_path, steps=GROUPS).start()

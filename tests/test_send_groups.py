@@ -26,9 +26,7 @@ import pytest
 from hermes_opd.commands.send_cursor import SendCursor, cursor_path, load_cursor
 from hermes_opd.commands.tinker_drops import TinkerDropCount
 from hermes_opd.contract.group_id import GROUP_ID_KEY, group_digest, group_id_of, with_group_id
-from hermes_opd.devkit.dev_server import free_port
 from tests.test_distill_format import build_group
-from tests.test_send_spool import AtroposAPI
 from trainer_adapters.repeated_groups import RepeatedGroupFilter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,17 +136,8 @@ class PullingTrainer(threading.Thread):
 
 
 @pytest.fixture
-def api(tmp_path):
-    server = AtroposAPI(free_port(), tmp_path / "api.log", watchdog_s=300).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def trainer(api):
-    puller = PullingTrainer(api.url)
+def trainer(own_run_api):
+    puller = PullingTrainer(own_run_api.url)
     puller.start()
     assert puller.registered.wait(30)
     try:
@@ -212,14 +201,14 @@ def plant_row_at_masked_position(group: dict) -> str:
 @pytest.mark.reliability
 @pytest.mark.parametrize("plant", [plant_positive_logprob, plant_row_at_masked_position])
 def test_an_invalid_group_stops_the_send_before_anything_is_sent_and_skip_invalid_sends_the_rest(
-    api, trainer, tmp_path, plant
+    own_run_api, trainer, tmp_path, plant
 ):
     groups = [build_group(seed=s, group_size=GROUP_SIZE) for s in range(6)]
     kind = plant(groups[2])
     path = tmp_path / "groups.jsonl"
     ids = write_groups(path, groups)
 
-    first = send(path, api.url)
+    first = send(path, own_run_api.url)
     # The file is validated before the API is contacted (issue 31): a bad line, and nothing is sent.
     assert first.returncode == 2, first.stderr
     assert f"groups.jsonl: line 3: [{kind}]" in first.stderr, first.stderr
@@ -227,7 +216,7 @@ def test_an_invalid_group_stops_the_send_before_anything_is_sent_and_skip_invali
     time.sleep(0.5)
     assert trainer.trained == [] and load_cursor(cursor_path(path)).acked_lines == 0
 
-    second = send(path, api.url, "--skip-invalid")
+    second = send(path, own_run_api.url, "--skip-invalid")
     assert second.returncode == 0, second.stdout + second.stderr
     assert "1 invalid group(s) skipped:" in second.stdout and f"line 3: [{kind}]" in second.stdout
     wait_until(lambda: len(trainer.trained) == 5, 30, "the valid groups did not arrive")
@@ -235,8 +224,8 @@ def test_an_invalid_group_stops_the_send_before_anything_is_sent_and_skip_invali
 
 
 @pytest.mark.reliability
-def test_a_sequence_longer_than_the_trainers_max_token_len_is_refused_by_line(api, tmp_path):
-    puller = PullingTrainer(api.url, max_token_len=40)
+def test_a_sequence_longer_than_the_trainers_max_token_len_is_refused_by_line(run_api, tmp_path):
+    puller = PullingTrainer(run_api.url, max_token_len=40)
     puller.start()
     try:
         assert puller.registered.wait(30)
@@ -244,7 +233,7 @@ def test_a_sequence_longer_than_the_trainers_max_token_len_is_refused_by_line(ap
         longest = max(len(seq) for seq in groups[0]["tokens"])
         path = tmp_path / "groups.jsonl"
         write_groups(path, groups)
-        result = send(path, api.url)
+        result = send(path, run_api.url)
     finally:
         puller.stop()
     assert result.returncode == 1
@@ -255,12 +244,12 @@ def test_a_sequence_longer_than_the_trainers_max_token_len_is_refused_by_line(ap
 
 @pytest.mark.reliability
 def test_sigkill_of_the_sender_then_a_rerun_loses_nothing_and_resends_at_most_one_post(
-    api, trainer, tmp_path
+    own_run_api, trainer, tmp_path
 ):
     groups = [build_group(seed=s, group_size=GROUP_SIZE) for s in range(24)]
     path = tmp_path / "groups.jsonl"
     ids = write_groups(path, groups)
-    proc = start_send(path, api.url, tmp_path / "send1.log", "--max-rate", "8")
+    proc = start_send(path, own_run_api.url, tmp_path / "send1.log", "--max-rate", "8")
     try:
         wait_until(lambda: acked(path) >= 6, 60, "the sender acknowledged no 6 groups")
         os.killpg(proc.pid, signal.SIGKILL)
@@ -270,26 +259,28 @@ def test_sigkill_of_the_sender_then_a_rerun_loses_nothing_and_resends_at_most_on
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
     assert acked(path) < len(groups)
-    rerun = send(path, api.url)
+    rerun = send(path, own_run_api.url)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     wait_until(lambda: len(trainer.trained) == len(groups), 30, "not every group reached the trainer")
     time.sleep(0.5)
     assert sorted(trainer.trained) == sorted(ids)  # none lost, none trained twice
     assert trainer.repeats.dropped <= 1  # at most the one POST whose cursor write the kill prevented
-    assert httpx.get(api.url + "/status").json()["queue_size"] == 0
+    assert httpx.get(own_run_api.url + "/status").json()["queue_size"] == 0
 
 
 @pytest.mark.reliability
-def test_an_api_restart_mid_replay_loses_nothing_and_the_trainer_drops_the_repeats(api, trainer, tmp_path):
+def test_an_api_restart_mid_replay_loses_nothing_and_the_trainer_drops_the_repeats(
+    own_run_api, trainer, tmp_path
+):
     groups = [build_group(seed=s, group_size=GROUP_SIZE) for s in range(24)]
     path = tmp_path / "groups.jsonl"
     ids = write_groups(path, groups)
-    proc = start_send(path, api.url, tmp_path / "send.log", "--max-rate", "8")
+    proc = start_send(path, own_run_api.url, tmp_path / "send.log", "--max-rate", "8")
     try:
         wait_until(lambda: acked(path) >= 8, 60, "the sender acknowledged no 8 groups")
-        api.stop()  # whatever its queue held is gone
+        own_run_api.stop()  # whatever its queue held is gone
         time.sleep(1.0)
-        api.start()
+        own_run_api.start()
         assert proc.wait(120) == 0, (tmp_path / "send.log").read_text()
     finally:
         if proc.poll() is None:
@@ -304,13 +295,13 @@ def test_an_api_restart_mid_replay_loses_nothing_and_the_trainer_drops_the_repea
 
 
 @pytest.mark.reliability
-def test_a_cursor_of_a_changed_file_is_refused(api, trainer, tmp_path):
+def test_a_cursor_of_a_changed_file_is_refused(own_run_api, trainer, tmp_path):
     groups = [build_group(seed=s, group_size=GROUP_SIZE) for s in range(3)]
     path = tmp_path / "groups.jsonl"
     write_groups(path, groups)
-    assert send(path, api.url).returncode == 0
+    assert send(path, own_run_api.url).returncode == 0
     write_groups(path, [build_group(seed=s + 10, group_size=GROUP_SIZE) for s in range(4)])
-    result = send(path, api.url)
+    result = send(path, own_run_api.url)
     assert result.returncode == 2
     assert "is not the group" in result.stderr and "the file changed" in result.stderr
 
@@ -334,20 +325,23 @@ def test_send_bench_quick_reports_throughput_and_api_memory_per_mode(tmp_path, c
 
 
 @pytest.mark.reliability
-def test_the_trainers_client_registers_again_with_a_restarted_api(api):
+def test_the_trainers_client_registers_again_with_a_restarted_api(own_run_api):
     from trainer_adapters.atropos_client import AtroposClient, Backoff, Registration
 
     registration = Registration("t", "t", GROUP_SIZE, 4096, "/tmp/unused", 0, 0, 10)
-    with AtroposClient(api.url, backoff=Backoff(initial_s=0.05, maximum_s=0.2)) as client:
+    with AtroposClient(own_run_api.url, backoff=Backoff(initial_s=0.05, maximum_s=0.2)) as client:
         client.register(registration)
-        api.stop()
-        api.start()  # has forgotten the trainer: /batch answers "Trainer not registered"
-        assert httpx.get(api.url + "/info").json()["batch_size"] == -1
+        own_run_api.stop()
+        own_run_api.start()  # has forgotten the trainer: /batch answers "Trainer not registered"
+        assert httpx.get(own_run_api.url + "/info").json()["batch_size"] == -1
         sender = threading.Thread(
             target=lambda: (
-                wait_until(lambda: httpx.get(api.url + "/info").json()["batch_size"] == GROUP_SIZE, 30, "no"),
+                wait_until(
+                    lambda: httpx.get(own_run_api.url + "/info").json()["batch_size"] == GROUP_SIZE, 30, "no"
+                ),
                 httpx.post(
-                    api.url + "/scored_data", json=with_group_id(build_group(seed=1, group_size=GROUP_SIZE))
+                    own_run_api.url + "/scored_data",
+                    json=with_group_id(build_group(seed=1, group_size=GROUP_SIZE)),
                 ),
             )
         )

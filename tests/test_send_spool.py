@@ -10,13 +10,11 @@ with `/register`, pull `/batch` until it is empty, and count each group's marker
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,83 +26,11 @@ from aiohttp import web
 from environments.atropos.agentic_opd_env import AgenticOPDEnv
 from environments.atropos.send_spool import GroupSpool, SpoolSettings
 from hermes_opd.devkit.dev_server import free_port
+from hermes_opd.devkit.run_api import RunApi
 
 pytestmark = pytest.mark.reliability
 
-RUN_API = Path(sys.executable).with_name("run-api")
 GROUP_SIZE = 2
-
-
-# -- the real Atropos API as a child process -------------------------------------------------------
-class AtroposAPI:
-    """`run-api` on 127.0.0.1:`port`, in its own process group, with a watchdog that kills it."""
-
-    def __init__(self, port: int, log_path: Path, watchdog_s: float = 120.0) -> None:
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_path = log_path
-        self.watchdog_s = watchdog_s
-        self.proc: subprocess.Popen | None = None
-        self._timer: threading.Timer | None = None
-
-    def start(self, wait_s: float = 60.0) -> AtroposAPI:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(
-            [str(RUN_API), "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-        self._timer = threading.Timer(self.watchdog_s, self.stop)
-        self._timer.daemon = True
-        self._timer.start()
-        deadline = time.monotonic() + wait_s
-        import urllib.request
-
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"run-api exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}"
-                )
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.url}/status", timeout=2) as r:
-                if r.status == 200:
-                    return self
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"run-api did not answer within {wait_s}s: {self.log_path.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-
-@pytest.fixture(scope="module")
-def shared_api(tmp_path_factory):
-    api = AtroposAPI(free_port(), tmp_path_factory.mktemp("api") / "api.log", watchdog_s=600).start()
-    try:
-        yield api
-    finally:
-        api.stop()
-
-
-@pytest.fixture
-async def api(shared_api):
-    """The shared API, reset to a fresh state (no trainer, empty queue)."""
-    async with aiohttp.ClientSession() as session, session.get(f"{shared_api.url}/reset_data") as r:
-        assert r.status == 200
-    return shared_api
 
 
 # -- the trainer's side ------------------------------------------------------------------------------
@@ -178,7 +104,7 @@ async def test_api_down_at_start_groups_are_spooled_then_delivered_once(dev_mode
         assert env.send_spool.stats.spooled == 3 and env.send_spool.spool.pending_groups() == 3
         segments = env.send_spool.spool.segments()
         assert len(segments) == 3 and all(len(GroupSpool.read(p)) == 1 for p in segments)
-        api = AtroposAPI(port, tmp_path / "api.log").start()
+        api = RunApi(port=port, log_path=str(tmp_path / "api.log")).start()
         try:
             await register_trainer(api.url)
             await send(env, 3)  # the first send after the API is up drains the spool first
@@ -193,7 +119,7 @@ async def test_api_down_at_start_groups_are_spooled_then_delivered_once(dev_mode
 
 async def test_api_restarted_mid_run_loses_nothing_and_is_not_wedged(dev_model_dir, tmp_path):
     port = free_port()
-    api = AtroposAPI(port, tmp_path / "api.log").start()
+    api = RunApi(port=port, log_path=str(tmp_path / "api.log")).start()
     env = make_env(dev_model_dir, tmp_path / "spool", api.url)
     try:
         async with asyncio.timeout(120):
@@ -222,7 +148,7 @@ async def test_api_restarted_mid_run_loses_nothing_and_is_not_wedged(dev_model_d
 
 async def test_env_registers_again_after_an_api_restart(dev_model_dir, tmp_path):
     """BaseEnv.env_manager calls get_status in a loop; after a restart the API answers 500 to it."""
-    api = AtroposAPI(free_port(), tmp_path / "api.log").start()
+    api = RunApi(log_path=str(tmp_path / "api.log")).start()
     env = make_env(dev_model_dir, tmp_path / "spool", api.url)
     try:
         async with asyncio.timeout(120):
@@ -286,9 +212,9 @@ class FlakyProxy:
         await self._runner.cleanup()
 
 
-async def test_503_answers_are_retried_then_spooled_then_delivered_once(api, dev_model_dir, tmp_path):
-    async with asyncio.timeout(60), FlakyProxy(api.url, failures=5) as proxy:
-        await register_trainer(api.url)
+async def test_503_answers_are_retried_then_spooled_then_delivered_once(run_api, dev_model_dir, tmp_path):
+    async with asyncio.timeout(60), FlakyProxy(run_api.url, failures=5) as proxy:
+        await register_trainer(run_api.url)
         env = make_env(dev_model_dir, tmp_path / "spool", proxy.url)
         await send(env, 0)  # 3 attempts, all 503: spooled
         assert proxy.answered_503 == 3 and env.send_spool.spool.pending_groups() == 1
@@ -297,12 +223,12 @@ async def test_503_answers_are_retried_then_spooled_then_delivered_once(api, dev
         assert proxy.answered_503 == 5 and env.send_spool.spool.segments() == []
         stats = env.send_spool.stats
         assert (stats.spooled, stats.resent, stats.sent_direct, stats.send_failures) == (2, 2, 1, 5)
-        assert_exactly_once(await drain(api.url), range(3))
+        assert_exactly_once(await drain(run_api.url), range(3))
 
 
-async def test_transient_503_within_retries_is_not_spooled(api, dev_model_dir, tmp_path):
-    async with asyncio.timeout(60), FlakyProxy(api.url, failures=2) as proxy:
-        await register_trainer(api.url)
+async def test_transient_503_within_retries_is_not_spooled(run_api, dev_model_dir, tmp_path):
+    async with asyncio.timeout(60), FlakyProxy(run_api.url, failures=2) as proxy:
+        await register_trainer(run_api.url)
         env = make_env(dev_model_dir, tmp_path / "spool", proxy.url)
         await send(env, 0)
         assert (
@@ -310,13 +236,13 @@ async def test_transient_503_within_retries_is_not_spooled(api, dev_model_dir, t
             and env.send_spool.stats.spooled == 0
             and env.send_spool.stats.sent_direct == 1
         )
-        assert_exactly_once(await drain(api.url), [0])
+        assert_exactly_once(await drain(run_api.url), [0])
 
 
-async def test_refused_group_goes_to_rejected_and_does_not_block_the_queue(api, dev_model_dir, tmp_path):
+async def test_refused_group_goes_to_rejected_and_does_not_block_the_queue(run_api, dev_model_dir, tmp_path):
     async with asyncio.timeout(60):
-        await register_trainer(api.url)
-        env = make_env(dev_model_dir, tmp_path / "spool", api.url)
+        await register_trainer(run_api.url)
+        env = make_env(dev_model_dir, tmp_path / "spool", run_api.url)
         bad = group(0)
         bad["messages"] = [[{"role": "user"}], [{"role": "user"}]]  # no 'content': the API answers 422
         await env.handle_send_to_api(bad)
@@ -326,19 +252,19 @@ async def test_refused_group_goes_to_rejected_and_does_not_block_the_queue(api, 
         reason = rejected[0].with_name(rejected[0].name + ".reason.txt").read_text()
         assert "422" in reason
         assert env.send_spool.stats.rejected == 1 and env.send_spool.spool.segments() == []
-        assert_exactly_once(await drain(api.url), [1])
+        assert_exactly_once(await drain(run_api.url), [1])
 
 
-async def test_posting_before_a_trainer_registers_wedges_the_atropos_api(api):
+async def test_posting_before_a_trainer_registers_wedges_the_atropos_api(run_api):
     """Why the mixin checks /info first (atroposlib 0.4.0): after an early /scored_data, /register
     skips its initialisation and /batch answers 'Trainer not registered' for good."""
     async with aiohttp.ClientSession() as session:
-        async with session.post(f"{api.url}/scored_data", json=group(0)) as r:
+        async with session.post(f"{run_api.url}/scored_data", json=group(0)) as r:
             assert r.status == 200
-        await register_trainer(api.url)
+        await register_trainer(run_api.url)
         bodies = []
         for _ in range(3):
-            async with session.get(f"{api.url}/batch") as r:
+            async with session.get(f"{run_api.url}/batch") as r:
                 bodies.append(await r.json())
     # Depending on the API's history: 'Trainer not registered', or batch None (batch_size stays -1).
     assert all(not body.get("batch") for body in bodies), bodies
@@ -357,7 +283,7 @@ while True:
 """
 
 
-async def test_crash_while_spooling_leaves_only_complete_segments(api, dev_model_dir, tmp_path):
+async def test_crash_while_spooling_leaves_only_complete_segments(run_api, dev_model_dir, tmp_path):
     spool_dir = tmp_path / "spool"
     proc = subprocess.Popen(
         [sys.executable, "-c", CRASH_WRITER, str(spool_dir)],
@@ -388,28 +314,28 @@ async def test_crash_while_spooling_leaves_only_complete_segments(api, dev_model
     assert len(on_disk) <= len(acknowledged) + 1  # at most the append the kill interrupted after rename
 
     async with asyncio.timeout(60):
-        await register_trainer(api.url)
-        env = make_env(dev_model_dir, spool_dir, api.url)
+        await register_trainer(run_api.url)
+        env = make_env(dev_model_dir, spool_dir, run_api.url)
         assert env.send_spool.stats.recovered_from_previous_run == len(on_disk)
         assert await env.send_spool.flush() == len(on_disk)
-        assert_exactly_once(await drain(api.url), on_disk)
+        assert_exactly_once(await drain(run_api.url), on_disk)
 
 
-async def test_two_processes_sharing_a_spool_send_each_group_once(api, dev_model_dir, tmp_path):
+async def test_two_processes_sharing_a_spool_send_each_group_once(run_api, dev_model_dir, tmp_path):
     spool_dir = tmp_path / "spool"
     writer = GroupSpool(spool_dir)
     for marker in range(12):
         writer.append([group(marker)])
     async with asyncio.timeout(60):
-        await register_trainer(api.url)
-        first = make_env(dev_model_dir, spool_dir, api.url)
-        second = make_env(dev_model_dir, spool_dir, api.url)
+        await register_trainer(run_api.url)
+        first = make_env(dev_model_dir, spool_dir, run_api.url)
+        second = make_env(dev_model_dir, spool_dir, run_api.url)
         delivered = await asyncio.gather(
             first.send_spool.flush(), second.send_spool.flush(), first.send_spool.flush()
         )
         delivered_total = sum(delivered) + await second.send_spool.flush()
         assert delivered_total == 12
-        assert_exactly_once(await drain(api.url), range(12))
+        assert_exactly_once(await drain(run_api.url), range(12))
 
 
 async def test_spool_files_are_groups_jsonl(tmp_path):

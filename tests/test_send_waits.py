@@ -15,10 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hermes_opd.devkit.dev_server import WAIT_NOTICE_S, free_port
+from hermes_opd.devkit.dev_server import WAIT_NOTICE_S
 from tests.test_distill_format import build_group
 from tests.test_send_groups import write_groups
-from tests.test_send_spool import AtroposAPI
 
 REPO = Path(__file__).resolve().parents[1]
 GROUP_SIZE = 2
@@ -26,15 +25,6 @@ REGISTRATION = {
     "wandb_group": "t", "wandb_project": "t", "batch_size": GROUP_SIZE, "max_token_len": 4096,
     "checkpoint_dir": "/tmp/unused", "save_checkpoint_interval": 0, "starting_step": 0, "num_steps": 10**6,
 }  # fmt: skip
-
-
-@pytest.fixture
-def api(tmp_path):
-    server = AtroposAPI(free_port(), tmp_path / "api.log", watchdog_s=180).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def notices_while_sending(path: Path, url: str, log: Path, pattern: str, count: int) -> list[str]:
@@ -70,11 +60,13 @@ def assert_every_notice_interval(seconds: list[int]) -> None:
 
 
 @pytest.mark.reliability
-def test_send_says_every_few_seconds_that_the_full_queue_waits_for_the_trainer(api, tmp_path):
-    httpx.post(f"{api.url}/register", json=REGISTRATION, timeout=10).raise_for_status()  # never pulls
+def test_send_says_every_few_seconds_that_the_full_queue_waits_for_the_trainer(run_api, tmp_path):
+    httpx.post(f"{run_api.url}/register", json=REGISTRATION, timeout=10).raise_for_status()  # never pulls
     path = tmp_path / "groups.jsonl"
     write_groups(path, [build_group(seed=s, group_size=GROUP_SIZE) for s in range(6)])
-    lines = notices_while_sending(path, api.url, tmp_path / "send.log", "waiting for the trainer to pull", 3)
+    lines = notices_while_sending(
+        path, run_api.url, tmp_path / "send.log", "waiting for the trainer to pull", 3
+    )
     expected = (
         "waiting for the trainer to pull: the API holds 2 batches of 2 sequences (4 sequences in 2 group(s); "
         "--max-queue-batches 2); 2 group(s) sent so far, waiting "
@@ -84,11 +76,11 @@ def test_send_says_every_few_seconds_that_the_full_queue_waits_for_the_trainer(a
 
 
 @pytest.mark.reliability
-def test_send_says_every_few_seconds_that_the_api_has_no_trainer_yet(api, tmp_path):
+def test_send_says_every_few_seconds_that_the_api_has_no_trainer_yet(run_api, tmp_path):
     path = tmp_path / "groups.jsonl"
     write_groups(path, [build_group(seed=0, group_size=GROUP_SIZE)])
-    lines = notices_while_sending(path, api.url, tmp_path / "send.log", "waiting for a trainer", 3)
-    expected = f"waiting for a trainer: the Atropos API at {api.url} has no registered trainer yet ("
+    lines = notices_while_sending(path, run_api.url, tmp_path / "send.log", "waiting for a trainer", 3)
+    expected = f"waiting for a trainer: the Atropos API at {run_api.url} has no registered trainer yet ("
     assert all(line.startswith(expected) for line in lines), lines
     assert_every_notice_interval(waited_seconds(lines))
 

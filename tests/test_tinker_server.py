@@ -25,9 +25,8 @@ import pytest
 import yaml
 
 from hermes_opd.commands.group_replay import WRAPPER_FIELDS
-from hermes_opd.devkit.dev_server import free_port
+from hermes_opd.devkit.run_api import RunApi
 from hermes_opd.devkit.tinker_server import client_environment, tinker_venv_ready
-from tests.test_send_spool import AtroposAPI
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = os.environ.get("HERMES_OPD_TINKER_VENV") or str(REPO / ".venv-tinker")
@@ -186,7 +185,7 @@ def train_through_server(server, groups: list[dict], run: Path, **loss) -> list[
     """`hermes-opd train --config` (the server venv's console script) for STEPS steps, each on the
     same batch; returns the metrics rows it logged."""
     run.mkdir(parents=True, exist_ok=True)
-    api = AtroposAPI(free_port(), run / "api.log", watchdog_s=1200).start()
+    api = RunApi(log_path=str(run / "api.log")).start()
     log = run / "train.log"
     try:
         config = train_config(server, api.url, run, sequences_in(groups), **loss)
@@ -321,7 +320,7 @@ def test_stock_tinker_atropos_trains_dense_k1_groups_through_the_server(tinker_s
     groups = with_stand_in_scores(read(collected["dense_k1"]))
     scored = tmp_path / "dense_k1-scored.jsonl"  # what the API holds, for the KL measure
     scored.write_text("".join(json.dumps(g) + "\n" for g in groups))
-    api = AtroposAPI(free_port(), tmp_path / "api.log", watchdog_s=1200).start()
+    api = RunApi(log_path=str(tmp_path / "api.log")).start()
     log = tmp_path / "tinker-atropos.log"
     env = {**os.environ, **client_environment(tinker_server.base_url), "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": TINKER_ATROPOS, "WANDB_MODE": "disabled"}  # fmt: skip

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -123,45 +121,8 @@ def heldout_groups() -> list[dict]:
 # --- the real Atropos API ---------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def atropos_api():
-    """atroposlib's real API server (`run-api`) on a free loopback port; stopped by its own PID."""
-    port = _free_port()
-    run_api = Path(sys.executable).with_name("run-api")
-    proc = subprocess.Popen(
-        [str(run_api), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(url + "/", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                pytest.fail("the Atropos API did not start")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def test_cli_trains_from_the_real_api_and_opd_kl_drops_on_heldout(atropos_api, tiny_model_dir, tmp_path):
+def test_cli_trains_from_the_real_api_and_opd_kl_drops_on_heldout(run_api, tiny_model_dir, tmp_path):
+    atropos_api = run_api.url
     config = make_config(tiny_model_dir, tmp_path, optim__lr=1e-2, atropos__url=atropos_api)
     config_path = tmp_path / "trainer.yaml"
     config_path.write_text(yaml.safe_dump(config.model_dump(mode="json")))

@@ -26,7 +26,6 @@ import pytest
 import torch
 
 from environments.rollout.sandbox.disk import default_root, reap_stale
-from hermes_opd.devkit.dev_server import free_port
 from tests.env_factory import make_env
 from trainer_adapters.train_cli import main as train_main
 from trainer_adapters.trainer_config import parse_trainer_config
@@ -48,19 +47,7 @@ def stop_process(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def wait_http(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} did not come up")
-
-
-async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_server, tmp_path):
+async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_server, run_api, tmp_path):
     # One task, so that a few steps on a tiny model can move what the held-out batch measures.
     from environments.tasks.builtin import builtin_tasks
 
@@ -79,13 +66,9 @@ async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_se
         "held-out batch has teacher rows"
     )
 
-    api_port = free_port()
-    api_url = f"http://127.0.0.1:{api_port}"
-    api = start_process([str(Path(sys.executable).with_name("run-api")), "--host", "127.0.0.1", "--port", str(api_port)],
-                        tmp_path / "api.log")  # fmt: skip
+    api_url = run_api.url
     env_proc = None
     try:
-        wait_http(api_url + "/", 30)
         config = parse_trainer_config({
             "num_steps": 2,
             "atropos": {"url": api_url, "batch_size": 8, "max_token_len": 4096, "poll_initial_s": 0.2,
@@ -130,7 +113,6 @@ async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_se
             # a clean-checkout run); the next start reaps them. This is that next start, so the
             # session-end check still catches any sandbox leaked in another way.
             reap_stale(default_root())
-        stop_process(api)
 
     records = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
