@@ -161,9 +161,9 @@ class _ExternalServer:
 
 @pytest.fixture(autouse=True)
 async def close_made():
-    """Close what the test registered in tests/env_factory.py (its envs, its servers), in its loop."""
+    """Close what the test registered in tests/support/env_factory.py (its envs, its servers), in its loop."""
     yield
-    from tests.env_factory import CLOSERS, close_made
+    from tests.support.env_factory import CLOSERS, close_made
 
     if CLOSERS:
         await close_made()

@@ -1,0 +1,231 @@
+"""Collect here, train there, end to end on CPU with real parts only: `hermes-opd process` collects with
+the dev vLLM (and `--send` feeds a real `run-api` while it writes), then `hermes-opd send` replays the
+same file into a fresh `run-api` for the reference torch trainer (`hermes-opd train`'s entry point,
+in a thread of this process so that its `train_step` can be watched): plainly, with the API
+restarted mid-replay, and with the sender SIGKILLed and rerun.
+
+Both sides are compared by content digests of the sequences: every sequence of the file is trained
+exactly once, and no sequence twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from hermes_opd.commands.send_cursor import cursor_path, load_cursor
+from hermes_opd.devkit.run_api import RunApi
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+LOCAL_CPU = REPO / "configs" / "local-cpu.yaml"
+GROUPS = 6
+GROUP_SIZE = 2
+
+
+def sequence_digest(tokens: list[int]) -> str:
+    return hashlib.sha256(json.dumps([int(t) for t in tokens]).encode()).hexdigest()
+
+
+def file_digests(path: Path) -> Counter[str]:
+    records = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    return Counter(sequence_digest(seq) for record in records for seq in record["tokens"])
+
+
+class WatchedTrainer:
+    """`hermes-opd train` (trainer_adapters.train_cli.main) in a thread; records the digest of every
+    sequence its torch trainer takes an optimizer step on, and how many repeats it dropped."""
+
+    def __init__(self, api_url: str, model_dir: str, run_dir: Path, steps: int) -> None:
+        self.api_url = api_url
+        config = {
+            "trainer": "torch",
+            "num_steps": steps,
+            "atropos": {"url": api_url, "batch_size": GROUP_SIZE, "max_token_len": 4096, "poll_initial_s": 0.05,
+                        "poll_max_s": 0.5, "poll_timeout_s": 300},
+            "model": {"path": model_dir, "device": "cpu"},
+            "optim": {"lr": 1e-5, "micro_batch_size": 2},
+            "checkpoint": {"dir": str(run_dir / "ckpt"), "every_steps": 0, "keep_last": 1},
+            "logging": {"metrics_path": str(run_dir / "train.jsonl"), "stdout": False},
+        }  # fmt: skip
+        self.config_path = run_dir / "trainer.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.trained: Counter[str] = Counter()
+        self.dropped = 0
+        self.rc: int | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from trainer_adapters.torch_trainer import TorchTrainer
+        from trainer_adapters.train_cli import main as train_main
+
+        original = TorchTrainer.train_step
+        watcher = self
+
+        def watched_train_step(trainer, groups):
+            for group in groups:
+                watcher.trained.update(sequence_digest(seq) for seq in group["tokens"])
+            watcher.dropped = trainer.repeats.dropped
+            return original(trainer, groups)
+
+        TorchTrainer.train_step = watched_train_step
+        try:
+            self.rc = train_main(["--config", str(self.config_path), "--log-level", "WARNING"])
+        finally:
+            TorchTrainer.train_step = original
+
+    def start(self) -> WatchedTrainer:
+        self._thread.start()
+        deadline = time.monotonic() + 120
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.api_url + "/info", timeout=5).json().get("batch_size") == GROUP_SIZE:
+                    return self
+            assert time.monotonic() < deadline and self._thread.is_alive(), "the trainer did not register"
+            time.sleep(0.1)
+
+    def join(self, timeout_s: float) -> int | None:
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), "the trainer did not finish"
+        return self.rc
+
+
+def send_argv(path: Path, url: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--api", url,
+            "--progress", "lines", *extra]  # fmt: skip
+
+
+def start(argv: list[str], log: Path) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    with log.open("ab") as handle:
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+
+
+def kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+def acked(path: Path) -> int:
+    with contextlib.suppress(Exception):
+        return load_cursor(cursor_path(path)).groups_acked
+    return 0
+
+
+def wait_acked(path: Path, n: int, proc: subprocess.Popen, log: Path, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while acked(path) < n:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no {n} groups acknowledged: {log.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def collected(dev_server, tmp_path_factory):
+    """`hermes-opd process --send`: the file, and what the trainer fed by it trained on."""
+    run = tmp_path_factory.mktemp("collect")
+    out = run / "groups.jsonl"
+    api = RunApi(log_path=str(run / "api.log")).start()
+    try:
+        trainer = WatchedTrainer(api.url, str(dev_server.model_dir), run, steps=GROUPS).start()
+        model_dir = str(dev_server.model_dir)
+        argv = [
+            sys.executable, "-m", "hermes_opd.commands.main", "process", "--config", str(LOCAL_CPU),
+            "--out", str(out), "--groups", str(GROUPS), "--concurrency", "2", "--progress", "lines",
+            "--send", api.url,
+            "--openai.base_url", dev_server.base_url, "--openai.model_name", dev_server.model_name,
+            "--openai.tokenizer_name", model_dir, "--env.tokenizer_name", model_dir,
+            "--env.group_size", str(GROUP_SIZE), "--env.max_turns", "2", "--env.max_tokens_per_turn", "128",
+        ]  # fmt: skip
+        log = run / "process.log"
+        proc = start(argv, log)
+        try:
+            assert proc.wait(600) == 0, log.read_text()[-4000:]
+        finally:
+            kill(proc)
+        assert trainer.join(300) == 0
+    finally:
+        api.stop()
+    return out, trainer, log.read_text()
+
+
+def test_process_send_feeds_the_trainer_every_sequence_once(collected):
+    out, trainer, log = collected
+    expected = file_digests(out)
+    assert sum(expected.values()) == GROUPS * GROUP_SIZE
+    assert trainer.trained == expected and trainer.dropped == 0
+    assert f"send complete: {GROUPS} group(s), {GROUPS * GROUP_SIZE} sequences" in log, log[-3000:]
+
+
+def replay(collected, tmp_path: Path, model_dir: str, disrupt) -> tuple[WatchedTrainer, str]:
+    """`hermes-opd send` the collected file (a copy, so that its cursor is new) to a fresh API and
+    trainer; `disrupt(path, proc, api, log)` may interfere; returns the trainer and the sender logs."""
+    source, _, _ = collected
+    path = tmp_path / "groups.jsonl"
+    path.write_bytes(source.read_bytes())
+    api = RunApi(log_path=str(tmp_path / "api.log")).start()
+    log = tmp_path / "send.log"
+    try:
+        trainer = WatchedTrainer(api.url, model_dir, tmp_path, steps=GROUPS).start()
+        proc = start(send_argv(path, api.url, "--max-rate", "1"), log)
+        try:
+            proc = disrupt(path, proc, api, log) or proc
+            assert proc.wait(300) == 0, log.read_text()[-3000:]
+        finally:
+            kill(proc)
+        assert trainer.join(300) == 0
+    finally:
+        api.stop()
+    return trainer, log.read_text()
+
+
+def test_send_replays_the_file_into_the_trainer_every_sequence_once(collected, tmp_path, dev_model_dir):
+    trainer, log = replay(collected, tmp_path, str(dev_model_dir), lambda *args: None)
+    assert trainer.trained == file_digests(collected[0]) and trainer.dropped == 0
+    assert f"send complete: {GROUPS} group(s), {GROUPS * GROUP_SIZE} sequences" in log
+
+
+def test_api_restart_mid_replay_loses_nothing_and_trains_nothing_twice(collected, tmp_path, dev_model_dir):
+    def restart_api(path, proc, api, log):
+        wait_acked(path, 3, proc, log)
+        api.stop()
+        time.sleep(1.0)
+        api.start()
+
+    trainer, log = replay(collected, tmp_path, str(dev_model_dir), restart_api)
+    assert "the API went away or restarted 1 time(s)" in log, log[-3000:]
+    assert trainer.trained == file_digests(collected[0])  # 0 lost, 0 trained twice
+    print(f"API restart: {trainer.dropped} repeated group(s) dropped by hermes-opd train")
+
+
+def test_sigkilled_sender_rerun_loses_nothing_and_resends_at_most_one_post(
+    collected, tmp_path, dev_model_dir
+):
+    def kill_and_rerun(path, proc, api, log):
+        wait_acked(path, 3, proc, log)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        return start(send_argv(path, api.url, "--max-rate", "1"), log)
+
+    trainer, log = replay(collected, tmp_path, str(dev_model_dir), kill_and_rerun)
+    assert trainer.trained == file_digests(collected[0])  # 0 lost, 0 trained twice
+    assert trainer.dropped <= 1  # at most the one POST acknowledged just before the kill
+    assert "line(s) were sent by an earlier run" in log
+    print(f"sender SIGKILL: {trainer.dropped} repeated group(s) dropped by hermes-opd train")
