@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.support.fake_openai", "tests.support.torch_trainer"]
+"""Fixtures that tests in several folders use: `fake_server` (a fake OpenAI judge server) and
+`tiny_model_dir` (a tiny model for the reference torch trainer)."""
+
 
 @pytest.fixture(scope="session")
 def dev_model_dir() -> Path:

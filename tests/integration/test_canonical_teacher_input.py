@@ -12,8 +12,8 @@ from hermes_opd.contract.provenance import sequence_provenance, teacher_input_id
 from hermes_opd.contract.validation import validate_group
 from hermes_opd.record.hint_splice import tokenizer_codec
 from hermes_opd.record.splice_audit import audit_groups, check_splice
-from tests.integration.test_env import AlwaysHintJudge
 from tests.support.env_factory import make_env
+from tests.support.judges import AlwaysHintJudge
 from tests.support.oracle import full_logprobs
 
 pytestmark = pytest.mark.integration

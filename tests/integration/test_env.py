@@ -11,27 +11,11 @@ import torch
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.provenance import sequence_provenance, teacher_input_ids
 from hermes_opd.contract.validation import validate_group
-from judge.parsing import Vote
 from tests.support.env_factory import CapturingSampler, make_env
+from tests.support.judges import AlwaysHintJudge
 from tests.support.oracle import full_logprobs, token_logprobs
 
 pytestmark = pytest.mark.integration
-
-
-class AlwaysHintJudge:
-    """A judge that always votes +1 with a fixed hint: isolates teacher scoring from judge behaviour."""
-
-    name = "always"
-
-    def __init__(self, m: int = 3) -> None:
-        self.m = m
-
-    async def collect_votes(self, pair):
-        text = "\\boxed{1} [HINT_START]Write solution.py first, then run the tests.[HINT_END]"
-        return [Vote(score=1, hint="Write solution.py first, then run the tests.", raw=text)] * self.m
-
-    async def aclose(self):
-        return None
 
 
 async def collect(env, groups: int = 1):

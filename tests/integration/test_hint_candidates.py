@@ -7,7 +7,7 @@ import pytest
 
 from hermes_opd.bench.hint_selection_bench import candidate_inputs
 from scoring.transformers_scorer import TransformersTeacher, shared_prefix_len
-from tests.integration.test_bench import assert_shape, run_bench
+from tests.support.bench import assert_shape, run_bench
 
 
 def test_shared_prefix_len():

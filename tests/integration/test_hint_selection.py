@@ -11,26 +11,10 @@ import pytest
 from hermes_opd.contract.provenance import rederive_hint
 from hermes_opd.contract.validation import validate_group
 from judge.hint_choice import position_overlaps
-from judge.parsing import Vote
 from tests.support.env_factory import make_env
+from tests.support.judges import HINTS, ThreeHintsJudge
 
 pytestmark = pytest.mark.integration
-
-HINTS = (
-    "Write solution.py first, then run the tests.",
-    "Read the failing assertion and fix that case only.",
-    "Run python -m pytest -q before you answer.",
-)
-
-
-class ThreeHintsJudge:
-    name = "three-hints"
-
-    async def collect_votes(self, pair):
-        return [Vote(score=1, hint=h, raw=f"\\boxed{{1}} [HINT_START]{h}[HINT_END]") for h in HINTS]
-
-    async def aclose(self):
-        return None
 
 
 @pytest.mark.parametrize(

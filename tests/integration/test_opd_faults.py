@@ -12,8 +12,8 @@ from aiohttp import web
 
 from hermes_opd.contract.validation import validate_group
 from scoring.teacher import TeacherTokenizerMismatchError
-from tests.integration.test_env import AlwaysHintJudge
 from tests.support.env_factory import make_env
+from tests.support.judges import AlwaysHintJudge
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from judge.prm_prompt import PRM_SYSTEM_PROMPT, TOOL_OUTPUT_NOTE, build_prm_prom
 from judge.prm_rules_backend import ProcessRulesBackend, process_verdict
 from judge.rules_backend import RulePatterns
 from judge.votes import decide_process_votes
-from tests.integration.test_judge_llm import FakeOpenAI, fake_server  # noqa: F401 - the fixture
+from tests.support.fake_openai import FakeOpenAI
 
 TASK = "Write `slugify(text)` in `text_utils.py`."
 

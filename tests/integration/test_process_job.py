@@ -16,9 +16,7 @@ import pytest
 
 from hermes_opd.commands import process_job
 from hermes_opd.commands.process_job import GroupWriter, OutputError, group_failure, scan_output
-
-REPO = Path(__file__).resolve().parents[2]
-LOCAL_CPU = REPO / "configs" / "local-cpu.yaml"
+from tests.support.process_job import LOCAL_CPU, REPO, _job_argv, _records
 
 
 def _group(n_seqs: int = 2, stop_reason: str = "final_answer") -> dict:
@@ -167,17 +165,6 @@ def test_cli_entry_point_exit_code(tmp_path):
 
 
 # -- against the real dev server -----------------------------------------------------------------
-def _job_argv(dev_server, out: Path, groups: int, *extra: str) -> list[str]:
-    model_dir = str(dev_server.model_dir)
-    return [
-        sys.executable, "-m", "hermes_opd.commands.main", "process", "--config", str(LOCAL_CPU), "--out", str(out),
-        "--groups", str(groups), "--progress", "lines",
-        "--openai.base_url", dev_server.base_url, "--openai.model_name", dev_server.model_name,
-        "--openai.tokenizer_name", model_dir, "--env.tokenizer_name", model_dir,
-        # small rollouts keep each group to seconds on 2 cores
-        "--env.group_size", "2", "--env.max_turns", "2", "--env.max_tokens_per_turn", "128",
-        *extra,
-    ]  # fmt: skip
 
 
 def _start(argv: list[str], log: Path) -> subprocess.Popen:
@@ -208,10 +195,6 @@ def _wait_for_lines(proc: subprocess.Popen, path: Path, n: int, log: Path, timeo
         if time.monotonic() > deadline:
             pytest.fail(f"no {n} group(s) after {timeout_s}s:\n{log.read_text()[-3000:]}")
         time.sleep(0.2)
-
-
-def _records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
 def _expected_task_ids(dev_server, groups: int) -> list[str]:

@@ -18,16 +18,19 @@ from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.provenance import sequence_provenance, teacher_input_ids
 from hermes_opd.contract.validation import validate_group
 from tests.support.oracle import full_logprobs, token_logprobs
-from tests.support.proxy_factory import TOOLS, TRACEBACK, proxy_config, read_groups, running_proxy
+from tests.support.proxy_factory import (
+    TOOLS,
+    TRACEBACK,
+    USER,
+    ask,
+    first_messages,
+    next_state,
+    proxy_config,
+    read_groups,
+    running_proxy,
+)
 
 pytestmark = pytest.mark.integration
-
-SYSTEM = "You are a coding agent. Use the tools."
-USER = "Write main.py that prints the total of 1..10, then run it."
-
-
-def first_messages(task: str = USER) -> list[dict]:
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
 
 
 def capture_generations(server) -> list[tuple[list[int], list[int], list[float]]]:
@@ -44,16 +47,6 @@ def capture_generations(server) -> list[tuple[list[int], list[int], list[float]]
     return calls
 
 
-def next_state(message) -> list[dict]:
-    """The reply re-sent as the SDK gives it, then what follows it: tool results or a user message."""
-    out = [message.model_dump(exclude_none=True)]
-    if message.tool_calls:
-        return out + [
-            {"role": "tool", "tool_call_id": c.id, "content": TRACEBACK} for c in message.tool_calls
-        ]
-    return out + [{"role": "user", "content": "No. " + TRACEBACK}]
-
-
 async def seed_with_a_tool_call(direct: AsyncOpenAI, model: str) -> int:
     """The first seed at which the dev model writes a well-formed call of a known tool."""
     for seed in range(60):
@@ -63,23 +56,6 @@ async def seed_with_a_tool_call(direct: AsyncOpenAI, model: str) -> int:
         if parse_tool_calls(answer.choices[0].message.content, {"run_python", "write_file"}).valid_calls:
             return seed
     pytest.fail("the dev model wrote no well-formed tool call in 60 seeds")
-
-
-async def ask(client, messages, *, stream=False, session=None, **kwargs):
-    """One request; a streamed answer is put back together into (message dict, finish reason)."""
-    headers = {"X-Session-Id": session} if session else None
-    params = {"model": "dev-model", "messages": messages, "tools": TOOLS, "max_tokens": 96, "temperature": 0.7,
-              **kwargs}  # fmt: skip
-    if not stream:
-        answer = await client.chat.completions.create(**params, extra_headers=headers)
-        return answer.choices[0].message, answer.choices[0].finish_reason
-    content, calls, finish = "", [], None
-    async for chunk in await client.chat.completions.create(**params, stream=True, extra_headers=headers):
-        for choice in chunk.choices:
-            content += choice.delta.content or ""
-            calls += [c.model_dump() for c in choice.delta.tool_calls or []]
-            finish = choice.finish_reason or finish
-    return {"content": content, "tool_calls": calls}, finish
 
 
 async def test_same_answer_through_the_proxy_as_from_vllm(dev_server, tmp_path):

@@ -14,8 +14,15 @@ from openai import AsyncOpenAI
 
 from hermes_opd.devkit.dev_server import free_port
 from hermes_opd.devkit.run_api import RunApi
-from tests.integration.test_proxy_live import ask, first_messages, next_state
-from tests.integration.test_send_e2e import (
+from tests.support.proxy_factory import (
+    ask,
+    first_messages,
+    next_state,
+    proxy_config,
+    read_groups,
+    running_proxy,
+)
+from tests.support.send_e2e import (
     GROUP_SIZE,
     WatchedTrainer,
     file_digests,
@@ -24,8 +31,7 @@ from tests.integration.test_send_e2e import (
     sequence_digest,
     start,
 )
-from tests.reliability.test_proxy_faults import wait_for
-from tests.support.proxy_factory import proxy_config, read_groups, running_proxy
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

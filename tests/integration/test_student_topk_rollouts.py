@@ -17,10 +17,9 @@ from hermes_opd.contract.provenance import sequence_provenance, teacher_input_id
 from hermes_opd.contract.validation import validate_group
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
 from judge.hint_choice import position_overlaps
-from tests.integration.test_bench import assert_shape, run_bench
-from tests.integration.test_env import AlwaysHintJudge
-from tests.integration.test_hint_selection import ThreeHintsJudge
+from tests.support.bench import assert_shape, run_bench
 from tests.support.env_factory import make_env
+from tests.support.judges import AlwaysHintJudge, ThreeHintsJudge
 from tests.support.oracle import full_logprobs
 
 pytestmark = pytest.mark.integration
@@ -92,7 +91,7 @@ async def test_env_records_student_topk_and_a_trainer_step_consumes_it(dev_serve
     assert record["opd/student_topk_ids_scored"] == known + unknown
     assert record["opd/student_topk_teacher_unknown_frac"] == pytest.approx(unknown / (known + unknown))
 
-    from tests.unit.test_torch_trainer import make_config
+    from tests.support.torch_trainer import make_config
     from trainer_adapters.torch_trainer import TorchTrainer
 
     config = make_config(
@@ -178,7 +177,7 @@ def test_process_with_student_topk_writes_valid_blocks(dev_server, tmp_path):
     import subprocess
 
     from hermes_opd.commands.validate_file import validate_jsonl
-    from tests.integration.test_process_job import REPO, _job_argv, _records
+    from tests.support.process_job import REPO, _job_argv, _records
 
     out = tmp_path / "groups.jsonl"
     argv = _job_argv(dev_server, out, 1, "--env.student_topk_k", str(K))

@@ -39,7 +39,7 @@ from hermes_opd.contract.validation import (
     validate_group,
 )
 from scoring.teacher_rows import normalize_row
-from tests.unit.test_distill_format import packed_sequences, teacher_distribution
+from tests.support.groups import packed_sequences, teacher_distribution
 from trainer_adapters.collate import BatchValidationError, collate_groups
 from trainer_adapters.losses import grpo_loss, opd_token_loss, opd_topk_loss, topk_kl
 from trainer_adapters.student_logprobs import gather_logprobs

@@ -17,7 +17,7 @@ import pytest
 from environments.tasks.builtin import builtin_tasks
 from environments.tasks.loaders import TaskLoadError, load_hf_tasks, load_jsonl_tasks
 from hermes_opd.commands import inspector, send_groups, tasks_score, validate_file
-from tests.unit.test_validate_file import build_group
+from tests.support.groups import build_group
 
 pytestmark = pytest.mark.reliability
 TASKS = {t.task_id: t for t in builtin_tasks()}

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -20,8 +19,15 @@ from openai import AsyncOpenAI
 from hermes_opd.bench.fake_endpoints import FakeSettings, FakeVLLM
 from hermes_opd.commands.validate_file import main as validate_main
 from hermes_opd.contract.validation import validate_group
-from tests.integration.test_proxy_live import ask, first_messages, next_state
-from tests.support.proxy_factory import proxy_config, read_groups, running_proxy
+from tests.support.proxy_factory import (
+    ask,
+    first_messages,
+    next_state,
+    proxy_config,
+    read_groups,
+    running_proxy,
+)
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
@@ -30,14 +36,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-async def wait_for(condition, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        await asyncio.sleep(0.1)
 
 
 async def two_turns(client, session: str, **kwargs):

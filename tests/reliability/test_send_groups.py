@@ -26,7 +26,7 @@ import pytest
 from hermes_opd.commands.send_cursor import SendCursor, cursor_path, load_cursor
 from hermes_opd.commands.tinker_drops import TinkerDropCount
 from hermes_opd.contract.group_id import GROUP_ID_KEY, group_digest, group_id_of, with_group_id
-from tests.unit.test_distill_format import build_group
+from tests.support.groups import build_group, write_groups
 from trainer_adapters.repeated_groups import RepeatedGroupFilter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,14 +144,6 @@ def trainer(own_run_api):
         yield puller
     finally:
         puller.stop()
-
-
-def write_groups(path: Path, groups: list[dict]) -> list[str]:
-    """Write `groups` as `hermes-opd process` does; return their ids."""
-    with path.open("w") as handle:
-        for index, group in enumerate(groups):
-            handle.write(json.dumps({"group_index": index, "task_id": f"t{index}", **group}) + "\n")
-    return [group_digest(group) for group in groups]
 
 
 def send(path: Path, url: str, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -16,8 +16,7 @@ import httpx
 import pytest
 
 from hermes_opd.devkit.dev_server import WAIT_NOTICE_S
-from tests.reliability.test_send_groups import write_groups
-from tests.unit.test_distill_format import build_group
+from tests.support.groups import build_group, write_groups
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP_SIZE = 2

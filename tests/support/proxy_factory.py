@@ -52,3 +52,40 @@ def read_groups(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+SYSTEM = "You are a coding agent. Use the tools."
+
+
+USER = "Write main.py that prints the total of 1..10, then run it."
+
+
+def first_messages(task: str = USER) -> list[dict]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
+
+
+def next_state(message) -> list[dict]:
+    """The reply re-sent as the SDK gives it, then what follows it: tool results or a user message."""
+    out = [message.model_dump(exclude_none=True)]
+    if message.tool_calls:
+        return out + [
+            {"role": "tool", "tool_call_id": c.id, "content": TRACEBACK} for c in message.tool_calls
+        ]
+    return out + [{"role": "user", "content": "No. " + TRACEBACK}]
+
+
+async def ask(client, messages, *, stream=False, session=None, **kwargs):
+    """One request; a streamed answer is put back together into (message dict, finish reason)."""
+    headers = {"X-Session-Id": session} if session else None
+    params = {"model": "dev-model", "messages": messages, "tools": TOOLS, "max_tokens": 96, "temperature": 0.7,
+              **kwargs}  # fmt: skip
+    if not stream:
+        answer = await client.chat.completions.create(**params, extra_headers=headers)
+        return answer.choices[0].message, answer.choices[0].finish_reason
+    content, calls, finish = "", [], None
+    async for chunk in await client.chat.completions.create(**params, stream=True, extra_headers=headers):
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            calls += [c.model_dump() for c in choice.delta.tool_calls or []]
+            finish = choice.finish_reason or finish
+    return {"content": content, "tool_calls": calls}, finish

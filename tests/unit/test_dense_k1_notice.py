@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from environments.atropos.dense_k1_notice import TRAIN_COMMAND, DenseK1Notice, equal_score_teacher_positions
 from hermes_opd.contract.provenance import scored_positions
-from tests.unit.test_distill_format import build_group, to_dense_group
+from tests.support.groups import build_group, to_dense_group
 
 
 def equal_dense_group(seed: int = 0) -> dict:

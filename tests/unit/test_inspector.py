@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from hermes_opd.commands.inspector import advantage_class, main, render_report
 from hermes_opd.contract.constants import MASKED
-from hermes_opd.contract.provenance import scored_positions
-from tests.unit.test_distill_format import VOCAB, build_group, to_dense_group
+from tests.support.groups import VOCAB, build_group, to_dense_group
+from tests.support.inspector import TokenCounter, count_scored
 
 _RAW_WORDS = (
     "I will run the tests first . Then fix utils .py and report back : pytest -q passed failed error line "
@@ -26,55 +25,10 @@ WORDS = (
 assert len(WORDS) == VOCAB, len(WORDS)
 
 
-class TokenCounter(HTMLParser):
-    """Counts elements by class and collects the JSON data block."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.scored = 0
-        self.scored_classes: list[str] = []
-        self.generated_unscored = 0
-        self.hints: list[str] = []
-        self._in_hint = False
-        self._in_data = False
-        self.data_text = ""
-        self.resource_urls: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        attributes = dict(attrs)
-        classes = (attributes.get("class") or "").split()
-        if "tok" in classes and "scored" in classes:
-            self.scored += 1
-            self.scored_classes.append(" ".join(classes))
-        if "tok" in classes and "gen" in classes:
-            self.generated_unscored += 1
-        if "hint" in classes:
-            self._in_hint = True
-        if tag == "script" and attributes.get("id") == "opd-data":
-            self._in_data = True
-        for name in ("src", "href", "xlink:href", "action", "poster", "data"):
-            if attributes.get(name):
-                self.resource_urls.append(attributes[name])
-
-    def handle_endtag(self, tag):
-        self._in_hint = False
-        self._in_data = False
-
-    def handle_data(self, data):
-        if self._in_hint:
-            self.hints.append(data)
-        if self._in_data:
-            self.data_text += data
-
-
 def parse(page: str) -> TokenCounter:
     counter = TokenCounter()
     counter.feed(page)
     return counter
-
-
-def count_scored(groups: list[dict]) -> int:
-    return sum(int(scored_positions(g, seq).sum()) for g in groups for seq in range(len(g["tokens"])))
 
 
 def count_nonempty_rows(groups: list[dict]) -> int:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from hermes_opd.commands.inspector import main
-from tests.unit.test_distill_format import build_group, to_dense_group
-from tests.unit.test_inspector import TokenCounter, count_scored
+from tests.support.groups import build_group, to_dense_group
+from tests.support.inspector import TokenCounter, count_scored
 
 CHROMIUM = Path("/usr/bin/chromium")
 

@@ -14,7 +14,7 @@ from environments.tasks.loaders import TaskLoadError, load_jsonl_tasks
 from environments.tasks.stdio_builtin import stdio_tasks
 from environments.tasks.stdio_suite import cases_from_columns, outputs_match, parse_stdio_suite
 from environments.tasks.task import Task
-from tests.unit.test_verifier import FRAME_EXPLOIT, PATCH_EXPLOIT
+from tests.support.exploits import FRAME_EXPLOIT, PATCH_EXPLOIT
 
 TASKS = {t.task_id: t for t in stdio_tasks()}
 

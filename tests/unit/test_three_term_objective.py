@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from hermes_opd.contract.process_reward import ProcessTurn, make_prm_block, process_advantages
-from tests.unit.test_tinker_adapter import FakeTinkerService, LogitTable, V, _tinker_config
+from tests.support.fake_tinker import FakeTinkerService, LogitTable, V, _tinker_config
 from trainer_adapters.tinker_adapter import TinkerOPDTrainer
 from trainer_adapters.trainer_config import parse_trainer_config
 

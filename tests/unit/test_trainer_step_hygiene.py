@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hermes_opd.contract.errors import ConfigError
-from tests.unit.test_torch_trainer import VOCAB, make_config, make_group, tiny_model_dir  # noqa: F401
+from tests.support.torch_trainer import VOCAB, make_config, make_group
 from trainer_adapters.dropout import active_dropout, disable_dropout
 from trainer_adapters.torch_trainer import TorchTrainer
 

@@ -13,7 +13,7 @@ from hermes_opd.commands.validate_file import main, validate_jsonl
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.provenance import scored_positions
 from hermes_opd.contract.validation import VIOLATION_KINDS
-from tests.unit.test_distill_format import build_group, to_dense_group
+from tests.support.groups import build_group, to_dense_group
 
 BROKEN_LINE = 2
 """Planted violations go in the group on line 2 (group index 1) of a 3-group file."""

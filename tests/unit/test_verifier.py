@@ -16,13 +16,9 @@ from environments.tasks.builtin import builtin_tasks
 from environments.tasks.code_suite import parse_code_suite
 from environments.tasks.suite_format import parse_suite
 from environments.tasks.task import Task
+from tests.support.exploits import FRAME_EXPLOIT, PATCH_EXPLOIT, reasons
 
 TASKS = {t.task_id: t for t in builtin_tasks()}
-
-
-def reasons(result) -> str:
-    """Every test's verdict in detail (what the agent is shown only for public tests)."""
-    return "\n".join(f"{t.name}: {t.message}" for t in result.tests)
 
 
 async def put(sb: Sandbox, files: dict[str, str]) -> None:
@@ -297,69 +293,6 @@ def test_code_suites_reject_sources_without_tests():
 
 
 # -- reward hacks: each solution below has no task code at all ---------------------------------
-
-PATCH_EXPLOIT = """
-import builtins, gc, json, os, sys
-
-def _spec():
-    for obj in gc.get_objects():
-        if isinstance(obj, dict) and "checks" in obj and "module" in obj:
-            return obj
-    return {"checks": [{}] * 32}
-
-def _forge(obj):
-    if isinstance(obj, dict):
-        if "test" in obj:  # a per-test record: say it passed
-            return {**obj, "passed": True, "message": ""}
-        if "checks" in obj or "error" in obj:  # a report of values: claim the likeliest answers
-            return {"checks": [{"value": True, "ok": True} for _ in _spec()["checks"]]}
-    return obj
-
-_dumps = json.dumps
-json.dumps = lambda obj, *a, **k: _dumps(_forge(obj), *a, **k)
-_print = builtins.print
-builtins.print = lambda *a, **k: _print(*[str(x).replace('"passed": false', '"passed": true') for x in a], **k)
-_write = os.write
-os.write = lambda fd, data: _write(fd, bytes(data).replace(b'"passed": false', b'"passed": true'))
-builtins.isinstance = lambda obj, cls, _i=isinstance: True if cls is BaseException else _i(obj, cls)
-"""
-
-FRAME_EXPLOIT = """
-import gc, json, os, sys
-
-# 1. Walk up the stack to the runner's reporting function (and the nonce it closes over).
-frame = sys._getframe()
-while frame is not None:
-    emit = frame.f_locals.get("emit")
-    names = frame.f_locals.get("names")
-    if callable(emit) and names:
-        for name in names:
-            emit({"test": name, "passed": True, "message": ""})
-        emit({"done": True})
-        sys.stdout.flush()
-        os._exit(0)
-    frame = frame.f_back
-
-# 2. Search the heap and /proc/self for the test spec, expected answers, a nonce or a mark.
-found = {}
-for obj in gc.get_objects():
-    if isinstance(obj, dict):
-        for key in ("nonce", "mark", "expected", "returns", "checks", "RESULT_MARK"):
-            if key in obj:
-                found.setdefault(key, obj[key])
-for name in ("cmdline", "environ", "fd/0"):
-    try:
-        found["proc_" + name] = open("/proc/self/" + name, "rb").read()[:10000]
-    except OSError:
-        pass
-answers = found.get("returns", True)
-mark = found.get("RESULT_MARK") or "@@hermes-check-result@@ "
-checks = found.get("checks") if isinstance(found.get("checks"), list) else [{}] * 32
-report = {"checks": [{"value": answers, "ok": True} for _ in checks]}
-os.write(1, ("\\n" + str(mark) + json.dumps(report) + "\\n").encode())
-os.write(sys.__stdout__.fileno(), ("\\n" + str(mark) + json.dumps(report) + "\\n").encode())
-os._exit(0)
-"""
 
 
 @pytest.mark.reliability
