@@ -173,6 +173,22 @@ async def close_made():
         await close_made()
 
 
+FOLDER_TIMEOUT_S = {"integration": 900, "reliability": 300, "experiments": 900}
+"""Per-test limits (s, set-up included: the first test to ask for the dev vLLM waits for its start)
+in the folders that start servers; a unit test gets pyproject's `timeout` (120 s)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Give each test in a slow folder that folder's limit, unless it carries its own timeout mark."""
+    root = Path(__file__).resolve().parent
+    for item in items:
+        if item.get_closest_marker("timeout") is not None:
+            continue
+        parts = Path(item.path).resolve().relative_to(root).parts
+        if len(parts) > 1 and parts[0] in FOLDER_TIMEOUT_S:
+            item.add_marker(pytest.mark.timeout(FOLDER_TIMEOUT_S[parts[0]]))
+
+
 _SESSION_STARTED = 0.0
 
 
