@@ -4,7 +4,7 @@ vLLM fills every sampling parameter a request leaves out from the model's genera
 On a copy of the dev model whose config says `top_k: 1`, a request that sends only temperature 1
 and top_p 1 is greedy: one distinct completion in 8 seeds. The rollout client sends every parameter
 (hermes_opd/vllm_api/sampling_params.py), so its samples on that copy are, seed for seed, the samples
-of the plain dev model. The two servers run one after the other, never together.
+of the plain dev model, which the session's dev vLLM serves (one vLLM per model per session).
 """
 
 from __future__ import annotations
@@ -65,10 +65,11 @@ def test_every_enforced_parameter_is_sent_at_its_neutral_value():
 
 
 @pytest.mark.integration
-def test_truncating_generation_config_does_not_truncate_rollouts(dev_model_dir, dev_tokenizer, tmp_path):
+def test_truncating_generation_config_does_not_truncate_rollouts(
+    dev_server, dev_model_dir, dev_tokenizer, tmp_path
+):
     prompt = _prompt(dev_tokenizer)
-    with DevServer(str(dev_model_dir), enable_scale_out=False, log_path=str(tmp_path / "plain.log")) as plain:
-        plain_samples = asyncio.run(_client_samples(plain, prompt))
+    plain_samples = asyncio.run(_client_samples(dev_server, prompt))
 
     truncating = tmp_path / "dev-model-top-k-1"
     shutil.copytree(dev_model_dir, truncating)
