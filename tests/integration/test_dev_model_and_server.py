@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from hermes_opd.devkit.dev_model import DevModelSpec, build_dev_model, is_built
+from tests.support.waiting import wait_until
 
 
 def test_same_seed_gives_identical_files(tmp_path):
@@ -136,8 +137,7 @@ def test_dev_server_cli_serves_and_stops_cleanly(dev_model_dir, tmp_path, sig):
         vllm_pgid = int(line.split("pid=")[1].split()[0])
         proc.send_signal(sig)
         assert proc.wait(timeout=60) == 0
-        time.sleep(1)
-        assert not _group_alive(vllm_pgid), "vLLM processes survived the shutdown"
+        wait_until(lambda: not _group_alive(vllm_pgid), 10, "vLLM processes survived the shutdown")
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
     finally:

@@ -25,6 +25,7 @@ from judge.judge_turn import judge_turn
 from judge.llm_backend import LLMJudgeBackend, backoff_seconds, retry_after_seconds, retry_delay
 from judge.make_backend import make_judge_backend
 from tests.support.fake_openai import HINT, FakeOpenAI
+from tests.support.waiting import wait_for
 
 NEGATIVE = "The command just worked.\n\\boxed{-1}"
 
@@ -120,15 +121,13 @@ async def test_cancelling_the_judge_cancels_its_requests(fake_server):
     config = make_config(fake_server, m=3, timeout_s=10.0, turn_deadline_s=None)
     backend = make_judge_backend(config)
     task = asyncio.create_task(judge_turn(make_pair(), backend, config))
-    await asyncio.sleep(0.3)
-    assert len(fake_server.requests) == 3
+    await wait_for(lambda: len(fake_server.requests) == 3, 10, "the judge did not send its 3 votes")
     before = [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "LLMJudgeBackend.vote"]
     assert len(before) == 3
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0.05)
-    assert all(t.done() for t in before)
+    await wait_for(lambda: all(t.done() for t in before), 5, "a vote outlived the cancelled judge")
     await backend.aclose()
 
 

@@ -29,6 +29,7 @@ from tests.support.proxy_factory import (
     read_groups,
     running_proxy,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -199,7 +200,14 @@ async def test_sessions_that_end_without_a_next_state_give_no_sample(dev_server,
         await proxy.chat.completions.create(model="dev-model", messages=first_messages(), max_tokens=8,
                                             extra_headers={"X-Session-Id": "last", "X-Session-End": "true"})  # fmt: skip
         await ask(proxy, first_messages("another"), session="idle", max_tokens=8)
-        await asyncio.sleep(1.5)
+
+        def idle_ended() -> bool:
+            return (
+                bool(server.counts.get("turns_ended_without_next_state_idle"))
+                and not server.sessions.sessions
+            )
+
+        await wait_for(idle_ended, 10, "the idle session did not end")  # idle after 0.4 s
         counts = dict(server.counts)
         assert server.sessions.sessions == {}
     assert counts["turns_ended_without_next_state_ended"] == 1

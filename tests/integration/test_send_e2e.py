@@ -23,6 +23,7 @@ import pytest
 from hermes_opd.commands.send_cursor import cursor_path, load_cursor
 from hermes_opd.devkit.run_api import RunApi
 from tests.support.send_e2e import GROUP_SIZE, REPO, WatchedTrainer, file_digests, kill, send_argv, start
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +38,15 @@ def acked(path: Path) -> int:
 
 
 def wait_acked(path: Path, n: int, proc: subprocess.Popen, log: Path, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while acked(path) < n:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, f"no {n} groups acknowledged: {log.read_text()[-3000:]}"
-        time.sleep(0.05)
+    try:
+        wait_until(
+            lambda: acked(path) >= n,
+            timeout_s,
+            f"no {n} groups acknowledged",
+            alive=lambda: proc.poll() is None,
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {log.read_text()[-3000:]}") from None
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -27,6 +26,7 @@ import torch
 
 from environments.rollout.sandbox.disk import default_root, reap_stale
 from tests.support.env_factory import make_env
+from tests.support.waiting import wait_until
 from trainer_adapters.train_cli import main as train_main
 from trainer_adapters.trainer_config import parse_trainer_config
 
@@ -89,10 +89,8 @@ async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_se
             target=lambda: result.update(rc=train_main(["--config", str(config_path)]))
         )
         trainer.start()
-        deadline = time.monotonic() + 60
-        while httpx.get(api_url + "/info", timeout=5).json().get("batch_size") != 8:
-            assert time.monotonic() < deadline and trainer.is_alive(), "trainer did not register"
-            time.sleep(0.1)
+        registered = lambda: httpx.get(api_url + "/info", timeout=5).json().get("batch_size") == 8  # noqa: E731
+        wait_until(registered, 60, "trainer did not register", alive=trainer.is_alive)
         env_proc = start_process(
             [sys.executable, "-m", "environments.atropos.agentic_opd_env", "serve",
              "--env.rollout_server_url", api_url, "--env.group_size", "2", "--env.max_turns", "2",

@@ -27,6 +27,7 @@ from hermes_opd.commands.send_cursor import SendCursor, cursor_path, load_cursor
 from hermes_opd.commands.tinker_drops import TinkerDropCount
 from hermes_opd.contract.group_id import GROUP_ID_KEY, group_digest, group_id_of, with_group_id
 from tests.support.groups import build_group, write_groups
+from tests.support.waiting import wait_until
 from trainer_adapters.repeated_groups import RepeatedGroupFilter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,13 +160,6 @@ def start_send(path: Path, url: str, log: Path, *extra: str) -> subprocess.Popen
         return subprocess.Popen(
             argv, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
         )
-
-
-def wait_until(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def acked(path: Path) -> int:

@@ -4,13 +4,12 @@ drops and counts instead of blocking."""
 
 from __future__ import annotations
 
-import asyncio
-
 from environments.pipeline.opd_config import OPDConfig
 from environments.proxy.sample_feed import FeedSettings, SampleFeed
 from environments.proxy.turn_sample import TurnSample
 from hermes_opd.contract.validation import validate_group
 from hermes_opd.record.trajectory import Trajectory, TurnSpan
+from tests.support.waiting import wait_for
 
 
 def sample(session: str, turn: int, version: int) -> TurnSample:
@@ -32,8 +31,7 @@ async def test_groups_are_per_policy_version_and_each_sample_records_its_lag():
     feed.start()
     for s in (sample("a", 0, 1), sample("b", 0, 2), sample("a", 1, 1)):
         assert feed.submit(s)
-    while feed.pending:
-        await asyncio.sleep(0.01)
+    await wait_for(lambda: not feed.pending, 10, "the feed did not write the full group")
     assert [g["group_overrides"]["policy_version"] for g in written] == [1]  # version 2 waits for a partner
     await feed.stop()
     assert [g["group_overrides"]["policy_version"] for g in written] == [1, 2]  # the partial one at the end

@@ -216,12 +216,15 @@ async def test_cancelled_while_its_directories_are_being_made_leaves_nothing(mon
     import environments.rollout.sandbox.sandbox as sandbox_module
 
     made = sandbox_module._make_dirs
-    started = []
+    started, finished = [], []
 
     def slow_make_dirs(*args, **kwargs):
         started.append(True)
         time.sleep(0.3)  # the thread goes on after the opener is cancelled
-        return made(*args, **kwargs)
+        try:
+            return made(*args, **kwargs)
+        finally:
+            finished.append(True)
 
     monkeypatch.setattr(sandbox_module, "_make_dirs", slow_make_dirs)
     task = asyncio.create_task(Sandbox.open(root_dir=tmp_path))
@@ -229,8 +232,8 @@ async def test_cancelled_while_its_directories_are_being_made_leaves_nothing(mon
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0.6)
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("hermes-sbx-")] == []
+    left = lambda: [p.name for p in tmp_path.iterdir() if p.name.startswith("hermes-sbx-")]  # noqa: E731
+    assert await wait_until(lambda: finished and not left(), 5), left()
 
 
 HOLDER = """

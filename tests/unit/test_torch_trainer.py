@@ -6,7 +6,6 @@ import json
 import math
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -18,6 +17,7 @@ import yaml
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY
 from tests.support.torch_trainer import make_config, make_group
+from tests.support.waiting import wait_until
 from trainer_adapters.atropos_client import AtroposClient, AtroposError, Backoff, Registration
 from trainer_adapters.checkpointing import latest_checkpoint, list_checkpoints
 from trainer_adapters.train_cli import main as train_main
@@ -46,10 +46,8 @@ def test_cli_trains_from_the_real_api_and_opd_kl_drops_on_heldout(run_api, tiny_
     result: dict[str, int] = {}
     thread = threading.Thread(target=lambda: result.update(rc=train_main(["--config", str(config_path)])))
     thread.start()
-    deadline = time.monotonic() + 60
-    while httpx.get(atropos_api + "/info", timeout=5).json()["batch_size"] != 8:  # the trainer registered
-        assert time.monotonic() < deadline and thread.is_alive(), "trainer did not register"
-        time.sleep(0.05)
+    registered = lambda: httpx.get(atropos_api + "/info", timeout=5).json()["batch_size"] == 8  # noqa: E731
+    wait_until(registered, 60, "trainer did not register", alive=thread.is_alive)
     rng = np.random.default_rng(0)
     for _ in range(2 * config.num_steps):  # an env posting groups of 4; a batch is 8 sequences
         response = httpx.post(atropos_api + "/scored_data", json=make_group(rng), timeout=10)
