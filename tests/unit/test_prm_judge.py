@@ -1,6 +1,6 @@
 """The process-reward (PRM) judge: parsing, the strict-majority vote with 0 on a tie, the role-aware
 prompt, the rules backend, and the LLM backend on the hint judge's plumbing (fake server for the
-request shape, the real dev vLLM for the happy path)."""
+request shape; the real dev vLLM for the happy path is in tests/integration/test_judge_live.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from hermes_opd.record.trajectory import TurnSpan
 from hermes_opd.record.turn_pairs import TurnPair
 from judge.backends import JudgeError
 from judge.config import JudgeConfig
@@ -20,32 +19,7 @@ from judge.prm_rules_backend import ProcessRulesBackend, process_verdict
 from judge.rules_backend import RulePatterns
 from judge.votes import decide_process_votes
 from tests.support.fake_openai import FakeOpenAI
-
-TASK = "Write `slugify(text)` in `text_utils.py`."
-
-
-def pair_with(*state: dict[str, Any], context: list[dict[str, Any]] | None = None) -> TurnPair:
-    roles = {m["role"] for m in state}
-    return TurnPair(
-        turn_index=0,
-        span=TurnSpan(start=10, end=20, message_index=2),
-        assistant_message={
-            "role": "assistant",
-            "content": "Writing it.",
-            "tool_calls": [
-                {"type": "function", "function": {"name": "write_file", "arguments": '{"path": "a.py"}'}}
-            ],
-        },
-        context_messages=context
-        or [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": TASK}],
-        next_state_role=("tool" if "tool" in roles else "user") if state else None,
-        next_state_text="\n\n".join(m["content"] for m in state),
-        next_state_messages=tuple(state),
-    )
-
-
-def tool(content: str, name: str = "terminal") -> dict[str, Any]:
-    return {"role": "tool", "name": name, "content": content}
+from tests.support.judge_pairs import TASK, pair_with, run_prm, tool
 
 
 def user(content: str) -> dict[str, Any]:
@@ -259,14 +233,6 @@ def llm_config(fake: FakeOpenAI, **overrides: Any) -> JudgeConfig:
     return JudgeConfig(**{**settings, **overrides})
 
 
-async def run_prm(config: JudgeConfig, pair: TurnPair):
-    backend = make_judge_backend(config, kind="prm")
-    try:
-        return await judge_process_turn(pair, backend, config)
-    finally:
-        await backend.aclose()
-
-
 async def test_llm_backend_sends_the_prm_prompt_m_times_and_takes_the_majority(fake_server):  # noqa: F811
     fake_server.actions = [fake_server.reply("\\boxed{-1}"), fake_server.reply("\\boxed{0}"),
                            fake_server.reply("bad\n\\boxed{-1}")]  # fmt: skip
@@ -289,16 +255,3 @@ async def test_llm_backend_tie_is_zero_and_failures_count_against_the_majority(f
     fake_server.default = fake_server.status(400)
     with pytest.raises(JudgeError, match="all 3 judge votes failed"):
         await run_prm(llm_config(fake_server), pair_with(user("ok")))
-
-
-@pytest.mark.integration
-async def test_real_dev_server_prm_votes_parse_to_a_score(dev_server):
-    # The dev model is a tiny random model: its answers hold no verdict, so every vote is a successful
-    # request that parses to nothing and the score is 0 (no majority).
-    config = JudgeConfig(backend="llm", base_url=dev_server.base_url, model=dev_server.model_name, m=3,
-                         max_tokens=32, timeout_s=60.0, max_retries=1, context_char_budget=400,
-                         turn_char_budget=200, next_state_char_budget=300)  # fmt: skip
-    result = await run_prm(config, pair_with(tool("Traceback (most recent call last):\nKeyError: 'x'")))
-    assert not any(v.failed for v in result.votes), [v.error for v in result.votes]
-    assert (result.outcome.n, result.outcome.unparsed, result.score) == (3, 3, 0)
-    assert result.latency_s > 0

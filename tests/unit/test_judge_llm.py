@@ -2,7 +2,7 @@
 
 Fault tests run against a local fake OpenAI-compatible server (aiohttp): timeouts, 5xx, 429 with
 Retry-After and 4xx are faults a real server cannot produce on demand. The happy path against a real
-vLLM server is the `integration` test at the end.
+vLLM server is in tests/integration/test_judge_live.py.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from typing import Any
 import openai
 import pytest
 
-from hermes_opd.record.trajectory import TurnSpan
-from hermes_opd.record.turn_pairs import TurnPair
 from hermes_opd.vllm_api.endpoint import Endpoint
 from judge.backends import JudgeError
 from judge.config import JudgeConfig
@@ -25,32 +23,10 @@ from judge.judge_turn import judge_turn
 from judge.llm_backend import LLMJudgeBackend, backoff_seconds, retry_after_seconds, retry_delay
 from judge.make_backend import make_judge_backend
 from tests.support.fake_openai import HINT, FakeOpenAI
+from tests.support.judge_pairs import make_pair
 from tests.support.waiting import wait_for
 
 NEGATIVE = "The command just worked.\n\\boxed{-1}"
-
-
-def make_pair() -> TurnPair:
-    return TurnPair(
-        turn_index=1,
-        span=TurnSpan(start=20, end=40, message_index=2),
-        assistant_message={
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "type": "function",
-                    "function": {"name": "terminal", "arguments": '{"cmd": "python -m app"}'},
-                }
-            ],
-        },
-        context_messages=[
-            {"role": "system", "content": "You are a coding agent with a terminal."},
-            {"role": "user", "content": "Make `python -m app` print the port from config.yaml."},
-        ],
-        next_state_role="tool",
-        next_state_text="[terminal]\nTraceback (most recent call last):\nKeyError: 'port'\nexit code 1",
-    )
 
 
 def make_config(fake: FakeOpenAI, **overrides: Any) -> JudgeConfig:
@@ -293,33 +269,3 @@ def test_api_key_resolution(monkeypatch):
     monkeypatch.setenv("MY_JUDGE_KEY", "from-env")
     assert JudgeConfig(api_key_env="MY_JUDGE_KEY").resolved_api_key() == "from-env"
     assert JudgeConfig(api_key="direct", api_key_env="MY_JUDGE_KEY").resolved_api_key() == "direct"
-
-
-@pytest.mark.integration
-async def test_real_dev_server_garbage_is_counted_unparsed(dev_server):
-    # The dev model is a random tiny model: its text is garbage, so every vote must come back as a
-    # successful request that parses to nothing, and no hint may be accepted. Small budgets keep the
-    # prompt well inside the dev server's context window.
-    config = JudgeConfig(
-        backend="llm",
-        base_url=dev_server.base_url,
-        model=dev_server.model_name,
-        m=3,
-        max_tokens=32,
-        timeout_s=60.0,
-        max_retries=1,
-        context_char_budget=400,
-        turn_char_budget=200,
-        next_state_char_budget=300,
-    )
-    backend = make_judge_backend(config)
-    try:
-        result = await judge_turn(make_pair(), backend, config)
-    finally:
-        await backend.aclose()
-    assert result.outcome.n == 3
-    assert not any(v.failed for v in result.votes), [v.error for v in result.votes]
-    assert result.outcome.unparsed == 3
-    assert not result.accepted and result.hint is None
-    assert result.latency_s > 0
-    assert result.as_dict()["latency_s"] > 0
