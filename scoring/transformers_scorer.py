@@ -147,7 +147,7 @@ class TransformersTeacher:
         """Rows for candidate inputs that share a prefix (the context before a hint), at about the cost
         of one: the longest common prefix is run ONCE and its KV cache is repeated for each candidate,
         then only the candidates' own suffixes (hint + turn) run, batched, on top of it. The rows equal
-        `score_batch`'s (tests/integration/test_hint_candidates.py)."""
+        `score_batch`'s (tests/unit/test_hint_candidates.py)."""
         return self.score_shared_prefix_on(items, None)[0]
 
     def score_shared_prefix_on(

@@ -5,7 +5,7 @@ On a copy of the dev model whose config says `top_k: 1`, a request that sends on
 and top_p 1 is greedy: one distinct completion in 8 seeds. The rollout client sends every parameter
 (hermes_opd/vllm_api/sampling_params.py), so its samples on that copy are, seed for seed, the samples
 of the plain dev model, which the session's dev vLLM serves (one vLLM per model per session).
-"""
+The tests of its parts that need no server: tests/unit/test_sampling_params.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import pytest
 
 from hermes_opd.devkit.dev_server import DevServer
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
-from hermes_opd.vllm_api.sampling_params import ENFORCED_SAMPLING_PARAMS, NEUTRAL_SAMPLING_PARAMS
 
 SEEDS = range(8)
 MAX_TOKENS = 12
@@ -52,16 +51,6 @@ def _bare_samples(server: DevServer, prompt: list[int]) -> list[tuple[int, ...]]
             response.raise_for_status()
             samples.append(tuple(response.json()["choices"][0]["token_ids"]))
     return samples
-
-
-def test_every_enforced_parameter_is_sent_at_its_neutral_value():
-    from hermes_opd.vllm_api.sampling_params import explicit_sampling_params
-
-    params = explicit_sampling_params(1.0, 1.0)
-    assert tuple(params) == ENFORCED_SAMPLING_PARAMS
-    assert params == {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
-                      "presence_penalty": 0.0, "frequency_penalty": 0.0}  # fmt: skip
-    assert set(NEUTRAL_SAMPLING_PARAMS) | {"temperature", "top_p"} == set(ENFORCED_SAMPLING_PARAMS)
 
 
 @pytest.mark.integration

@@ -1,6 +1,7 @@
 """Long waits say what they wait for, every few seconds: `hermes-opd send` against a real `run-api`
 (no trainer registered; a registered trainer that does not pull, so the queue is full), and
-`hermes-opd process` while no group has finished."""
+`hermes-opd process` while no group has finished.
+The tests of its parts that need no server: tests/unit/test_progress.py."""
 
 from __future__ import annotations
 
@@ -82,20 +83,3 @@ def test_send_says_every_few_seconds_that_the_api_has_no_trainer_yet(run_api, tm
     expected = f"waiting for a trainer: the Atropos API at {run_api.url} has no registered trainer yet ("
     assert all(line.startswith(expected) for line in lines), lines
     assert_every_notice_interval(waited_seconds(lines))
-
-
-def test_process_progress_says_what_the_collection_waits_for_without_a_bar():
-    import io
-
-    from hermes_opd.commands.progress import Progress
-
-    stream = io.StringIO()
-    progress = Progress(target=3, done=1, stream=stream, mode="lines")
-    progress.still_waiting(2, time.monotonic() - 12)
-    assert stream.getvalue() == (
-        "[1/3] collecting: 2 group(s) in flight (rollouts, then the judge and the teacher), "
-        "none finished in the last 12 s\n"
-    )
-    quiet = io.StringIO()
-    Progress(target=3, done=0, stream=quiet, mode="none").still_waiting(1, time.monotonic())
-    assert quiet.getvalue() == ""

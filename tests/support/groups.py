@@ -15,6 +15,9 @@ from hermes_opd.contract.rows import empty_rows, make_opd_block, to_dense_k1
 from hermes_opd.record.trajectory import PROMPT_LOGPROB
 from scoring.teacher_rows import normalize_row, place_turn_rows
 
+GROUP_SIZE = 2
+"""Sequences per group in the send tests."""
+
 VOCAB = 64
 """Token ids 0..63; `build_group` avoids id 0 for student tokens so zero padding is detectable."""
 
