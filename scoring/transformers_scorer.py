@@ -12,7 +12,7 @@ at each turn position (the student's own sampling-time top-K: docs/distill-forma
 Requests are batched: while a forward pass runs, new ones queue; the next pass takes all of them
 (up to `max_batch` inputs and `max_batch_tokens` padded tokens). The forward runs in a worker
 thread, so the event loop (rollouts, judge votes) keeps going. In float32 the rows equal vLLM's
-float32 prompt logprobs within 1.4e-5 on the dev model (`tests/test_teacher_paths.py`).
+float32 prompt logprobs within 1.4e-5 on the dev model (`tests/integration/test_teacher_paths.py`).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ class TransformersTeacher:
         """Rows for candidate inputs that share a prefix (the context before a hint), at about the cost
         of one: the longest common prefix is run ONCE and its KV cache is repeated for each candidate,
         then only the candidates' own suffixes (hint + turn) run, batched, on top of it. The rows equal
-        `score_batch`'s (tests/test_hint_candidates.py)."""
+        `score_batch`'s (tests/unit/test_hint_candidates.py)."""
         return self.score_shared_prefix_on(items, None)[0]
 
     def score_shared_prefix_on(

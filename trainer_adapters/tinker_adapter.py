@@ -167,7 +167,7 @@ def run_tinker(
     config: TinkerTrainerConfig, *, on_new_sampler: Callable[[str, int], None] | None = None
 ) -> int:
     """Connect to the tinker service (TINKER_API_KEY), resume from `state_path` if it names a
-    saved state, and train. Run against a local Tinker-API server by tests/test_tinker_server.py."""
+    saved state, and train. Run against a local Tinker-API server by tests/integration/test_tinker_server.py."""
     import tinker
 
     service = (

@@ -27,7 +27,6 @@ import itertools
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -38,7 +37,7 @@ from typing import Any
 import httpx
 
 from hermes_opd.bench.common import machine_info, pick, rounded, with_headline
-from hermes_opd.devkit.dev_server import free_port
+from hermes_opd.devkit.run_api import RunApi
 
 
 def _rss_kib(pid: int) -> int:
@@ -54,35 +53,6 @@ def _rss_kib(pid: int) -> int:
             for task in Path(f"/proc/{current}/task").iterdir():
                 stack.extend(int(c) for c in (task / "children").read_text().split())
     return total
-
-
-class _API:
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        run_api = Path(sys.executable).with_name("run-api")
-        self.proc = subprocess.Popen(
-            [str(run_api), "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=(workdir / "api.log").open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/status", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.stop()
-                raise RuntimeError("run-api did not start")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
 
 
 class _Puller(threading.Thread):
@@ -154,14 +124,14 @@ def _measure(workdir: Path, path: Path, batch_size: int, step_s: float, flags: l
     for name in (path.name + ".cursor",):
         with contextlib.suppress(FileNotFoundError):
             (path.parent / name).unlink()
-    api = _API(workdir)
+    api = RunApi(log_path=str(workdir / "api.log")).start()
     puller = _Puller(api.url, batch_size, step_s)
-    sampler = _Sampler(api.proc.pid)
+    sampler = _Sampler(api.process.pid)
     try:
         puller.start()
         while httpx.get(api.url + "/info", timeout=5).json().get("batch_size") != batch_size:
             time.sleep(0.05)
-        idle = _rss_kib(api.proc.pid)
+        idle = _rss_kib(api.process.pid)
         sampler.start()
         groups, groups_per_s = _send(path, api.url, flags)
     finally:

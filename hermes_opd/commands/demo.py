@@ -14,7 +14,7 @@ the data the pipeline writes, in about a minute once set up):
 4. writes DIR/groups.jsonl, DIR/metrics.jsonl and DIR/report.html (the inspector), runs the
    validator over the groups, prints a summary, and stops the server, also on Ctrl-C or an error.
 
-The settings are those of configs/local-cpu.yaml (DEMO_ENV below; tests/test_configs.py keeps the
+The settings are those of configs/local-cpu.yaml (DEMO_ENV below; tests/unit/test_configs.py keeps the
 two equal). DIR is the demo's own: each run starts it afresh.
 """
 

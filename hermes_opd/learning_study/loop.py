@@ -39,6 +39,7 @@ from environments.tasks.convention_choice import ConventionChoice, choice_summar
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, adapter_name, adapter_step
 from hermes_opd.devkit.dev_server import DevServer, free_port
+from hermes_opd.devkit.run_api import RunApi
 from hermes_opd.learning_study.probe import probe_run
 from hermes_opd.learning_study.report import ARMS, RunRecords
 from trainer_adapters.weight_sync import WeightSyncError, load_lora_adapter, unload_lora_adapter
@@ -147,18 +148,6 @@ def _http_json(method: str, url: str, body: dict | None = None, timeout: float =
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read() or b"null")
-
-
-def _wait_api(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise LearningRunError(f"run-api exited with {proc.returncode}: {log.read_text()[-1500:]}")
-        with contextlib.suppress(urllib.error.URLError, ConnectionError, OSError):
-            _http_json("GET", f"{url}/status", timeout=2)
-            return
-        time.sleep(0.3)
-    raise LearningRunError(f"run-api not up after {timeout_s}s: {log.read_text()[-1500:]}")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -385,11 +374,8 @@ def run_arm(
     procs: list[subprocess.Popen] = []
     started = time.monotonic()
     try:
-        api_log = run_dir / "api.log"
-        api = start_logged([str(Path(sys.executable).with_name("run-api")), "--host", "127.0.0.1", "--port", str(port)],
-                     api_log)  # fmt: skip
-        procs.append(api)
-        _wait_api(api_url, api, api_log)
+        api = RunApi(port=port, log_path=str(run_dir / "api.log"), startup_timeout_s=90).start()
+        procs.append(api.process)
         trainer_yaml = run_dir / "trainer.yaml"
         trainer_yaml.write_text(yaml.safe_dump(
             trainer_document(settings, arm=arm, seed=seed, prefix=prefix, run_dir=run_dir, api_url=api_url)

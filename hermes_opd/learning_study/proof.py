@@ -1,5 +1,5 @@
 """The quick learning test's verdict on one run, as pure logic, so that the same criterion judges the
-README's test (tests/test_learning_student.py) and every measured run, real hints and controls
+README's test (tests/experiments/test_learning_student.py) and every measured run, real hints and controls
 (docs/notes/learning-proof.md).
 
 A rise in held-out success alone does not show that the hint's information moved the student: a

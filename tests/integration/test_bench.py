@@ -1,0 +1,85 @@
+"""`hermes-opd bench ...` in --quick mode: JSON shape (headline ratio last, positive finite numbers),
+the reference schedule really sequential, the fake teacher in vLLM's exact format, and the fast
+prompt-logprobs parser equal to the one it replaced (results and errors).
+The tests of its parts that need no server: tests/unit/test_bench.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.bench import assert_shape, run_bench
+
+# -- pure helpers ----------------------------------------------------------------------------------
+
+
+# -- the fake remote teacher speaks vLLM's exact format -------------------------------------------
+
+
+# -- the fast parser replaced the plain one without changing a result or an error --------------------
+
+
+# -- the benchmarks, --quick -------------------------------------------------------------------------
+
+
+# -- against the real dev vLLM server ----------------------------------------------------------------
+@pytest.mark.integration
+def test_pipeline_bench_quick_real(capsys, dev_server):
+    argv = ["pipeline", "--quick", "--backend", "real", "--base-url", dev_server.base_url,
+            "--model", dev_server.model_name, "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    result = run_bench(capsys, argv)
+    assert_shape(result, "real_reference_over_ours_opd")
+    real = result["real"]
+    assert real["judge_max_in_flight_reference"] == result["config"]["judge_m"]
+    assert real["scored_turns_reference"] == real["scored_turns_ours"] > 0
+    assert real["teacher_parallelism"] > 0
+
+
+@pytest.mark.integration
+def test_teacher_bench_quick(capsys, dev_server):
+    argv = ["teacher", "--quick", "--base-url", dev_server.base_url, "--model", dev_server.model_name,
+            "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    result = run_bench(capsys, argv)
+    assert_shape(result, "parse_speedup_turn")
+    assert result["all_identical"] is True
+    assert all(cell["bytes"] > 0 and cell["server_s"] > 0 for cell in result["cells"].values())
+
+
+@pytest.mark.integration
+def test_payload_bench_quick_collects_real_groups(capsys, dev_server):
+    argv = ["payload", "--quick", "--base-url", dev_server.base_url, "--model", dev_server.model_name,
+            "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    result = run_bench(capsys, argv)
+    assert_shape(result, "raw_dense_over_ours")
+    assert result["groups"] == 1 and result["sequences"] == 2
+    assert result["float_format"]["excess_digit_values"] == 0
+
+
+@pytest.mark.integration
+def test_teacher_scaling_bench_quick(capsys, dev_server):
+    argv = ["teacher-scaling", "--quick", "--base-url", dev_server.base_url, "--model", dev_server.model_name,
+            "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    result = run_bench(capsys, argv)
+    assert_shape(result, "completions_over_best")
+    assert "best_over_prefill" in result and result["best_over_prefill"] > 0
+    assert result["all_paths_agree"] is True and result["generate_available"] is True
+    assert result["paths"] == ["completions", "generate", "transformers"]
+    for cell in result["cells"].values():
+        assert cell["prefill_s"] > 0
+        assert cell["transformers"]["bytes_over_turn_rows"] == pytest.approx(1.0, abs=0.02)
+        assert cell["generate"]["bytes"] < cell["completions"]["bytes"]  # no decoded strings
+        assert cell["completions"]["max_abs_diff_vs_completions"] == 0.0
+        assert cell["transformers"]["max_abs_diff_vs_completions"] <= 1e-4
+
+
+@pytest.mark.integration
+def test_proxy_bench_quick(capsys, dev_server):
+    argv = ["proxy", "--quick", "--sessions", "1,4", "--base-url", dev_server.base_url,
+            "--model", dev_server.model_name, "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    result = run_bench(capsys, argv)
+    assert_shape(result, "worst_serve_overhead_ratio")
+    for sessions, requests in (("sessions_1", 2), ("sessions_4", 8)):
+        cell = result[sessions]
+        assert [cell[p]["requests"] for p in ("direct", "serve", "train")] == [requests] * 3
+        # the same seeds give the same continuations on every path
+        assert cell["direct"]["completion_tokens_mean"] == cell["serve"]["completion_tokens_mean"]
+    assert result["train_feed_at_end"]["submitted"] == 5  # each session's first turn got its next state
