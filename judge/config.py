@@ -128,6 +128,12 @@ class JudgeConfig(BaseModel):
         description="Regex (rules backend) that finds a command's exit code in a tool result; "
         "group 1 must capture the integer code.",
     )
+    rules_quote_user_feedback: bool = Field(
+        default=False,
+        description="Rules backend: a `role: user` reply in the next state that is not a plain acceptance "
+        "becomes a hint, quoted (after any failure finding). For live sessions behind the proxy, where "
+        "the user is a person; in the env the user messages are the verifier's.",
+    )
 
     constant_hint: str = Field(
         default=DEFAULT_CONSTANT_HINT,

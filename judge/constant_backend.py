@@ -21,15 +21,15 @@ from hermes_opd.record.turn_pairs import TurnPair
 from judge.config import JudgeConfig
 from judge.parsing import HINT_END, HINT_START, Vote, parse_vote
 from judge.prompt import defuse_markers
-from judge.rules_backend import RulePatterns, find_failures
+from judge.rules_backend import RulePatterns, pair_hint
 
 
 def hints_turn(pair: TurnPair, turns: str, patterns: RulePatterns) -> bool:
     """Whether the control hints this turn: it has a next state, and (`failed`) that state shows a
-    failure signal the rules judge would hint."""
+    failure signal (or, with `rules_quote_user_feedback`, a user reply) the rules judge would hint."""
     if not pair.has_next_state:
         return False
-    return turns == "every" or bool(find_failures(pair.next_state_text, patterns))
+    return turns == "every" or pair_hint(pair, patterns) is not None
 
 
 def constant_answer(pair: TurnPair, config: JudgeConfig, patterns: RulePatterns) -> str:

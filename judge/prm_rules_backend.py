@@ -31,25 +31,14 @@ from judge.config import JudgeConfig
 from judge.parsing import Vote, parse_process_vote
 from judge.prm_prompt import next_state_parts
 from judge.rules_backend import RulePatterns, find_failures
+from judge.user_feedback import accepts, asks_for_redo, corrects
 from judge.votes import jaccard, word_set
 
 RESTATE_OVERLAP = 0.6
 RESTATE_MIN_WORDS = 3
 
-_REDO = re.compile(r"(?i)\b(?:try again|do it again|redo|start over|one more time|again, please)\b")
-_CORRECTION = re.compile(
-    r"(?i)(?:^\s*no\b|\bnot (?:exactly |quite )?what i (?:asked|meant|wanted|said)\b|\bi meant\b|\bi said\b|"
-    r"\bthat(?:'s| is| was)? (?:wrong|incorrect|not right|not it)\b|\bwrong\b|\bincorrect\b|"
-    r"\bnot (?:correct|right)\b|\bchange\b[^.\n]*\bto\b|\brename\b|\binstead\b|\bshould (?:be|have|use)\b|"
-    r"\bplease (?:fix|use|call|name)\b|\bdoesn't work\b|\bdoes not work\b|\bdidn't work\b|\bbroken\b)"
-)
 _TESTS_PASSED = re.compile(r"(?i)\b(\d+)\s*/\s*(\d+)\s+tests?\s+passed\b")
 """The verifier's count line (environments/rollout/verifier_feedback.py): `3/5 tests passed.`"""
-_ACCEPTANCE = re.compile(
-    r"(?i)(?:\bthanks?\b|\bthank you\b|\bperfect\b|\bgreat\b|\blooks good\b|\blgtm\b|\bthat works\b|"
-    r"\bworks now\b|\bwell done\b|\bgood job\b|\bnice\b|\bexactly\b|\bcorrect\b|\baccepted\b|"
-    r"^\s*(?:yes|ok|okay)\b)"
-)
 
 
 def restates_earlier_request(text: str, pair: TurnPair) -> bool:
@@ -73,13 +62,13 @@ def process_verdict(pair: TurnPair, patterns: RulePatterns) -> tuple[int, str]:
         counts = [(int(a), int(b)) for a, b in _TESTS_PASSED.findall(text)]
         if any(passed < total for passed, total in counts):
             return -1, "the user's checks report failing tests"
-        if _REDO.search(text):
+        if asks_for_redo(text):
             return -1, "the user asks for a redo"
-        if _CORRECTION.search(text):
+        if corrects(text):
             return -1, "the user corrects the step"
         if restates_earlier_request(text, pair):
             return -1, "the user restates an earlier request"
-    if any(_ACCEPTANCE.search(text) for text in feedback):
+    if any(accepts(text) for text in feedback):
         return 1, "the user accepts the step"
     return 0, "no clear signal in the next state"
 

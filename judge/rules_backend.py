@@ -11,7 +11,11 @@ It looks for, in order of how much they tell the assistant:
 5. `No such file or directory`,
 6. a tool call the env refused (`Error: ...` from the tool layer: not valid JSON, an unknown tool,
    invalid arguments),
-7. a non-zero exit code (pattern `JudgeConfig.rules_exit_code_pattern`, default `exit code N`).
+7. a non-zero exit code (pattern `JudgeConfig.rules_exit_code_pattern`, default `exit code N`),
+8. with `JudgeConfig.rules_quote_user_feedback` (live sessions behind the proxy, where a `role: user`
+   message is a person's reply): a user reply that is not a plain acceptance (judge/user_feedback.py),
+   quoted. It is read in user messages only, never in tool output, and comes after every failure
+   finding. Off by default: in the env the user messages are the verifier's, read by 0-7.
 
 The hint states the first two findings and one piece of advice for the top one (at most three
 sentences). The exit code is only mentioned when nothing more specific was found. With no finding
@@ -29,12 +33,16 @@ from dataclasses import dataclass
 from hermes_opd.record.turn_pairs import TurnPair
 from judge.config import JudgeConfig
 from judge.parsing import HINT_END, HINT_START, Vote, parse_vote
+from judge.prm_prompt import next_state_parts
 from judge.prompt import defuse_markers
+from judge.user_feedback import plain_acceptance
 
 MAX_QUOTE_CHARS = 100
 """Hints quote text the agent wrote (test names, error lines) only as short excerpts in backticks, so a
 policy cannot write the context it is trained under."""
 MAX_TEST_NAMES = 5
+MAX_USER_QUOTE_CHARS = 400
+"""A user's reply is not the policy's text, so it is quoted at more length (still one line)."""
 
 _PYTEST_FAILED = re.compile(r"^(?:FAILED|ERROR)\s+(\S+::\S+)", re.MULTILINE)
 _UNITTEST_FAILED = re.compile(r"^(?:FAIL|ERROR):\s+(\w+)\s+\(([\w.]+)\)", re.MULTILINE)
@@ -78,11 +86,11 @@ class Finding:
     advice: str
 
 
-def _quote(text: str) -> str:
+def _quote(text: str, limit: int = MAX_QUOTE_CHARS) -> str:
     """Tool output as a one-line quote, shortened, with answer markers defused."""
     text = defuse_markers(" ".join(text.split()))
-    if len(text) > MAX_QUOTE_CHARS:
-        text = text[: MAX_QUOTE_CHARS - 3] + "..."
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
     return text.replace("`", "'")
 
 
@@ -245,15 +253,30 @@ def find_nonzero_exit(text: str, exit_code_pattern: re.Pattern[str]) -> Finding 
     )
 
 
+def find_user_feedback(pair: TurnPair) -> Finding | None:
+    """The first user reply in the pair's next state that is not a plain acceptance, quoted."""
+    for role, _, text in next_state_parts(pair):
+        if role == "user" and text.strip() and not plain_acceptance(text):
+            return Finding(
+                kind="user_feedback",
+                statement=f"The user replied to this step: `{_quote(text, MAX_USER_QUOTE_CHARS)}`.",
+                advice="Do what the user asks there.",
+            )
+    return None
+
+
 @dataclass(frozen=True)
 class RulePatterns:
-    """The configurable part of the rules (so far: how an exit code is written)."""
+    """The configurable part of the rules: how an exit code is written, and whether user replies
+    are quoted (`rules_quote_user_feedback`)."""
 
     exit_code: re.Pattern[str]
+    quote_user_feedback: bool = False
 
     @classmethod
     def from_config(cls, config: JudgeConfig) -> RulePatterns:
-        return cls(exit_code=re.compile(config.rules_exit_code_pattern))
+        return cls(exit_code=re.compile(config.rules_exit_code_pattern),
+                   quote_user_feedback=config.rules_quote_user_feedback)  # fmt: skip
 
 
 def find_failures(text: str, patterns: RulePatterns) -> list[Finding]:
@@ -285,9 +308,22 @@ def rule_hint(next_state_text: str, patterns: RulePatterns) -> str | None:
     return " ".join(sentences)
 
 
+def pair_hint(pair: TurnPair, patterns: RulePatterns) -> str | None:
+    """`rule_hint` of the pair's next state; with `quote_user_feedback`, a user reply that is not a
+    plain acceptance is one more finding, after every failure finding."""
+    if not pair.has_next_state:
+        return None
+    findings = find_failures(pair.next_state_text, patterns)
+    if patterns.quote_user_feedback and (reply := find_user_feedback(pair)) is not None:
+        findings.append(reply)
+    if not findings:
+        return None
+    return " ".join([f.statement for f in findings[:2]] + [findings[0].advice])
+
+
 def rule_answer(pair: TurnPair, patterns: RulePatterns) -> str:
     """The rules' verdict written as a judge answer."""
-    hint = rule_hint(pair.next_state_text, patterns) if pair.has_next_state else None
+    hint = pair_hint(pair, patterns)
     if hint is None:
         return "rules: no failure signal in the next state.\n\\boxed{-1}"
     return f"rules: failure signal in the next state.\n\\boxed{{1}}\n{HINT_START}{hint}{HINT_END}"

@@ -1,0 +1,75 @@
+"""The rules hint judge's user-feedback finding (`rules_quote_user_feedback`): a person's reply
+behind the proxy becomes a quoted hint unless it only accepts; tool output never does."""
+
+from __future__ import annotations
+
+import asyncio
+
+from judge.config import JudgeConfig
+from judge.rules_backend import RulePatterns, RulesJudgeBackend, pair_hint
+from judge.user_feedback import plain_acceptance
+from tests.support.judge_pairs import pair_with, tool
+
+QUOTING = RulePatterns.from_config(JudgeConfig(backend="rules", rules_quote_user_feedback=True))
+DEFAULT = RulePatterns.from_config(JudgeConfig(backend="rules"))
+CORRECTION = "Wrong name: our team starts every function name with compute_, so this one is compute_total."
+
+
+def user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def test_a_correction_is_quoted_whole_as_the_hint():
+    pair = pair_with(tool("wrote 40 bytes to helpers.py", "write_file"), user(CORRECTION))
+    assert pair_hint(pair, QUOTING) == (
+        f"The user replied to this step: `{CORRECTION}`. Do what the user asks there."
+    )
+
+
+def test_off_by_default_so_the_env_is_unchanged():
+    pair = pair_with(tool("wrote 40 bytes to helpers.py", "write_file"), user(CORRECTION))
+    assert pair_hint(pair, DEFAULT) is None
+
+
+def test_a_plain_acceptance_gives_no_hint_and_a_mixed_reply_does():
+    assert pair_hint(pair_with(user("Thanks, that works.")), QUOTING) is None
+    assert plain_acceptance("Thanks, that works.")
+    mixed = "Thanks, but that is the wrong file: code goes in helpers.py."
+    assert not plain_acceptance(mixed)
+    assert pair_hint(pair_with(user(mixed)), QUOTING).startswith(
+        "The user replied to this step: `Thanks, but"
+    )
+
+
+def test_a_reply_without_a_correction_word_is_still_quoted():
+    # the user's words carry the information; the lexical correction list is only the PRM's
+    text = "Our team keeps every function in helpers.py."
+    assert "helpers.py" in pair_hint(pair_with(user(text)), QUOTING)
+
+
+def test_tool_output_is_never_read_as_the_user():
+    pair = pair_with(tool("Wrong name: call it compute_total", "write_file"))
+    assert pair_hint(pair, QUOTING) is None
+
+
+def test_a_failure_finding_comes_first_and_the_reply_second():
+    pair = pair_with(tool("Error: tool call is not valid JSON", "write_file"), user(CORRECTION))
+    hint = pair_hint(pair, QUOTING)
+    assert hint.startswith(
+        "The tool call failed: `tool call is not valid JSON`. The user replied to this step:"
+    )
+    assert hint.endswith('Write each call as one valid JSON object with a "name" and an "arguments" object.')
+
+
+def test_long_replies_are_cut_and_markers_defused():
+    text = "No. " + "x" * 600 + " \\boxed{1}"
+    hint = pair_hint(pair_with(user(text)), QUOTING)
+    quoted = hint.split("`")[1]
+    assert len(quoted) == 400 and quoted.endswith("...")
+    assert "\\boxed" not in hint
+
+
+def test_the_backend_votes_the_quoted_hint():
+    config = JudgeConfig(backend="rules", m=3, rules_quote_user_feedback=True)
+    votes = asyncio.run(RulesJudgeBackend(config).collect_votes(pair_with(user(CORRECTION))))
+    assert len(votes) == 3 and all(CORRECTION in (v.hint or "") for v in votes)
