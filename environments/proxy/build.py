@@ -61,6 +61,7 @@ async def build_proxy(config: ProxyConfig, tokenizer: Any | None = None) -> Prox
     async def follow_policy() -> None:
         if (
             pipeline is not None
+            and pipeline.teacher is not None  # PRM alone has no teacher
             and server is not None
             and opd.teacher.base_url is None
             and opd.teacher.model is None
