@@ -79,6 +79,12 @@ BENCHES: dict[str, Bench] = {
         run="run",
         measured=False,
     ),
+    "live": Bench(
+        "hermes_opd.learning_study.live_bench",
+        "a simulated user teaches the student through hermes-opd proxy: OPD / PRM / both (docs/recipes/live-bench.md)",
+        run="run",
+        measured=False,
+    ),
     "reply-flood": Bench(
         "hermes_opd.bench.reply_flood_bench",
         "code-suite replies built to be costly to decode, beside honest neighbours (root)",

@@ -1,0 +1,214 @@
+"""`hermes-opd bench live`: a miniature of OpenClaw-RL's personalization result on the CPU rig.
+
+A simulated user (hermes_opd/learning_study/live_user.py) asks the copying student, served by vLLM
+behind `hermes-opd proxy`, for the convention tasks' functions (train split) and replies as a
+person would: a correction that names the team's convention, or an acceptance. The proxy turns each
+reply into training signal, `hermes-opd train` learns from it, and the proxy serves each new
+adapter (hermes_opd/learning_study/live_loop.py). Arms: OPD only, PRM only (Binary RL) and both,
+with the same seeds and the same user turns. Held-out success is the env's `evaluate` on the
+held-out convention tasks, without a hint, at fixed numbers of user turns.
+
+Outputs in `--out`: `live.json` (every run: its rounds and replies, trainer steps, proxy metrics,
+evaluations), `live.png` (held-out success against user turns, mean and min-max band over seeds),
+a summary table, and a last line of one JSON object: `opd_live_gain`, `prm_live_gain`,
+`combined_live_gain` (mean end minus start over seeds, for the arms run), `user_turns`.
+docs/recipes/live-bench.md says how to run and read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hermes_opd.contract.errors import ConfigError
+from hermes_opd.learning_study.live_loop import LIVE_ARMS, LiveSettings, run_live_arm
+from hermes_opd.learning_study.live_user import Phrasings
+from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, start_lora_vllm
+from hermes_opd.learning_study.paths import shipped_student_dir
+from hermes_opd.learning_study.plot import plot_learning_curves
+from hermes_opd.learning_study.report import mean_band
+
+CONFIG_KEYS = ("vllm_url", "served_model", "student_model", "steps", "groups_per_step", "group_size",
+               "eval_every", "seeds", "first_seed", "arms", "lora_r", "lr", "run_timeout_s", "max_tokens",
+               "phrasings", "env", "trainer")  # fmt: skip
+DEFAULTS: dict[str, Any] = {
+    "steps": 6, "groups_per_step": 2, "group_size": 4, "eval_every": 2, "seeds": 3, "first_seed": 0,
+    "arms": "opd,prm,combined", "lora_r": 8, "lr": 1e-3, "run_timeout_s": 900.0, "max_tokens": 96,
+}  # fmt: skip
+QUICK: dict[str, Any] = {"seeds": 1, "arms": "opd"}
+"""The README test's run: OPD only, one seed, the same steps and user turns as the full bench."""
+ENV_DEFAULTS: dict[str, Any] = {"task_source": "conventions", "max_turns": 1, "max_tokens_per_turn": 96,
+                                "max_token_length": 2048}  # fmt: skip
+"""The held-out evaluation: the env's `evaluate` on the convention tasks, one attempt each."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML with any of: " + ", ".join(CONFIG_KEYS))
+    parser.add_argument("--student-model", help="the agent's model (default: the shipped copying student)")
+    parser.add_argument("--vllm-url", help="a running vLLM (root URL) with --enable-lora; default: start one")
+    parser.add_argument("--served-model", help="its served model name (default dev-model)")
+    parser.add_argument("--arms", help=f"comma-separated subset of {','.join(LIVE_ARMS)} (default all)")
+    parser.add_argument("--seeds", type=int, help=f"how many seeds (default {DEFAULTS['seeds']})")
+    parser.add_argument("--first-seed", type=int, help="the first seed (default 0)")
+    parser.add_argument("--steps", type=int, help=f"optimizer steps, one round of user turns each (default {DEFAULTS['steps']})")  # fmt: skip
+    parser.add_argument("--groups-per-step", type=int, help="groups per optimizer step (default 2)")
+    parser.add_argument("--group-size", type=int, help="samples per group (default 4)")
+    parser.add_argument(
+        "--eval-every", type=int, help="held-out evaluation after every k-th step, and the last"
+    )
+    parser.add_argument("--lr", type=float, help="LoRA learning rate (default 1e-3)")
+    parser.add_argument(
+        "--phrasings", help="JSON file of the user's reply templates (live_user.py, Phrasings)"
+    )
+    parser.add_argument("--out", default="runs/bench-live", help="output directory")
+    parser.add_argument("--quick", action="store_true", help="OPD only, one seed (the README test's run)")
+
+
+def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], LiveSettings]:
+    """Defaults < (--quick) < --config < flags."""
+    values: dict[str, Any] = {**DEFAULTS, **(QUICK if args.quick else {})}
+    if args.config:
+        try:
+            data = yaml.safe_load(Path(args.config).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{args.config}: cannot read the bench config: {exc}") from exc
+        unknown = sorted(set(data) - set(CONFIG_KEYS))
+        if unknown:
+            raise ConfigError(f"{args.config}: unknown keys {unknown}; known: {', '.join(CONFIG_KEYS)}")
+        values.update(data)
+    for key in ("student_model", "vllm_url", "served_model", "arms", "seeds", "first_seed", "steps",
+                "groups_per_step", "group_size", "eval_every", "lr", "phrasings"):  # fmt: skip
+        if getattr(args, key, None) is not None:
+            values[key] = getattr(args, key)
+    arms = [a.strip() for a in str(values["arms"]).split(",") if a.strip()]
+    if not arms or any(a not in LIVE_ARMS for a in arms):
+        raise ConfigError(
+            f"arms must be a comma-separated subset of {','.join(LIVE_ARMS)}, got {values['arms']!r}"
+        )
+    values["arms"] = arms
+    for key in ("steps", "groups_per_step", "group_size", "eval_every", "seeds"):
+        if int(values[key]) < 1:
+            raise ConfigError(f"{key} must be >= 1, got {values[key]}")
+    model_dir = str(values.get("student_model") or shipped_student_dir())
+    if not Path(model_dir, "config.json").is_file():
+        raise ConfigError(f"student model {model_dir} has no config.json")
+    values["student_model"] = model_dir
+    phrasings = Phrasings.load(values["phrasings"]) if values.get("phrasings") else Phrasings()
+    loop = LoopSettings(
+        model_dir=model_dir, served_model=str(values.get("served_model") or "dev-model"),
+        vllm_root_url=str(values.get("vllm_url") or "").rstrip("/"), out_dir=Path(args.out),
+        steps=int(values["steps"]), groups_per_step=int(values["groups_per_step"]),
+        group_size=int(values["group_size"]), eval_every=int(values["eval_every"]), lora_r=int(values["lora_r"]),
+        lr=float(values["lr"]), run_timeout_s=float(values["run_timeout_s"]),
+        env={**ENV_DEFAULTS, **(values.get("env") or {})}, trainer=dict(values.get("trainer") or {}),
+    )  # fmt: skip
+    return values, LiveSettings(loop=loop, phrasings=phrasings, max_tokens=int(values["max_tokens"]))
+
+
+def _say(text: str) -> None:
+    print(f"    ... {text}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        values, settings = resolve(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    loop = settings.loop
+    loop.out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    server = None
+    if not loop.vllm_root_url:
+        print(f"starting a CPU vLLM with LoRA hot-loading for {loop.model_dir} ...", file=sys.stderr)
+        server = start_lora_vllm(loop.model_dir, loop.lora_r, loop.out_dir / "vllm.log", loop.served_model,
+                                 on_wait=_say)  # fmt: skip
+        loop.vllm_root_url = server.root_url
+    runs: list[dict[str, Any]] = []
+    try:
+        start_eval = evaluate_policy(
+            loop, seed=0, prefix=None, metrics_path=loop.out_dir / "start_eval.jsonl"
+        )
+        print(f"held-out success of the start policy: {start_eval['eval/pass@1']:.3f}", file=sys.stderr)
+        first = int(values.get("first_seed") or 0)
+        for seed in range(first, first + int(values["seeds"])):
+            for arm in values["arms"]:
+                print(f"[{time.monotonic() - started:6.0f}s] {arm} seed {seed}: {loop.steps} rounds of "
+                      f"{settings.samples_per_step} user turns ...", file=sys.stderr)  # fmt: skip
+                record = run_live_arm(settings, arm, seed, start_eval, _say)
+                runs.append(record)
+                print(f"    done in {record['wall_s']:.0f}s; held-out success "
+                      + " ".join(f"{x}:{y:.2f}" for x, y in record["curve"]), file=sys.stderr)  # fmt: skip
+    finally:
+        if server is not None:
+            server.stop()
+    return write_outputs(settings, values, runs, started)
+
+
+def live_headline(runs: list[dict[str, Any]], arms: list[str], user_turns: int) -> dict[str, Any]:
+    """`<arm>_live_gain` (mean over seeds of end minus start, held-out pass@1) for every arm run, then
+    `user_turns` (the user turns every run's last evaluation had learned from)."""
+    out: dict[str, Any] = {}
+    for arm in arms:
+        gains = [r["gain"] for r in runs if r["arm"] == arm]
+        out[f"{arm}_live_gain"] = round(statistics.fmean(gains), 4) if gains else None
+    out["user_turns"] = user_turns
+    return out
+
+
+def acceptance(run: dict[str, Any], which: int) -> float:
+    """The share of a round's replies that accepted (train tasks, sampled at temperature 1)."""
+    rounds = run["rounds"]
+    return rounds[which]["accepted"] / max(1, rounds[which]["user_turns"])
+
+
+def summary_table(runs: list[dict[str, Any]]) -> str:
+    header = (f"{'arm':<9}{'seed':>5}{'start':>7}{'end':>7}{'gain':>7}{'accept_1st':>11}{'accept_last':>12}"
+              f"{'turns':>7}{'wall_s':>8}")  # fmt: skip
+    lines = [header, "-" * len(header)]
+    for r in runs:
+        curve = r["curve"]
+        lines.append(f"{r['arm']:<9}{r['seed']:>5}{curve[0][1]:>7.3f}{curve[-1][1]:>7.3f}{r['gain']:>+7.3f}"
+                     f"{acceptance(r, 0):>11.2f}{acceptance(r, -1):>12.2f}{curve[-1][0]:>7}{r['wall_s']:>8.0f}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def write_outputs(
+    settings: LiveSettings, values: dict[str, Any], runs: list[dict[str, Any]], started: float
+) -> int:
+    loop = settings.loop
+    arms = [a for a in values["arms"] if any(r["arm"] == a for r in runs)]
+    bands = {arm: mean_band([r["curve"] for r in runs if r["arm"] == arm]) for arm in arms}
+    user_turns = min((r["curve"][-1][0] for r in runs), default=0)
+    headline = live_headline(runs, arms, user_turns)
+    seeds = len({r["seed"] for r in runs})
+    figure = plot_learning_curves(bands, loop.out_dir / "live.png",
+                                  f"live sessions, {Path(loop.model_dir).name}: {loop.steps} steps x "
+                                  f"{settings.samples_per_step} user turns", seeds,
+                                  xlabel="user turns (replies the agent learned from)")  # fmt: skip
+    document = {
+        "settings": {k: v for k, v in values.items() if k not in ("env", "trainer")}
+        | {
+            "env": loop.env,
+            "trainer": loop.trainer,
+            "samples_per_step": settings.samples_per_step,
+            "phrasings": {k: list(v) for k, v in vars(settings.phrasings).items()},
+        },  # fmt: skip
+        "wall_s": round(time.monotonic() - started, 1),
+        "runs": runs,
+        "bands": bands,
+        "figure": str(figure),
+        **headline,
+    }
+    (loop.out_dir / "live.json").write_text(json.dumps(document, indent=1, default=float) + "\n")
+    print(summary_table(runs))
+    print(f"wall time {document['wall_s']:.0f}s; figure {figure}; records {loop.out_dir / 'live.json'}")
+    print(json.dumps(headline))
+    return 0

@@ -1,0 +1,55 @@
+"""`hermes-opd bench live`'s settings and headline (hermes_opd/learning_study/live_bench.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from hermes_opd.contract.errors import ConfigError
+from hermes_opd.learning_study.live_bench import add_arguments, live_headline, resolve
+from hermes_opd.learning_study.live_loop import LIVE_ARMS, live_trainer_document, proxy_document
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_quick_is_opd_only_one_seed_with_the_full_user_turns(tmp_path):
+    values, settings = resolve(parse("--quick", "--out", str(tmp_path)))
+    assert values["arms"] == ["opd"] and values["seeds"] == 1
+    assert settings.loop.steps == 6 and settings.samples_per_step == 8
+    assert settings.loop.env["task_source"] == "conventions" and settings.loop.env["max_turns"] == 1
+
+
+def test_unknown_arm_and_bad_sizes_are_refused():
+    with pytest.raises(ConfigError, match="arms must be a comma-separated subset of opd,prm,combined"):
+        resolve(parse("--arms", "opd,grpo"))
+    with pytest.raises(ConfigError, match="steps must be >= 1"):
+        resolve(parse("--steps", "0"))
+
+
+def test_each_arm_sets_its_pipeline_and_its_loss_weights(tmp_path):
+    _, settings = resolve(parse("--out", str(tmp_path)))
+    settings.loop.vllm_root_url = "http://127.0.0.1:1"
+    for arm, (w_opd, w_prm) in LIVE_ARMS.items():
+        proxy = proxy_document(settings, arm, port=1, api_url="http://a", prefix="p", run_dir=tmp_path)
+        assert proxy["opd"]["enabled"] is (w_opd > 0) and proxy["opd"]["prm"]["enabled"] is (w_prm > 0)
+        assert proxy["opd"]["judge"]["rules_quote_user_feedback"] is True
+        assert proxy["policy_lora_prefix"] == "p" and proxy["samples_per_group"] == 4
+        trainer = live_trainer_document(
+            settings, arm, seed=0, prefix="p", run_dir=tmp_path, api_url="http://a"
+        )
+        assert trainer["loss"] == {"w_grpo": 0.0, "w_opd": w_opd, "w_prm": w_prm}
+        assert trainer["atropos"]["batch_size"] == 8
+
+
+def test_the_headline_is_the_mean_gain_per_arm_then_user_turns():
+    runs = [{"arm": "opd", "gain": 0.125}, {"arm": "opd", "gain": -0.0417}, {"arm": "prm", "gain": 0.0}]
+    assert live_headline(runs, ["opd", "prm"], 48) == {
+        "opd_live_gain": pytest.approx(0.0417, abs=2e-4),
+        "prm_live_gain": 0.0,
+        "user_turns": 48,
+    }
