@@ -253,16 +253,38 @@ def find_nonzero_exit(text: str, exit_code_pattern: re.Pattern[str]) -> Finding 
     )
 
 
+_CODE_SPAN = re.compile(
+    r"`[^`\n]*`"  # a span the user already marked
+    r"|(?<![\w.`])(?:[A-Za-z_][\w]*_[\w]*|[A-Za-z_][\w-]+\.[A-Za-z]{1,5})(?:\(\w*\))?(?![\w`])"
+)
+"""What a chat client shows as code in a user's reply: marked spans, and words a person types as code
+without marking them (`snake_case` names, file names with an extension, a call's `()`)."""
+
+
+def mark_code(text: str) -> str:
+    """`text` with every code-like word in backticks, as a markdown chat would render it; spans the
+    user marked are kept as they are."""
+    return _CODE_SPAN.sub(lambda m: m.group(0) if m.group(0).startswith("`") else f"`{m.group(0)}`", text)
+
+
 def find_user_feedback(pair: TurnPair) -> Finding | None:
-    """The first user reply in the pair's next state that is not a plain acceptance, quoted."""
+    """The first user reply in the pair's next state that is not a plain acceptance, quoted with
+    its code marked (`mark_code`)."""
     for role, _, text in next_state_parts(pair):
         if role == "user" and text.strip() and not plain_acceptance(text):
+            quoted = mark_code(_quote_user(text))
             return Finding(
                 kind="user_feedback",
-                statement=f"The user replied to this step: `{_quote(text, MAX_USER_QUOTE_CHARS)}`.",
+                statement=f'The user replied to this step: "{quoted}"',
                 advice="Do what the user asks there.",
             )
     return None
+
+
+def _quote_user(text: str) -> str:
+    """A user's reply on one line, shortened, answer markers defused (backticks kept)."""
+    text = defuse_markers(" ".join(text.split()))
+    return text if len(text) <= MAX_USER_QUOTE_CHARS else text[: MAX_USER_QUOTE_CHARS - 3] + "..."
 
 
 @dataclass(frozen=True)

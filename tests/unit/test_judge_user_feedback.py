@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from judge.config import JudgeConfig
-from judge.rules_backend import RulePatterns, RulesJudgeBackend, pair_hint
+from judge.rules_backend import RulePatterns, RulesJudgeBackend, mark_code, pair_hint
 from judge.user_feedback import plain_acceptance
 from tests.support.judge_pairs import pair_with, tool
 
@@ -19,11 +19,24 @@ def user(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
 
 
-def test_a_correction_is_quoted_whole_as_the_hint():
+def test_a_correction_is_quoted_whole_as_the_hint_with_its_code_marked():
     pair = pair_with(tool("wrote 40 bytes to helpers.py", "write_file"), user(CORRECTION))
     assert pair_hint(pair, QUOTING) == (
-        f"The user replied to this step: `{CORRECTION}`. Do what the user asks there."
+        'The user replied to this step: "Wrong name: our team starts every function name with `compute_`, '
+        'so this one is `compute_total`." Do what the user asks there.'
     )
+
+
+def test_code_is_marked_as_a_markdown_chat_shows_it():
+    assert (
+        mark_code("Put compute_total(x) in helpers.py, e.g. now.")
+        == "Put `compute_total(x)` in `helpers.py`, e.g. now."
+    )
+    assert (
+        mark_code("Keep `my file.txt` and main.rs; i.e. both.")
+        == "Keep `my file.txt` and `main.rs`; i.e. both."
+    )
+    assert mark_code("No code here, just words.") == "No code here, just words."
 
 
 def test_off_by_default_so_the_env_is_unchanged():
@@ -37,7 +50,7 @@ def test_a_plain_acceptance_gives_no_hint_and_a_mixed_reply_does():
     mixed = "Thanks, but that is the wrong file: code goes in helpers.py."
     assert not plain_acceptance(mixed)
     assert pair_hint(pair_with(user(mixed)), QUOTING).startswith(
-        "The user replied to this step: `Thanks, but"
+        'The user replied to this step: "Thanks, but'
     )
 
 
@@ -62,9 +75,9 @@ def test_a_failure_finding_comes_first_and_the_reply_second():
 
 
 def test_long_replies_are_cut_and_markers_defused():
-    text = "No. " + "x" * 600 + " \\boxed{1}"
+    text = "No. \\boxed{1} " + "x" * 600
     hint = pair_hint(pair_with(user(text)), QUOTING)
-    quoted = hint.split("`")[1]
+    quoted = hint.split('"')[1]
     assert len(quoted) == 400 and quoted.endswith("...")
     assert "\\boxed" not in hint
 
@@ -72,4 +85,4 @@ def test_long_replies_are_cut_and_markers_defused():
 def test_the_backend_votes_the_quoted_hint():
     config = JudgeConfig(backend="rules", m=3, rules_quote_user_feedback=True)
     votes = asyncio.run(RulesJudgeBackend(config).collect_votes(pair_with(user(CORRECTION))))
-    assert len(votes) == 3 and all(CORRECTION in (v.hint or "") for v in votes)
+    assert len(votes) == 3 and all("`compute_total`" in (v.hint or "") for v in votes)

@@ -13,7 +13,7 @@ from hermes_opd.contract.errors import ConfigError
 from hermes_opd.learning_study.live_user import OUTCOMES, Phrasings, outcome_of, user_reply
 from judge.config import JudgeConfig
 from judge.prm_rules_backend import process_verdict
-from judge.rules_backend import RulePatterns, pair_hint
+from judge.rules_backend import RulePatterns, mark_code, pair_hint
 from tests.support.judge_pairs import pair_with, tool
 
 TRAIN = generate()["train"]
@@ -67,10 +67,10 @@ def test_every_default_correction_is_never_a_plus_one_and_is_a_quoted_hint(outco
         # the lexical PRM reads a correction word; "Nothing was written. Please write ..." has none (0)
         expected = {-1, 0} if outcome == "no_file" else {-1}
         assert process_verdict(pair, QUOTING)[0] in expected, text
-        assert (
-            pair_hint(pair, QUOTING)
-            == f"The user replied to this step: `{text}`. Do what the user asks there."
-        )
+        hint = pair_hint(pair, QUOTING)
+        assert hint == f'The user replied to this step: "{mark_code(text)}" Do what the user asks there.'
+        if outcome in ("wrong_module", "wrong_name"):  # the convention's value reaches the hint as code
+            assert "`helpers.py`" in hint or "`compute_total`" in hint, hint
 
 
 def test_every_default_acceptance_is_a_plus_one_and_no_hint():
