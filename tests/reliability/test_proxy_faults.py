@@ -141,3 +141,60 @@ async def test_a_proxy_killed_and_restarted_delivers_nothing_twice(dev_server, t
     assert keys == sorted([(f"before-{i}", 0) for i in range(3)] + [(f"after-{i}", 0) for i in range(3)])
     assert all(validate_group(g) == [] for g in read_groups(tmp_path / "groups.jsonl"))
     assert validate_main([str(tmp_path / "groups.jsonl")]) == 0
+
+
+class SlowAtroposAPI:
+    """An Atropos API that takes `delay_s` to accept each group: the fault a real `run-api` cannot
+    be made to show. `/info` reports a registered trainer; every accepted group is kept."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.received: list[dict] = []
+        self.runner = None
+        self.url = ""
+
+    async def __aenter__(self) -> SlowAtroposAPI:
+        from aiohttp import web
+
+        async def info(_request):
+            return web.json_response({"batch_size": 8, "max_token_len": 4096})
+
+        async def scored(request):
+            body = await request.json()
+            await asyncio.sleep(self.delay_s)
+            self.received.extend(body if isinstance(body, list) else [body])
+            return web.json_response({"status": "received"})
+
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.add_routes([web.get("/info", info), web.post("/scored_data", scored),
+                        web.post("/scored_data_list", scored)])  # fmt: skip
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        port = free_port()
+        await web.TCPSite(self.runner, "127.0.0.1", port).start()
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.runner.cleanup()
+
+
+async def test_a_slow_atropos_api_never_delays_a_request_and_gets_every_group_once(dev_server, tmp_path):
+    delay_s = 6.0
+    async with SlowAtroposAPI(delay_s) as api:
+        config = proxy_config(dev_server, tmp_path, samples_per_group=1, atropos_url=api.url,
+                              spool_dir=str(tmp_path / "spool"))  # fmt: skip
+        async with running_proxy(config) as (url, server):
+            client = AsyncOpenAI(base_url=url, api_key="x")
+            latencies = []
+            for i in range(4):  # sequential: each request comes while earlier groups are still posting
+                started = asyncio.get_running_loop().time()
+                await two_turns(client, f"s{i}")
+                latencies.append(asyncio.get_running_loop().time() - started)
+            assert server.feed.stats.submitted == 4
+            assert len(api.received) < 4  # the API was still taking the groups when the last reply came
+            # two requests each: answered at the policy's pace, never at the API's
+            assert max(latencies) < delay_s, latencies
+            await wait_for(lambda: len(api.received) == 4, timeout_s=120)
+    keys = sorted((o["proxy"]["session"], o["proxy"]["turn"]) for g in api.received for o in g["overrides"])
+    assert keys == [(f"s{i}", 0) for i in range(4)]
