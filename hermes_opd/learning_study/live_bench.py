@@ -37,7 +37,7 @@ from hermes_opd.learning_study.report import mean_band
 
 CONFIG_KEYS = ("vllm_url", "served_model", "student_model", "steps", "groups_per_step", "group_size",
                "eval_every", "seeds", "first_seed", "arms", "lora_r", "lr", "run_timeout_s", "max_tokens",
-               "phrasings", "env", "trainer")  # fmt: skip
+               "phrasings", "judge", "env", "trainer")  # fmt: skip
 DEFAULTS: dict[str, Any] = {
     "steps": 6, "groups_per_step": 2, "group_size": 4, "eval_every": 2, "seeds": 3, "first_seed": 0,
     "arms": "opd,prm,combined", "lora_r": 8, "lr": 1e-3, "run_timeout_s": 900.0, "max_tokens": 96,
@@ -109,7 +109,10 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], LiveSettings]:
         lr=float(values["lr"]), run_timeout_s=float(values["run_timeout_s"]),
         env={**ENV_DEFAULTS, **(values.get("env") or {})}, trainer=dict(values.get("trainer") or {}),
     )  # fmt: skip
-    return values, LiveSettings(loop=loop, phrasings=phrasings, max_tokens=int(values["max_tokens"]))
+    judge = dict(values.get("judge") or {})
+    return values, LiveSettings(
+        loop=loop, phrasings=phrasings, max_tokens=int(values["max_tokens"]), judge=judge
+    )
 
 
 def _say(text: str) -> None:
@@ -198,6 +201,7 @@ def write_outputs(
         | {
             "env": loop.env,
             "trainer": loop.trainer,
+            "judge": settings.judge,
             "samples_per_step": settings.samples_per_step,
             "phrasings": {k: list(v) for k, v in vars(settings.phrasings).items()},
         },  # fmt: skip

@@ -64,6 +64,8 @@ class LiveSettings:
     max_tokens: int = 96
     concurrency: int = 8
     """Sessions in flight at once within a round."""
+    judge: dict[str, Any] = field(default_factory=dict)
+    """Hint-judge keys over the bench's (rules, quoting the user): `backend: constant` is the control."""
 
     @property
     def samples_per_step(self) -> int:
@@ -84,7 +86,7 @@ def proxy_document(
         "opd": {
             "enabled": w_opd > 0,
             # the live user's words are the hint (judge/rules_backend.py, finding 8)
-            "judge": {"backend": "rules", "rules_quote_user_feedback": True},
+            "judge": {"backend": "rules", "rules_quote_user_feedback": True, **settings.judge},
             "prm": {"enabled": w_prm > 0, "judge": {"backend": "rules"}},
         },
     }  # fmt: skip

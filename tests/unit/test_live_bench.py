@@ -9,6 +9,7 @@ import pytest
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.learning_study.live_bench import add_arguments, live_headline, resolve
 from hermes_opd.learning_study.live_loop import LIVE_ARMS, live_trainer_document, proxy_document
+from hermes_opd.learning_study.paths import CONFIG_DIR
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -53,3 +54,19 @@ def test_the_headline_is_the_mean_gain_per_arm_then_user_turns():
         "prm_live_gain": 0.0,
         "user_turns": 48,
     }
+
+
+def test_the_constant_control_changes_only_the_hint_judge(tmp_path):
+    args = parse("--quick", "--config", str(CONFIG_DIR / "live-quick-constant.yaml"), "--out", str(tmp_path))
+    values, settings = resolve(args)
+    settings.loop.vllm_root_url = "http://127.0.0.1:1"
+    judge = proxy_document(settings, "opd", port=1, api_url="http://a", prefix="p", run_dir=tmp_path)["opd"][
+        "judge"
+    ]
+    assert judge == {
+        "backend": "constant",
+        "rules_quote_user_feedback": True,
+        "constant_hint_turns": "failed",
+    }
+    _, plain = resolve(parse("--quick", "--out", str(tmp_path)))
+    assert (values["arms"], settings.loop.steps, settings.samples_per_step) == (["opd"], plain.loop.steps, 8)
