@@ -321,13 +321,16 @@ def find_failures(text: str, patterns: RulePatterns) -> list[Finding]:
     return findings
 
 
-def rule_hint(next_state_text: str, patterns: RulePatterns) -> str | None:
-    """A hint of at most three sentences, or None when the next state shows no failure."""
-    findings = find_failures(next_state_text, patterns)
+def hint_from(findings: list[Finding]) -> str | None:
+    """At most three sentences: the first two findings, and the advice of the first; None for none."""
     if not findings:
         return None
-    sentences = [f.statement for f in findings[:2]] + [findings[0].advice]
-    return " ".join(sentences)
+    return " ".join([f.statement for f in findings[:2]] + [findings[0].advice])
+
+
+def rule_hint(next_state_text: str, patterns: RulePatterns) -> str | None:
+    """A hint of at most three sentences, or None when the next state shows no failure."""
+    return hint_from(find_failures(next_state_text, patterns))
 
 
 def pair_hint(pair: TurnPair, patterns: RulePatterns) -> str | None:
@@ -338,9 +341,7 @@ def pair_hint(pair: TurnPair, patterns: RulePatterns) -> str | None:
     findings = find_failures(pair.next_state_text, patterns)
     if patterns.quote_user_feedback and (reply := find_user_feedback(pair)) is not None:
         findings.append(reply)
-    if not findings:
-        return None
-    return " ".join([f.statement for f in findings[:2]] + [findings[0].advice])
+    return hint_from(findings)
 
 
 def rule_answer(pair: TurnPair, patterns: RulePatterns) -> str:

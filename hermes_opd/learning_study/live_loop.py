@@ -119,9 +119,8 @@ class Round:
 class SimulatedUser:
     """Runs the rounds against one proxy."""
 
-    def __init__(self, settings: LiveSettings, base_url: str, seed: int) -> None:
+    def __init__(self, settings: LiveSettings, seed: int) -> None:
         self.settings = settings
-        self.base_url = base_url
         self.seed = seed
         train, _ = convention_splits()
         specs = {t.task_id: t for t in generate()["train"]}
@@ -154,8 +153,9 @@ async def _metrics(http: httpx.AsyncClient, proxy_root: str) -> dict[str, Any]:
 async def run_rounds(settings: LiveSettings, proxy_root: str, seed: int, trainer: subprocess.Popen,
                      deadline: float, say) -> list[Round]:  # fmt: skip
     """Every round: its sessions, then wait for the step's adapter to be live in the proxy."""
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per metrics poll otherwise
-    user = SimulatedUser(settings, f"{proxy_root}/v1", seed)
+    for name in ("httpx", "httpx2"):  # one line per request and per metrics poll otherwise
+        logging.getLogger(name).setLevel(logging.WARNING)
+    user = SimulatedUser(settings, seed)
     client = AsyncOpenAI(base_url=f"{proxy_root}/v1", api_key="EMPTY", max_retries=0, timeout=300)
     rounds: list[Round] = []
     async with httpx.AsyncClient(timeout=30) as http:
