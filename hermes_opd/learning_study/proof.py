@@ -14,7 +14,7 @@ distributions of runs with the rules judge's hints and with constant hints (docs
 learning-proof.md, where both are listed run by run).
 
 `python -m hermes_opd.learning_study.proof DIR...` prints the verdict of every run in the bench
-output directories given.
+output directories given (`learning.json`, or a live bench's `live.json` with its margin).
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ MIN_MODULE_GAIN = 2
 the start: the test's margin (docs/notes/learning-proof.md, "The margin")."""
 MIN_SUCCESS_GAIN = 1
 """Held-out tasks passed after the last step, more than at the start."""
+LIVE_MIN_MODULE_GAIN = 1
+"""The same criterion's margin for `hermes-opd bench live --quick` (tests/experiments/test_live_bench.py):
+there a reply reveals one convention and only the wrong-file replies reveal the module, so the
+module moved by 1 or 2 of 12 in the measured runs with the user's words as hints, and by 0 in the
+constant-hint control (docs/recipes/live-bench.md, "The quick test's direction")."""
 
 
 def followed(evaluation: dict[str, Any]) -> int | None:
@@ -66,16 +71,16 @@ def run_facts(run: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
-def verdict(facts: dict[str, Any]) -> list[str]:
+def verdict(facts: dict[str, Any], min_module_gain: int = MIN_MODULE_GAIN) -> list[str]:
     """The reasons the quick test fails on this run; empty when it passes."""
     reasons = []
     if facts["followed_start"] is None or facts["followed_end"] is None:
         return ["the evaluations recorded no convention choices"]
     gain = facts["module_end"] - facts["module_start"]
-    if gain < MIN_MODULE_GAIN:
+    if gain < min_module_gain:
         reasons.append(
             f"module tasks written to the revealed file rose by {gain} "
-            f"({facts['module_start']} -> {facts['module_end']}), less than {MIN_MODULE_GAIN}"
+            f"({facts['module_start']} -> {facts['module_end']}), less than {min_module_gain}"
         )
     success_gain = facts["passed_end"] - facts["passed_start"]
     if success_gain < MIN_SUCCESS_GAIN:
@@ -86,8 +91,8 @@ def verdict(facts: dict[str, Any]) -> list[str]:
     return reasons
 
 
-def verdict_line(facts: dict[str, Any]) -> str:
-    reasons = verdict(facts)
+def verdict_line(facts: dict[str, Any], min_module_gain: int = MIN_MODULE_GAIN) -> str:
+    reasons = verdict(facts, min_module_gain)
     return (
         f"{facts['arm']} seed {facts['seed']}: passed {facts['passed_start']}->{facts['passed_end']}, "
         f"followed {facts['followed_start']}->{facts['followed_end']} (module {facts['module_start']}->"
@@ -102,14 +107,16 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m hermes_opd.learning_study.proof BENCH_OUT_DIR...", file=sys.stderr)
         return 2
     for directory in directories:
-        path = directory / "learning.json"
+        live = not (directory / "learning.json").exists() and (directory / "live.json").exists()
+        path = directory / ("live.json" if live else "learning.json")
+        margin = LIVE_MIN_MODULE_GAIN if live else MIN_MODULE_GAIN
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             print(f"error: {path}: {exc}", file=sys.stderr)
             return 2
         for run in record["runs"]:
-            print(f"{directory}: {verdict_line(run_facts(run))}")
+            print(f"{directory}: {verdict_line(run_facts(run), margin)}")
     return 0
 
 

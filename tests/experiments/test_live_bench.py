@@ -5,8 +5,11 @@ CPU vLLM (LoRA hot-loading), atroposlib's `run-api` and `hermes-opd train`; OPD 
 
 What it asserts: every user turn became exactly one trained sample, sampled by the adapter of the
 step before (lag 0) and delivered once; the trainer trained the OPD term on all of them; the proxy
-served each new adapter; and the direction measured in `DIRECTION_RUNS` runs of this very command
-(docs/recipes/live-bench.md, "The quick test's direction"). Not timed.
+served each new adapter; and the direction that held in 10 of 10 runs of this very command and
+failed under the constant-hint control (docs/recipes/live-bench.md, "The quick test's direction"):
+the env's learning criterion (hermes_opd/learning_study/proof.py) with the live margin, i.e. more
+held-out module tasks written to the file the user's corrections named (`helpers.py`), and more
+held-out tasks passed, both by at least one. Not timed.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from hermes_opd.learning_study.proof import LIVE_MIN_MODULE_GAIN, run_facts, verdict, verdict_line
 
 REPO = Path(__file__).resolve().parents[2]
 START = 5 / 24
@@ -55,3 +60,6 @@ def test_a_simulated_user_teaches_the_student_through_the_proxy(tmp_path):
         assert step["batch/sequences"] == 8 and step["policy/lag_max"] == 0
         assert step["loss/opd"] > 0 and step["loss/total"] == pytest.approx(step["loss/opd"], rel=1e-4)
     assert sum(step["batch/teacher_coverage"] > 0 for step in steps) == 6
+    # the direction (10 of 10 measured runs; the constant-hint control failed it)
+    facts = run_facts(run)
+    assert verdict(facts, LIVE_MIN_MODULE_GAIN) == [], verdict_line(facts, LIVE_MIN_MODULE_GAIN)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import json
 
-from hermes_opd.learning_study.proof import MIN_MODULE_GAIN, main, run_facts, verdict, verdict_line
+from hermes_opd.learning_study.proof import (
+    LIVE_MIN_MODULE_GAIN,
+    MIN_MODULE_GAIN,
+    main,
+    run_facts,
+    verdict,
+    verdict_line,
+)
 
 
 def evaluation(passed: int, module: int, name: int) -> dict:
@@ -48,3 +55,18 @@ def test_the_command_prints_every_runs_verdict(tmp_path, capsys):
     )
     assert "followed 6->13 (module 6->10, name 0->3)" in lines[0]
     assert main([str(tmp_path / "missing")]) == 2
+
+
+def test_a_live_bench_directory_is_judged_with_the_live_margin(tmp_path, capsys):
+    assert LIVE_MIN_MODULE_GAIN == 1
+    # the measured shapes: the user's words moved the module by 1 (passed 5 -> 6); the constant-hint
+    # control moved only names (passed 5 -> 8, module 6 -> 6)
+    real, control = run((6, 7, 0)), run((8, 6, 3))
+    assert verdict(run_facts(real), LIVE_MIN_MODULE_GAIN) == []
+    assert verdict(run_facts(control), LIVE_MIN_MODULE_GAIN) == [
+        "module tasks written to the revealed file rose by 0 (6 -> 6), less than 1"
+    ]
+    (tmp_path / "live.json").write_text(json.dumps({"runs": [real, control]}))
+    assert main([str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(": PASS") and lines[1].endswith("rose by 0 (6 -> 6), less than 1")
