@@ -188,9 +188,9 @@ def run_tinker_atropos(args) -> dict:
 
 def teacher_positions(
     groups: list[dict], *, skip_equal_scores: bool
-) -> list[tuple[list[int], list[int], list[float]]]:
-    """(tokens, positions, teacher logprob of the student's token) of every sequence with teacher
-    rows. `dense_k1` copies the sampler's logprob outside scored turns: such positions carry no
+) -> list[tuple[list[int], list[int], list[float], list[float]]]:
+    """(tokens, positions, teacher logprob of the student's token, sampler logprob of it) of every
+    sequence with teacher rows. `dense_k1` copies the sampler's logprob outside scored turns: such positions carry no
     teacher signal and are left out (their lp equals the inference lp bit for bit).
     `skip_equal_scores`: leave out the groups stock tinker-atropos skips (all scores equal)."""
     out = []
@@ -204,7 +204,7 @@ def teacher_positions(
             group["inference_logprobs"],
             strict=True,
         ):
-            positions, teacher = [], []
+            positions, teacher, sampler = [], [], []
             for t, (row, row_lps) in enumerate(zip(ids, lps, strict=True)):
                 if t == 0 or tokens[t] not in row:
                     continue
@@ -213,25 +213,35 @@ def teacher_positions(
                     continue
                 positions.append(t)
                 teacher.append(lp)
+                sampler.append(inference[t])
             if positions:
-                out.append((tokens, positions, teacher))
+                out.append((tokens, positions, teacher, sampler))
     return out
 
 
 def kl_to_teacher(sampling_client, teacher) -> dict:
     """Over the teacher positions, with d = student lp - teacher lp of the sampled token: `k1` = mean
     d (what tinker-atropos logs as `distil/kl_approx`), `k3` = mean(exp(-d) - 1 + d) (>= 0 per token,
-    Schulman's estimator of KL(student || teacher) from the student's samples), `gap` = mean |d|."""
-    seqs = [(tokens, [True] * len(tokens), [0.0] * len(tokens)) for tokens, _, _ in teacher]
+    Schulman's estimator of KL(student || teacher) from the student's samples), `gap` = mean |d|,
+    `is_k3` = k3 with each position weighted by exp(student lp - sampler lp) (the estimate for the
+    current student from the tokens the sampler drew)."""
+    seqs = [(tokens, [True] * len(tokens), [0.0] * len(tokens)) for tokens, *_ in teacher]
     student, _ = sampler_logprobs(sampling_client, seqs)
-    d = np.asarray(
-        [
-            student_lp[t - 1] - teacher_lp
-            for (_, positions, teacher_lps), student_lp in zip(teacher, student, strict=True)
-            for t, teacher_lp in zip(positions, teacher_lps, strict=True)
-        ]
-    )
-    return {"k1": float(d.mean()), "k3": float(np.mean(np.exp(-d) - 1 + d)), "gap": float(np.abs(d).mean())}
+    rows = [
+        (student_lp[t - 1], teacher_lp, sampler_lp)
+        for (_, positions, teacher_lps, sampler_lps), student_lp in zip(teacher, student, strict=True)
+        for t, teacher_lp, sampler_lp in zip(positions, teacher_lps, sampler_lps, strict=True)
+    ]
+    s, t, q = (np.asarray(column) for column in zip(*rows, strict=True))
+    d = s - t
+    k3 = np.exp(-d) - 1 + d
+    return {
+        "k1": float(d.mean()),
+        "k3": float(k3.mean()),
+        "gap": float(np.abs(d).mean()),
+        "is_k3": float(np.mean(np.exp(s - q) * k3)),
+        "positions": int(d.size),
+    }
 
 
 def check_kl(args) -> dict:
@@ -241,7 +251,7 @@ def check_kl(args) -> dict:
     rows = []
     for path in args.paths:
         rows.append({"path": path, **kl_to_teacher(service.create_sampling_client(model_path=path), teacher)})
-    return {"positions": sum(len(p) for _, p, _ in teacher), "samplers": rows}
+    return {"positions": sum(len(p) for _, p, *_ in teacher), "samplers": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
