@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--alpha", type=float, default=32.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target-modules", nargs="+", default=None,
+                        help="LoRA modules (default peft's all-linear; skyrl's server also adapts "
+                        "lm_head and embed_tokens)")  # fmt: skip
     parser.add_argument("--tinker-atropos-groups", action="store_true",
                         help="stand-in scores, and drop the equal-score group as tinker-atropos does")  # fmt: skip
     args = parser.parse_args(argv)
@@ -133,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
                 "path": args.model,
                 "device": "cpu",
                 "dtype": "float32",
-                "lora": {"enabled": True, "r": args.rank, "alpha": args.alpha},
+                "lora": {
+                    "enabled": True,
+                    "r": args.rank,
+                    "alpha": args.alpha,
+                    "target_modules": args.target_modules or "all-linear",
+                },
             },
             # tinker's Adam as the adapter sends it (trainer_adapters/tinker_adapter.py): betas
             # (0.9, 0.95), eps 1e-8, no weight decay, no gradient clip.
@@ -148,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         trainer.optimizer = torch.optim.SGD(params, lr=args.lr)
         trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, lambda _: 1.0)
     batch = trainer.collate(groups)
-    run = {"objective": args.objective, "lr": args.lr, "optimizer": args.optimizer, "seed": args.seed}
+    run = {"objective": args.objective, "lr": args.lr, "optimizer": args.optimizer, "seed": args.seed,
+           "lora": args.target_modules or "all-linear"}  # fmt: skip
     print(json.dumps({**run, "step": 0, **measure(trainer, batch)}), flush=True)
     for step in range(1, args.steps + 1):
         started = time.perf_counter()
