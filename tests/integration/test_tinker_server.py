@@ -50,15 +50,16 @@ LEARNING_RATE = 3e-4
 model (torch on CPU, the same batch: k3 0.1384 -> 0.1393 after one step, then falling)."""
 KL_FALL = 0.85
 """Our trainer, OPD only: k3 after STEPS - 1 steps must be below KL_FALL x its value before the
-first (3 suite runs measured: 0.59, 0.63 and 0.52 of the start; docs/trainers.md, "Measured
-through the local server")."""
+first (4 suite runs measured: 0.59, 0.63, 0.52 and 0.65 of the start; docs/trainers.md,
+"Measured through the local server")."""
 ATROPOS_STEPS = 4
 ATROPOS_LEARNING_RATE = 1e-4
 """Stock tinker-atropos freezes its OPD advantage at the sampling-time gap (teacher lp - sampler
 lp) and trains it through importance_sampling, so on a fixed batch it never stops pushing: its k3
 falls for as long as the steps taken stay below the gaps, then rises (torch on CPU, lr 3e-4: k3
 0.138 -> 0.119 -> 0.121 -> 0.150 -> 0.222). At 1e-4 it falls over these 4 steps, or over 3 and
-then turns up (4 suite runs measured: 0.75, 0.78, 0.82 and 0.92 of the start after 4 steps)."""
+then turns up (5 suite runs measured: 0.75, 0.78, 0.82, 0.92 and 0.66 of the start after 4
+steps)."""
 ATROPOS_KL_FALL = 0.97
 """Stock tinker-atropos: k3 after ATROPOS_STEPS steps below ATROPOS_KL_FALL x its value before."""
 LOGPROB_TOLERANCE = 1e-4
