@@ -4,7 +4,9 @@ Per Atropos batch (one optimizer step), see tinker_objective.py for the datums a
 1. Trainable step: ONE `forward_backward_custom(datums, loss_fn)` whose `loss_fn` is
    `compute_objective`, the function the torch trainer calls: PPO-clipped GRPO with
    `loss.clip_low`/`loss.clip_high` and the OPD term, both token means over the step. Then ONE
-   `optim_step`. What is logged is what was optimized: every term of that objective, weight 0
+   `optim_step`. With `tinker.server_loss_reduction: per_datum_mean` (skyrl's local server, which
+   reduces built-in losses per datum) the same two passes are made here instead, a forward and an
+   `importance_sampling` surrogate (`per_datum_mean_surrogate`), so the gradient is still exact. What is logged is what was optimized: every term of that objective, weight 0
    included (`loss/total`, `loss/grpo`, `loss/opd` and their metrics).
 2. Nothing to train (no term with a non-zero weight has data, e.g. w_opd = 0 and an equal-score
    batch): no backward pass and no `optim_step`, since Adam would still move the weights along its
@@ -24,12 +26,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from tinker import types as tt
 
 from trainer_adapters.atropos_client import AtroposClient, Backoff, Registration
 from trainer_adapters.metrics_log import MetricsLog
 from trainer_adapters.repeated_groups import RepeatedGroupFilter
-from trainer_adapters.tinker_objective import ObjectiveStep, build_objective_step
+from trainer_adapters.tinker_objective import (
+    PER_DATUM_MEAN_LOSS_FN,
+    ObjectiveStep,
+    build_objective_step,
+    per_datum_mean_surrogate,
+)
 from trainer_adapters.trainer_config import TinkerTrainerConfig
 
 logger = logging.getLogger(__name__)
@@ -100,7 +108,10 @@ class TinkerOPDTrainer:
                 return step.metrics_without_service()
             forward = self.training_client.forward(step.datums, FORWARD_LOSS_FN)
             return step.metrics_from_forward(forward.result().loss_fn_outputs)
-        fwd_bwd = self.training_client.forward_backward_custom(step.datums, step.loss_fn)
+        if self.config.tinker.server_loss_reduction == "per_datum_mean":
+            fwd_bwd = self._per_datum_mean_backward(step)
+        else:
+            fwd_bwd = self.training_client.forward_backward_custom(step.datums, step.loss_fn)
         optim = self.training_client.optim_step(self.adam_params())  # queued before waiting
         result = fwd_bwd.result()
         optim.result()
@@ -109,6 +120,21 @@ class TinkerOPDTrainer:
         metrics = {key: float(value) for key, value in step.loss_fn.last.metrics.items()}
         metrics["tinker/loss_sum"] = float(result.metrics.get("loss:sum", float("nan")))
         return metrics
+
+    def _per_datum_mean_backward(self, step: ObjectiveStep) -> Any:
+        """What forward_backward_custom does (forward, the objective on its logprobs, a linear
+        surrogate's backward), with a surrogate that a per-datum-mean server reduces back to the
+        objective's gradient (`per_datum_mean_surrogate`). Returns the backward's future."""
+        forward = self.training_client.forward(step.datums, FORWARD_LOSS_FN).result()
+        logprobs = [
+            out["logprobs"].to_torch().float().detach().requires_grad_(True)
+            for out in forward.loss_fn_outputs
+        ]
+        total, _ = step.loss_fn(step.datums, logprobs)
+        total.backward()
+        grads = [lp.grad if lp.grad is not None else torch.zeros_like(lp) for lp in logprobs]
+        datums = per_datum_mean_surrogate(step.datums, logprobs, grads)
+        return self.training_client.forward_backward(datums, PER_DATUM_MEAN_LOSS_FN)
 
     def publish_sampler(self) -> str:
         """save_weights_for_sampler and hand the path to `on_new_sampler` (the inference side)."""

@@ -195,6 +195,48 @@ class ObjectiveStep:
         return {key: float(value) for key, value in out.metrics.items()}
 
 
+PER_DATUM_MEAN_LOSS_FN = "importance_sampling"
+"""The built-in loss that carries the objective's gradient to a server that reduces per datum."""
+
+
+def per_datum_mean_surrogate(
+    datums: Sequence[tt.Datum], logprobs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]
+) -> list[tt.Datum]:
+    """The linear surrogate of the objective for a server whose built-in losses are reduced as
+    mean over datums of (sum_t mask_t * loss_t / sum_t mask_t), mask = `weights` (default 1).
+
+    `forward_backward_custom` sends weights w = -dC/dlp for `cross_entropy`; under that reduction
+    each datum's gradient is divided by sum_t w_t, which is signed and often <= 0 (then clamped to
+    1e-9). Here the gradient goes through `importance_sampling` instead, whose per-token loss is
+    -exp(lp - q) A: with q = the forward pass's logprobs (ratio 1 at the current weights) and
+    A = -dC/dlp * T_b * N (T_b the datum's length, its default mask's sum; N the datums of the
+    step), the server's gradient is (1/N) sum_b (1/T_b) sum_t dC/dlp_t * T_b * N * d lp_t =
+    dC/dtheta, exactly. Token-mode datums only ([T] targets)."""
+    if not (len(datums) == len(logprobs) == len(grads)):
+        raise ValueError(f"{len(datums)} datums, {len(logprobs)} logprob tensors, {len(grads)} gradients")
+    count = len(datums)
+    out = []
+    for datum, lp, grad in zip(datums, logprobs, grads, strict=True):
+        targets = datum.loss_fn_inputs["target_tokens"]
+        length = int(grad.shape[0])
+        if grad.dim() != 1 or tuple(lp.shape) != (length,):
+            raise ValueError(
+                f"per_datum_mean needs [T] targets (opd_mode: token), got logprobs {tuple(lp.shape)}"
+            )
+        advantages = (-grad.detach().double() * length * count).numpy().astype(np.float32)
+        out.append(
+            tt.Datum(
+                model_input=datum.model_input,
+                loss_fn_inputs={
+                    "target_tokens": targets,
+                    "logprobs": _tensor(lp.detach().numpy().astype(np.float32)),
+                    "advantages": _tensor(advantages),
+                },
+            )
+        )
+    return out
+
+
 def is_trainable(batch: CollatedBatch, config: LossConfig) -> bool:
     grpo = config.w_grpo != 0 and bool(((batch.advantages_BT != 0) & batch.loss_mask_BT).any())
     opd = config.w_opd != 0 and batch.num_teacher_positions > 0

@@ -289,6 +289,15 @@ class TinkerConfig(_Strict):
         "GRPO clipped with loss.clip_low/clip_high and OPD, through one forward_backward_custom, so it "
         "is the torch trainer's loss exactly (trainer_adapters/tinker_objective.py).",
     )
+    server_loss_reduction: Literal["sum", "per_datum_mean"] = Field(
+        "sum",
+        description="How the service reduces a built-in loss over tokens and datums. `sum` (the hosted "
+        "tinker API): the objective goes through the SDK's forward_backward_custom. `per_datum_mean` "
+        "(skyrl 0.4.0's local server: each datum's loss divided by the sum of its weights, then the "
+        "mean over datums, which rescales forward_backward_custom's signed weights per datum): the "
+        "adapter sends the objective's gradient as an importance_sampling surrogate that this "
+        "reduction divides back out exactly (token mode only; docs/trainers.md).",
+    )
     save_every_steps: int = Field(
         1, gt=0, description="save_weights_for_sampler every N steps (the sampler needs fresh weights)."
     )

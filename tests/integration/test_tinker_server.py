@@ -38,14 +38,30 @@ pytestmark = [
     ),
 ]
 LOCAL_CPU = REPO / "configs" / "local-cpu.yaml"
+CLIENT_CHECKS = REPO / "tests" / "support" / "tinker_client_checks.py"
 GROUPS = 2
 GROUP_SIZE = 4
 TOPK = 8
-STEPS = 4
+STEPS = 8
+"""Steps of each `hermes-opd train` arm, all on one fixed batch: the metrics of step k are measured
+on the weights after k - 1 optimizer steps, so the KL is seen at 0..STEPS-1 steps."""
 LEARNING_RATE = 3e-4
-"""At 1e-3 the first Adam step overshot on this 1.4M-parameter model: the OPD-only token KL (k3)
-on the fixed batch went 0.1225 -> 0.2401 -> 0.1704 -> 0.1455 while the signed gap shrank
-(-0.159 -> -0.071)."""
+"""Our trainer's Adam learning rate. At 1e-3 the first Adam step overshoots on this 1.4M-parameter
+model (torch on CPU, the same batch: k3 0.1384 -> 0.1393 after one step, then falling)."""
+KL_FALL = 0.85
+"""Our trainer, OPD only: k3 after STEPS - 1 steps must be below KL_FALL x its value before the
+first (4 suite runs measured: 0.59, 0.63, 0.52 and 0.65 of the start; docs/trainers.md,
+"Measured through the local server")."""
+ATROPOS_STEPS = 4
+ATROPOS_LEARNING_RATE = 1e-4
+"""Stock tinker-atropos freezes its OPD advantage at the sampling-time gap (teacher lp - sampler
+lp) and trains it through importance_sampling, so on a fixed batch it never stops pushing: its k3
+falls for as long as the steps taken stay below the gaps, then rises (torch on CPU, lr 3e-4: k3
+0.138 -> 0.119 -> 0.121 -> 0.150 -> 0.222). At 1e-4 it falls over these 4 steps, or over 3 and
+then turns up (5 suite runs measured: 0.75, 0.78, 0.82, 0.92 and 0.66 of the start after 4
+steps)."""
+ATROPOS_KL_FALL = 0.97
+"""Stock tinker-atropos: k3 after ATROPOS_STEPS steps below ATROPOS_KL_FALL x its value before."""
 LOGPROB_TOLERANCE = 1e-4
 """Largest |trainer lp - vLLM sampler lp| accepted on a generated token. Measured (float32 on both
 sides, 755 generated tokens of 8 sequences): 1.4e-5 for the training client's forward, 1.5e-5 for
@@ -63,7 +79,7 @@ def run_client(server, args: list[str], log: Path, timeout_s: float = 600) -> di
     env = {**os.environ, **client_environment(server.base_url), "PYTHONUNBUFFERED": "1"}
     env.pop("PYTHONPATH", None)
     proc = subprocess.run(
-        [tinker_python(server), str(REPO / "tests" / "tinker_client_checks.py"), *args],
+        [tinker_python(server), str(CLIENT_CHECKS), *args],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
     log.write_text(proc.stdout + proc.stderr)
@@ -171,7 +187,7 @@ def train_config(server, api_url: str, run: Path, batch_size: int, **loss) -> Pa
                     "poll_max_s": 1.0, "poll_timeout_s": 600},
         "tinker": {"base_model": str(server.model_dir), "base_url": server.base_url, "lora_rank": 8,
                    "learning_rate": LEARNING_RATE, "save_every_steps": 1, "state_every_steps": 0,
-                   "run_name": run.name},
+                   "run_name": run.name, "server_loss_reduction": "per_datum_mean"},
         "loss": {"opd_mode": "token", **loss},
         "logging": {"metrics_path": str(run / "metrics.jsonl"), "stdout": False},
         "state_path": str(run / "state.json"),
@@ -252,13 +268,16 @@ def test_hermes_opd_train_runs_grpo_opd_and_both_through_the_server(trained):
                 row["step"],
                 {k: round(v, 5) for k, v in row.items() if k.startswith(("loss/", "opd/token_kl"))},
             )
+    # The OPD term's KL to the teacher on the fixed batch: k3, mean over its teacher positions of
+    # exp(T - s) - 1 - (T - s), with s the trainer's own logprobs at the start of each step (after
+    # step - 1 optimizer steps) and T the teacher's; >= 0 at every position and 0 only where s = T,
+    # the fixed point of the token objective (docs/trainers.md).
+    for arm in ("opd", "both"):
+        kl = [row["opd/token_kl_k3"] for row in trained[arm]]
+        gap = [row["opd/token_logprob_gap"] for row in trained[arm]]
+        print(f"{arm}: token KL (k3) to the teacher per step (fixed batch):", kl, "mean gap T - s:", gap)
     kl = [row["opd/token_kl_k3"] for row in trained["opd"]]
-    gap = [row["opd/token_logprob_gap"] for row in trained["opd"]]
-    # Measured: the mean gap (teacher lp - student lp) shrinks toward 0 (lr 3e-4: -0.123 -> -0.112
-    # -> -0.098 -> -0.087), but the k3 KL on the same tokens did NOT fall (0.1018 -> 0.1144 -> 0.1283
-    # -> 0.1241): the policy gradient closes the gap on average while single positions overshoot.
-    print("OPD-only token KL (k3) to the teacher per step (fixed batch):", kl, "mean gap:", gap)
-    assert abs(gap[-1]) < abs(gap[0]), gap
+    assert kl[-1] < KL_FALL * kl[0], kl
     assert all(row["optim/step_skipped"] == 0.0 for row in trained["opd"])
 
 
@@ -317,6 +336,8 @@ def test_stock_tinker_atropos_trains_dense_k1_groups_through_the_server(tinker_s
     """Its own trainer, unmodified, pulls our dense_k1 groups from a real run-api (the same batch each
     step) and trains through the server with `importance_sampling`; the KL to the teacher on the
     groups it keeps, measured with its own new sampling client after each step, falls."""
+    commit = tinker_atropos_commit(TINKER_ATROPOS)
+    print(f"tinker-atropos: {TINKER_ATROPOS} at {commit}")
     groups = with_stand_in_scores(read(collected["dense_k1"]))
     scored = tmp_path / "dense_k1-scored.jsonl"  # what the API holds, for the KL measure
     scored.write_text("".join(json.dumps(g) + "\n" for g in groups))
@@ -324,16 +345,17 @@ def test_stock_tinker_atropos_trains_dense_k1_groups_through_the_server(tinker_s
     log = tmp_path / "tinker-atropos.log"
     env = {**os.environ, **client_environment(tinker_server.base_url), "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": TINKER_ATROPOS, "WANDB_MODE": "disabled"}  # fmt: skip
-    argv = [tinker_python(tinker_server), str(REPO / "tests" / "tinker_client_checks.py"), "atropos",
+    argv = [tinker_python(tinker_server), str(CLIENT_CHECKS), "atropos",
             str(scored), "--api", api.url, "--base-model", str(tinker_server.model_dir),
-            "--steps", str(STEPS), "--batch-size", str(sequences_in(groups)), "--lr", str(LEARNING_RATE)]  # fmt: skip
+            "--steps", str(ATROPOS_STEPS), "--batch-size", str(sequences_in(groups)),
+            "--lr", str(ATROPOS_LEARNING_RATE)]  # fmt: skip
     try:
         with log.open("wb") as handle:
             proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=handle, stderr=subprocess.STDOUT,
                                     start_new_session=True)  # fmt: skip
         try:
             wait_registered(api.url, sequences_in(groups), proc, log)
-            with FixedBatchFeeder(api.url, groups, STEPS):
+            with FixedBatchFeeder(api.url, groups, ATROPOS_STEPS):
                 assert proc.wait(1200) == 0, log.read_text()[-4000:]
         finally:
             if proc.poll() is None:
@@ -345,10 +367,22 @@ def test_stock_tinker_atropos_trains_dense_k1_groups_through_the_server(tinker_s
     steps = json.loads(text.strip().splitlines()[-1])["steps"]
     print("tinker-atropos:", json.dumps(steps))
     assert "Skipped 1 groups with zero advantages" in text  # the equal-score group: its teacher rows lost
-    assert [row["step"] for row in steps] == list(range(STEPS + 1))
+    assert [row["step"] for row in steps] == list(range(ATROPOS_STEPS + 1))
     assert all(row["distil_tokens"] > 0 for row in steps[1:]), "the OPD signal reached its loss"
-    # Measured (lr 3e-4): k1, its own `distil/kl_approx` taken on the new weights, fell every step
-    # (0.1414 -> 0.1353 -> 0.1198 -> 0.0954 -> 0.0627); k3 did not (0.138 -> 0.123 -> 0.126 -> 0.154
-    # -> 0.223): its importance-sampling loss lowers the mean student - teacher gap, not the KL.
-    k1 = [row["kl_to_teacher"]["k1"] for row in steps]
-    assert k1[-1] < k1[0], k1
+    # The same k3 as our trainer's, on the teacher positions of the groups it keeps, measured with
+    # its own new sampling client after each step; k1 is its own `distil/kl_approx` on new weights.
+    k3 = [row["kl_to_teacher"]["k3"] for row in steps]
+    print("tinker-atropos k3 per step:", k3, "k1:", [row["kl_to_teacher"]["k1"] for row in steps])
+    assert k3[-1] < ATROPOS_KL_FALL * k3[0], k3
+
+
+def tinker_atropos_commit(path: str) -> str:
+    """The checkout's commit (`git rev-parse HEAD`), or why it is unknown."""
+    proc = subprocess.run(
+        ["git", "-C", path, "log", "-1", "--format=%H %cs %s"], capture_output=True, text=True
+    )
+    return (
+        proc.stdout.strip()
+        if proc.returncode == 0
+        else f"unknown commit (not a git checkout: {proc.stderr.strip()})"
+    )

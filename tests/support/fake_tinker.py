@@ -42,12 +42,17 @@ class FakeTinkerService:
     forward_backward* backpropagates into its parameters, as the service accumulates gradients until
     optim_step. Built-in losses follow tinker's documented formulas (sums over tokens):
     importance_sampling = -sum(exp(lp - q) A); ppo = -sum(min(r A, clamp(r, lo, hi) A)) with
-    lo/hi from loss_fn_config (default 0.8/1.2); cross_entropy = -sum(lp * weights).
+    lo/hi from loss_fn_config (default 0.8/1.2); cross_entropy = -sum(lp * weights); or reduced
+    per datum (`reduction`).
     forward_backward_custom runs the SDK's own `_compute_custom_loss` on the forward logprobs, then
     the cross-entropy surrogate backward with the weights it produced, as the SDK does."""
 
-    def __init__(self, logits_of) -> None:
+    def __init__(self, logits_of, *, reduction: str = "sum") -> None:
         self.logits_of = logits_of
+        self.reduction = reduction
+        """`sum` (tinker's documented reduction) or `per_datum_mean` (skyrl 0.4.0's local server:
+        each datum's per-token losses summed under the mask `weights`, default 1, divided by
+        max(sum of the mask, 1e-9), then the mean over datums; docs/trainers.md)."""
         self.calls: list[tuple] = []
         self.loss_sum = 0.0
 
@@ -62,19 +67,28 @@ class FakeTinkerService:
         with torch.no_grad():
             return [{"logprobs": tt.TensorData.from_torch(self._logprobs(d))} for d in data]
 
-    def _builtin_loss(self, datum, lp, loss_fn, config):
+    def _token_losses(self, datum, lp, loss_fn, config):
+        """(per-token loss, mask) of a built-in loss."""
         inputs = {k: v.to_torch().float() for k, v in datum.loss_fn_inputs.items() if k != "target_tokens"}
+        mask = inputs.get("weights", torch.ones_like(lp))
         if loss_fn == "cross_entropy":
-            return -(lp * inputs["weights"]).sum()
+            return -lp, mask
         ratio = torch.exp(lp - inputs["logprobs"])
         adv = inputs["advantages"]
         if loss_fn == "importance_sampling":
-            return -(ratio * adv).sum()
+            return -(ratio * adv), mask
         if loss_fn == "ppo":
             config = config or {}
             lo, hi = config.get("clip_low_threshold", 0.8), config.get("clip_high_threshold", 1.2)
-            return -torch.minimum(ratio * adv, ratio.clamp(lo, hi) * adv).sum()
+            return -torch.minimum(ratio * adv, ratio.clamp(lo, hi) * adv), mask
         raise AssertionError(f"no local formula for {loss_fn}")
+
+    def _reduced_loss(self, data, loss_fn, config):
+        losses = [self._token_losses(d, self._logprobs(d), loss_fn, config) for d in data]
+        if self.reduction == "sum":
+            return sum((mask * loss).sum() for loss, mask in losses)
+        per_datum = [(mask * loss).sum() / mask.sum().clamp(min=1e-9) for loss, mask in losses]
+        return sum(per_datum) / len(per_datum)
 
     def forward(self, data, loss_fn, loss_fn_config=None):
         self.calls.append(("forward", loss_fn, len(data)))
@@ -82,7 +96,7 @@ class FakeTinkerService:
 
     def forward_backward(self, data, loss_fn, loss_fn_config=None):
         self.calls.append(("forward_backward", loss_fn, len(data)))
-        total = sum(self._builtin_loss(d, self._logprobs(d), loss_fn, loss_fn_config) for d in data)
+        total = self._reduced_loss(data, loss_fn, loss_fn_config)
         total.backward()
         self.loss_sum += float(total)
         return _Done(tt.ForwardBackwardOutput("ArrayRecord", self._outputs(data), {"loss:sum": float(total)}))
@@ -91,7 +105,7 @@ class FakeTinkerService:
         self.calls.append(("forward_backward_custom", len(data)))
         forward = tt.ForwardBackwardOutput("ArrayRecord", self._outputs(data), {})
         custom = TrainingClient._compute_custom_loss(data, loss_fn, forward)
-        surrogate = sum(self._builtin_loss(d, self._logprobs(d), "cross_entropy", None) for d in custom.data)
+        surrogate = self._reduced_loss(custom.data, "cross_entropy", None)
         surrogate.backward()
         self.loss_sum += custom.loss_sum
         return _Done(

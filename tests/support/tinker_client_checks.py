@@ -10,6 +10,8 @@ through the SDK exactly as a user's would. Each subcommand prints one JSON objec
                                 client restored from its last `save_state` and a sampling client made
                                 from the sampler weights it saved last, on the same tokens
   atropos ...                   stock tinker-atropos' trainer (see `run_tinker_atropos`)
+  train-kl GROUPS.jsonl ...     our trainer, OPD only, on one fixed batch: its KL per step under
+                                either `tinker.server_loss_reduction` (see `run_train_kl`)
 
 Environment: TINKER_BASE_URL and TINKER_API_KEY (hermes_opd.devkit.tinker_server.client_environment).
 """
@@ -188,9 +190,9 @@ def run_tinker_atropos(args) -> dict:
 
 def teacher_positions(
     groups: list[dict], *, skip_equal_scores: bool
-) -> list[tuple[list[int], list[int], list[float]]]:
-    """(tokens, positions, teacher logprob of the student's token) of every sequence with teacher
-    rows. `dense_k1` copies the sampler's logprob outside scored turns: such positions carry no
+) -> list[tuple[list[int], list[int], list[float], list[float]]]:
+    """(tokens, positions, teacher logprob of the student's token, sampler logprob of it) of every
+    sequence with teacher rows. `dense_k1` copies the sampler's logprob outside scored turns: such positions carry no
     teacher signal and are left out (their lp equals the inference lp bit for bit).
     `skip_equal_scores`: leave out the groups stock tinker-atropos skips (all scores equal)."""
     out = []
@@ -204,7 +206,7 @@ def teacher_positions(
             group["inference_logprobs"],
             strict=True,
         ):
-            positions, teacher = [], []
+            positions, teacher, sampler = [], [], []
             for t, (row, row_lps) in enumerate(zip(ids, lps, strict=True)):
                 if t == 0 or tokens[t] not in row:
                     continue
@@ -213,25 +215,35 @@ def teacher_positions(
                     continue
                 positions.append(t)
                 teacher.append(lp)
+                sampler.append(inference[t])
             if positions:
-                out.append((tokens, positions, teacher))
+                out.append((tokens, positions, teacher, sampler))
     return out
 
 
 def kl_to_teacher(sampling_client, teacher) -> dict:
     """Over the teacher positions, with d = student lp - teacher lp of the sampled token: `k1` = mean
     d (what tinker-atropos logs as `distil/kl_approx`), `k3` = mean(exp(-d) - 1 + d) (>= 0 per token,
-    Schulman's estimator of KL(student || teacher) from the student's samples), `gap` = mean |d|."""
-    seqs = [(tokens, [True] * len(tokens), [0.0] * len(tokens)) for tokens, _, _ in teacher]
+    Schulman's estimator of KL(student || teacher) from the student's samples), `gap` = mean |d|,
+    `is_k3` = k3 with each position weighted by exp(student lp - sampler lp) (the estimate for the
+    current student from the tokens the sampler drew)."""
+    seqs = [(tokens, [True] * len(tokens), [0.0] * len(tokens)) for tokens, *_ in teacher]
     student, _ = sampler_logprobs(sampling_client, seqs)
-    d = np.asarray(
-        [
-            student_lp[t - 1] - teacher_lp
-            for (_, positions, teacher_lps), student_lp in zip(teacher, student, strict=True)
-            for t, teacher_lp in zip(positions, teacher_lps, strict=True)
-        ]
-    )
-    return {"k1": float(d.mean()), "k3": float(np.mean(np.exp(-d) - 1 + d)), "gap": float(np.abs(d).mean())}
+    rows = [
+        (student_lp[t - 1], teacher_lp, sampler_lp)
+        for (_, positions, teacher_lps, sampler_lps), student_lp in zip(teacher, student, strict=True)
+        for t, teacher_lp, sampler_lp in zip(positions, teacher_lps, sampler_lps, strict=True)
+    ]
+    s, t, q = (np.asarray(column) for column in zip(*rows, strict=True))
+    d = s - t
+    k3 = np.exp(-d) - 1 + d
+    return {
+        "k1": float(d.mean()),
+        "k3": float(k3.mean()),
+        "gap": float(np.abs(d).mean()),
+        "is_k3": float(np.mean(np.exp(s - q) * k3)),
+        "positions": int(d.size),
+    }
 
 
 def check_kl(args) -> dict:
@@ -241,7 +253,53 @@ def check_kl(args) -> dict:
     rows = []
     for path in args.paths:
         rows.append({"path": path, **kl_to_teacher(service.create_sampling_client(model_path=path), teacher)})
-    return {"positions": sum(len(p) for _, p, _ in teacher), "samplers": rows}
+    return {"positions": sum(len(p) for _, p, *_ in teacher), "samplers": rows}
+
+
+def run_train_kl(args) -> dict:
+    """Our trainer (TinkerOPDTrainer, OPD only, token mode) for `--steps` steps on the groups of
+    GROUPS, all on that one batch, with `--reduction` as `tinker.server_loss_reduction`; the OPD
+    term's k3 and mean gap (teacher lp - student lp) are the step's own metrics (the weights after
+    step - 1 optimizer steps), and a forward-only pass measures them after the last step."""
+    from trainer_adapters.tinker_adapter import TinkerOPDTrainer, resolved_client
+    from trainer_adapters.tinker_objective import build_objective_step
+    from trainer_adapters.trainer_config import parse_trainer_config
+
+    groups = read_groups(args.groups)
+    config = parse_trainer_config(
+        {
+            "trainer": "tinker",
+            "tinker": {
+                "base_model": args.base_model,
+                "lora_rank": args.rank,
+                "learning_rate": args.lr,
+                "server_loss_reduction": args.reduction,
+                "save_every_steps": args.steps + 1,
+            },
+            "loss": {"opd_mode": "token", "w_grpo": 0.0},
+            "logging": {"metrics_path": None, "stdout": False},
+        }
+    )
+    service = tinker.ServiceClient()
+    client = resolved_client(service.create_lora_training_client(base_model=args.base_model, rank=args.rank))
+    trainer = TinkerOPDTrainer(config, client)
+    rows = []
+    for step in range(args.steps):
+        started = time.perf_counter()
+        metrics = trainer.train_step(groups)
+        rows.append({"updates": step, "k3": metrics["opd/token_kl_k3"], "gap": metrics["opd/token_logprob_gap"],
+                     "step_s": time.perf_counter() - started})  # fmt: skip
+    step = build_objective_step(groups, config.loss)
+    metrics = step.metrics_from_forward(client.forward(step.datums, "cross_entropy").result().loss_fn_outputs)
+    rows.append(
+        {"updates": args.steps, "k3": metrics["opd/token_kl_k3"], "gap": metrics["opd/token_logprob_gap"]}
+    )
+    return {
+        "reduction": args.reduction,
+        "lr": args.lr,
+        "positions": step.batch.num_teacher_positions,
+        "rows": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,6 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     atropos.add_argument("--batch-size", type=int, required=True)
     atropos.add_argument("--rank", type=int, default=8)
     atropos.add_argument("--lr", type=float, default=1e-3)
+    train_kl = sub.add_parser("train-kl")
+    train_kl.add_argument("groups")
+    train_kl.add_argument("--base-model", required=True)
+    train_kl.add_argument("--reduction", choices=("sum", "per_datum_mean"), required=True)
+    train_kl.add_argument("--steps", type=int, default=8)
+    train_kl.add_argument("--lr", type=float, default=3e-4)
+    train_kl.add_argument("--rank", type=int, default=8)
     args = parser.parse_args(argv)
     if not os.environ.get("TINKER_API_KEY", "").startswith("tml-"):
         print("error: TINKER_API_KEY must start with tml-", file=sys.stderr)
@@ -275,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         "sampler": check_sampler,
         "kl": check_kl,
         "atropos": run_tinker_atropos,
+        "train-kl": run_train_kl,
     }
     run = commands[args.command]
     print(json.dumps(run(args)), flush=True)
