@@ -24,8 +24,8 @@ echo "[test] dev model"
 "$VENV/bin/hermes-opd" dev-model build "$HERMES_OPD_CACHE/dev-model" --if-missing || exit 1
 
 # The `tinker` suite (tests/integration/test_tinker_server.py: a local Tinker-API server) runs when its venv is
-# there and is skipped otherwise; build it with `bash scripts/tinker-server-setup.sh` (not done here:
-# it takes 6-15 min and 6.7 GB; docs/trainers.md, "A local Tinker-API server").
+# there and is skipped otherwise; build it with `bash scripts/tinker-server-setup.sh` (`.ci/run` does; not
+# done here: it takes 2-15 min and 6.7 GB; docs/trainers.md, "A local Tinker-API server").
 if [ -f "${HERMES_OPD_TINKER_VENV:-.venv-tinker}/.hermes-opd-tinker-installed" ]; then
   echo "[test] the tinker suite runs (${HERMES_OPD_TINKER_VENV:-.venv-tinker} is present)"
 else
