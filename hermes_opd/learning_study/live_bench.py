@@ -69,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", default="runs/bench-live", help="output directory")
     parser.add_argument("--quick", action="store_true", help="OPD only, one seed (the README test's run)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: rebuild live.json, live.png and the table from the runs in --out "
+                             "(<arm>-seed<N>/run.json; copy the run directories of several --out here first)")  # fmt: skip
 
 
 def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], LiveSettings]:
@@ -128,6 +131,11 @@ def run(args: argparse.Namespace) -> int:
     loop = settings.loop
     loop.out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    if args.report_only:
+        runs = [json.loads(p.read_text()) for p in loop.out_dir.glob("*-seed*/run.json")]
+        runs.sort(key=lambda r: (r["seed"], list(LIVE_ARMS).index(r["arm"])))
+        values["arms"] = [arm for arm in LIVE_ARMS if any(r["arm"] == arm for r in runs)]
+        return write_outputs(settings, values, runs, started)
     server = None
     if not loop.vllm_root_url:
         print(f"starting a CPU vLLM with LoRA hot-loading for {loop.model_dir} ...", file=sys.stderr)

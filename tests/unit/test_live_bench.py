@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -70,3 +71,19 @@ def test_the_constant_control_changes_only_the_hint_judge(tmp_path):
     }
     _, plain = resolve(parse("--quick", "--out", str(tmp_path)))
     assert (values["arms"], settings.loop.steps, settings.samples_per_step) == (["opd"], plain.loop.steps, 8)
+
+
+def test_report_only_rebuilds_the_outputs_from_run_directories(tmp_path, capsys):
+    from hermes_opd.learning_study.live_bench import run
+
+    for arm, seed, gain in (("opd", 0, 1 / 24), ("prm", 0, 0.0), ("opd", 3, 2 / 24)):
+        run_dir = tmp_path / f"{arm}-seed{seed}"
+        run_dir.mkdir()
+        curve = [(0, 5 / 24), (48, 5 / 24 + gain)]
+        rounds = [{"accepted": 0, "user_turns": 8}, {"accepted": 2, "user_turns": 8}]
+        record = {"arm": arm, "seed": seed, "gain": gain, "curve": curve, "rounds": rounds, "wall_s": 1.0}
+        (run_dir / "run.json").write_text(json.dumps(record))
+    assert run(parse("--report-only", "--out", str(tmp_path))) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last == {"opd_live_gain": pytest.approx(0.0625, abs=1e-4), "prm_live_gain": 0.0, "user_turns": 48}
+    assert (tmp_path / "live.png").is_file() and json.loads((tmp_path / "live.json").read_text())["runs"]
