@@ -118,11 +118,12 @@ def _stop(processes: list[subprocess.Popen]) -> None:
 
 async def _measure(base_url: str, model: str, urls: dict[str, str], concurrency: tuple[int, ...], turns: int,
                    max_tokens: int, rounds: int) -> dict[tuple[str, int], tuple[list[float], list[int]]]:  # fmt: skip
+    """Rounds of direct vLLM and then each proxy in `urls` (its mode -> base URL), in that order."""
     samples: dict[tuple[str, int], tuple[list[float], list[int]]] = {}
     await _round(base_url, model, 1, -1, 1, 4, False)  # warm-up
     for round_index in range(rounds):
         for sessions in concurrency:
-            for path, url in (("direct", base_url), ("serve", urls["serve"]), ("train", urls["train"])):
+            for path, url in (("direct", base_url), *urls.items()):
                 times, tokens = await _round(
                     url, model, sessions, round_index, turns, max_tokens, path != "direct"
                 )
@@ -142,19 +143,20 @@ async def _drained(url: str, timeout_s: float = 900.0) -> None:
 
 
 async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[int, ...] = (1, 16),
-              turns: int = 3, max_tokens: int = 32, rounds: int = 3) -> dict[str, Any]:  # fmt: skip
+              turns: int = 3, max_tokens: int = 32, rounds: int = 3,
+              modes: tuple[str, ...] = ("serve", "train")) -> dict[str, Any]:  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
     urls: dict[str, str] = {}
     processes: list[subprocess.Popen] = []
     try:
-        for mode in ("serve", "train"):
+        for mode in modes:
             config = {"policy_base_url": base_url, "policy_model": model, "tokenizer": tokenizer_dir,
                       "port": free_port(), "train": mode == "train", "groups_path": str(workdir / "groups.jsonl"),
                       "opd": {"judge": {"backend": "rules"}, "teacher": {"path": "completions"}}}  # fmt: skip
             process, urls[mode] = _start_proxy(config, workdir, mode)
             processes.append(process)
         samples = await _measure(base_url, model, urls, concurrency, turns, max_tokens, rounds)
-        feed = _feed_stats(urls["train"])
+        feed = _feed_stats(urls["train"]) if "train" in urls else None
     finally:
         _stop(processes)
     result: dict[str, Any] = {
@@ -167,7 +169,7 @@ async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[
     for sessions in concurrency:
         direct = _summary(*samples[("direct", sessions)])
         entry: dict[str, Any] = {"direct": direct}
-        for mode in ("serve", "train"):
+        for mode in modes:
             summary = _summary(*samples[(mode, sessions)])
             summary["p50_ratio"] = summary["p50_s"] / direct["p50_s"]
             summary["p95_ratio"] = summary["p95_s"] / direct["p95_s"]
@@ -175,7 +177,8 @@ async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[
         worst = max(worst, entry["serve"]["p50_ratio"], entry["serve"]["p95_ratio"])
         result[f"sessions_{sessions}"] = entry
     keys = ("submitted", "scored_turns", "samples_grouped", "dropped_queue_full", "pending")
-    result["train_feed_at_end"] = {k: feed.get(k, 0) for k in keys}
+    if feed is not None:
+        result["train_feed_at_end"] = {k: feed.get(k, 0) for k in keys}
     return with_headline(result, "worst_serve_overhead_ratio", worst)
 
 
@@ -187,6 +190,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=None, help="per request (default 32; quick 8)")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3; quick 1)")
     parser.add_argument("--sessions", default="1,16", help="concurrencies, comma-separated (default 1,16)")
+    parser.add_argument("--modes", default="serve,train",
+                        help="proxies to measure: serve (the headline) and/or train (default both)")  # fmt: skip
     add_server_arguments(parser)
 
 
@@ -201,5 +206,13 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             turns=pick(args.turns, 3, 2, q),
             max_tokens=pick(args.max_tokens, 32, 8, q),
             rounds=pick(args.rounds, 3, 1, q),
+            modes=_modes(args.modes),
         )
     )
+
+
+def _modes(text: str) -> tuple[str, ...]:
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    if "serve" not in modes or not set(modes) <= {"serve", "train"}:
+        raise SystemExit(f"--modes must be serve or serve,train (the headline is serve's), got {text!r}")
+    return modes
