@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from environments.atropos.embedded_paths import default_dev_model_dir
 from hermes_opd.contract.errors import ConfigError
+from hermes_opd.learning_study.bench_values import merged_values
 from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, load_run, run_arm, start_lora_vllm
 from hermes_opd.learning_study.plot import plot_learning_curves
 from hermes_opd.learning_study.report import (
@@ -82,31 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], LoopSettings]:
     """Defaults < (--quick) < --config < flags. Returns the merged plain values and the settings."""
-    values: dict[str, Any] = {**DEFAULTS, **(QUICK if args.quick else {})}
-    if args.config:
-        try:
-            data = yaml.safe_load(Path(args.config).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{args.config}: cannot read the bench config: {exc}") from exc
-        unknown = sorted(set(data) - set(CONFIG_KEYS))
-        if unknown:
-            raise ConfigError(f"{args.config}: unknown keys {unknown}; known: {', '.join(CONFIG_KEYS)}")
-        values.update(data)
-    for key in ("student_model", "vllm_url", "served_model", "arms", "seeds", "first_seed", "steps",
-                "groups_per_step", "group_size", "eval_every", "workers", "lr"):  # fmt: skip
-        if getattr(args, key, None) is not None:
-            values[key] = getattr(args, key)
-    arms = [a.strip() for a in str(values["arms"]).split(",") if a.strip()]
-    if not arms or any(a not in ARMS for a in arms):
-        raise ConfigError(
-            f"arms must be a comma-separated subset of {','.join(ARMS)}, got {values['arms']!r}"
-        )
-    values["arms"] = arms
-    for key in ("steps", "groups_per_step", "group_size", "eval_every", "seeds", "workers"):
-        if int(values[key]) < 1:
-            raise ConfigError(f"{key} must be >= 1, got {values[key]}")
-    if int(values["first_seed"]) < 0:
-        raise ConfigError(f"first_seed must be >= 0, got {values['first_seed']}")
+    values = merged_values(
+        args, defaults=DEFAULTS, quick=QUICK, config_keys=CONFIG_KEYS, arms=ARMS,
+        flags=("student_model", "vllm_url", "served_model", "arms", "seeds", "first_seed", "steps",
+               "groups_per_step", "group_size", "eval_every", "workers", "lr"),
+        sizes=("steps", "groups_per_step", "group_size", "eval_every", "seeds", "workers"),
+    )  # fmt: skip
     if int(values["group_size"]) < 2:
         raise ConfigError("group_size must be >= 2 (GRPO compares rollouts within a group)")
     model_dir = str(values.get("student_model") or default_dev_model_dir())

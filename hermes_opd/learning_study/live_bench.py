@@ -25,9 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hermes_opd.contract.errors import ConfigError
+from hermes_opd.learning_study.bench_values import merged_values
 from hermes_opd.learning_study.live_loop import LIVE_ARMS, LiveSettings, run_live_arm
 from hermes_opd.learning_study.live_user import Phrasings
 from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, start_lora_vllm
@@ -76,29 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], LiveSettings]:
     """Defaults < (--quick) < --config < flags."""
-    values: dict[str, Any] = {**DEFAULTS, **(QUICK if args.quick else {})}
-    if args.config:
-        try:
-            data = yaml.safe_load(Path(args.config).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{args.config}: cannot read the bench config: {exc}") from exc
-        unknown = sorted(set(data) - set(CONFIG_KEYS))
-        if unknown:
-            raise ConfigError(f"{args.config}: unknown keys {unknown}; known: {', '.join(CONFIG_KEYS)}")
-        values.update(data)
-    for key in ("student_model", "vllm_url", "served_model", "arms", "seeds", "first_seed", "steps",
-                "groups_per_step", "group_size", "eval_every", "lr", "phrasings"):  # fmt: skip
-        if getattr(args, key, None) is not None:
-            values[key] = getattr(args, key)
-    arms = [a.strip() for a in str(values["arms"]).split(",") if a.strip()]
-    if not arms or any(a not in LIVE_ARMS for a in arms):
-        raise ConfigError(
-            f"arms must be a comma-separated subset of {','.join(LIVE_ARMS)}, got {values['arms']!r}"
-        )
-    values["arms"] = arms
-    for key in ("steps", "groups_per_step", "group_size", "eval_every", "seeds"):
-        if int(values[key]) < 1:
-            raise ConfigError(f"{key} must be >= 1, got {values[key]}")
+    values = merged_values(
+        args, defaults=DEFAULTS, quick=QUICK, config_keys=CONFIG_KEYS, arms=LIVE_ARMS,
+        flags=("student_model", "vllm_url", "served_model", "arms", "seeds", "first_seed", "steps",
+               "groups_per_step", "group_size", "eval_every", "lr", "phrasings"),
+        sizes=("steps", "groups_per_step", "group_size", "eval_every", "seeds"),
+    )  # fmt: skip
     model_dir = str(values.get("student_model") or shipped_student_dir())
     if not Path(model_dir, "config.json").is_file():
         raise ConfigError(f"student model {model_dir} has no config.json")
