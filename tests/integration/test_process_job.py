@@ -4,7 +4,6 @@ The tests of its parts that need no server: tests/unit/test_process_job.py."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -13,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.process_job import LOCAL_CPU, REPO, _job_argv, _records
+from tests.support.process_job import LOCAL_CPU, _job_argv, _records
+from tests.support.send_e2e import kill, start
 
 # -- the output file -----------------------------------------------------------------------------
 
@@ -22,20 +22,6 @@ from tests.support.process_job import LOCAL_CPU, REPO, _job_argv, _records
 
 
 # -- against the real dev server -----------------------------------------------------------------
-
-
-def _start(argv: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    with log.open("wb") as handle:
-        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
 
 
 def _complete_lines(path: Path) -> int:
@@ -86,24 +72,24 @@ def test_resume_after_sigkill_has_no_duplicate_and_no_missing_group(dev_server, 
     groups = 4
     out = tmp_path / "groups.jsonl"
     log1, log2, log3 = tmp_path / "run1.log", tmp_path / "run2.log", tmp_path / "run3.log"
-    proc = _start(_job_argv(dev_server, out, groups, "--concurrency", "2"), log1)
+    proc = start(_job_argv(dev_server, out, groups, "--concurrency", "2"), log1)
     try:
         _wait_for_lines(proc, out, 1, log1)
         os.killpg(proc.pid, signal.SIGKILL)  # mid-run: a group in flight is lost, never half-written
         proc.wait(timeout=30)
     finally:
-        _kill_group(proc)
+        kill(proc)
     first = _records(out)
     assert 1 <= len(first) < groups, log1.read_text()[-2000:]
     # what a kill in the middle of a write leaves: a torn last line
     with out.open("ab") as handle:
         handle.write(b'{"group_index":%d,"task_id":"torn","tokens":[[1,2,' % groups)
 
-    proc = _start(_job_argv(dev_server, out, groups, "--concurrency", "2"), log2)
+    proc = start(_job_argv(dev_server, out, groups, "--concurrency", "2"), log2)
     try:
         assert proc.wait(timeout=420) == 0, log2.read_text()[-3000:]
     finally:
-        _kill_group(proc)
+        kill(proc)
     text = log2.read_text()
     assert "cut off a torn last line" in text
     assert f"{len(first)} already there, {groups - len(first)} new, 0 failed" in text
@@ -123,11 +109,11 @@ def test_resume_after_sigkill_has_no_duplicate_and_no_missing_group(dev_server, 
 
     # the same file under another task order is refused, and left alone
     before = out.read_bytes()
-    proc = _start(_job_argv(dev_server, out, groups + 1, "--env.seed", "7"), log3)
+    proc = start(_job_argv(dev_server, out, groups + 1, "--env.seed", "7"), log3)
     try:
         assert proc.wait(timeout=300) == 2, log3.read_text()[-3000:]
     finally:
-        _kill_group(proc)
+        kill(proc)
     assert "written with another task order" in log3.read_text()
     assert out.read_bytes() == before
 
@@ -138,13 +124,13 @@ def test_ctrl_c_finishes_groups_in_flight_and_exits_cleanly(dev_server, tmp_path
 
     out = tmp_path / "groups.jsonl"
     log = tmp_path / "run.log"
-    proc = _start(_job_argv(dev_server, out, 20, "--concurrency", "2"), log)
+    proc = start(_job_argv(dev_server, out, 20, "--concurrency", "2"), log)
     try:
         _wait_for_lines(proc, out, 1, log)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground process group
         code = proc.wait(timeout=240)
     finally:
-        _kill_group(proc)
+        kill(proc)
     text = log.read_text()
     assert code == 130, text[-3000:]
     assert "SIGINT: finishing" in text or "SIGINT: stopping" in text
