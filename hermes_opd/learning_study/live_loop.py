@@ -257,12 +257,9 @@ def run_live_arm(
             raise LearningRunError(
                 f"trainer exited with {trainer.returncode}: {(run_dir / 'trainer.log').read_text()[-2000:]}"
             )
-    except BaseException:
+    finally:
         for proc in reversed(procs):
             stop_process_group(proc)
-        raise
-    for proc in reversed(procs):
-        stop_process_group(proc)
     from trainer_adapters.checkpointing import checkpoint_dir  # the trainer's layout; imports torch
 
     turns_after = {r.step: r.user_turns_total for r in rounds}
