@@ -197,6 +197,23 @@ def train_config(server, api_url: str, run: Path, batch_size: int, **loss) -> Pa
     return path
 
 
+def trainer_on_fixed_batch(argv: list[str], cwd: Path, env: dict[str, str], log: Path, api_url: str,
+                           groups: list[dict], steps: int, timeout_s: float) -> None:  # fmt: skip
+    """Start a trainer (`argv`, its output to `log`), serve it the same batch for `steps` steps once it
+    has registered with the API at `api_url`, and assert it exits 0; killed (its process group) if not."""
+    with log.open("wb") as handle:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    try:
+        wait_registered(api_url, sequences_in(groups), proc, log)
+        with FixedBatchFeeder(api_url, groups, steps):
+            assert proc.wait(timeout_s) == 0, log.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait(30)
+
+
 def train_through_server(server, groups: list[dict], run: Path, **loss) -> list[dict]:
     """`hermes-opd train --config` (the server venv's console script) for STEPS steps, each on the
     same batch; returns the metrics rows it logged."""
@@ -207,19 +224,8 @@ def train_through_server(server, groups: list[dict], run: Path, **loss) -> list[
         config = train_config(server, api.url, run, sequences_in(groups), **loss)
         env = {**os.environ, **client_environment(server.base_url), "PYTHONUNBUFFERED": "1"}
         env.pop("PYTHONPATH", None)
-        with log.open("wb") as handle:
-            proc = subprocess.Popen(
-                [str(Path(server.venv) / "bin" / "hermes-opd"), "train", "--config", str(config)],
-                cwd=run, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        try:
-            wait_registered(api.url, sequences_in(groups), proc, log)
-            with FixedBatchFeeder(api.url, groups, STEPS):
-                assert proc.wait(900) == 0, log.read_text()[-4000:]
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.wait(30)
+        argv = [str(Path(server.venv) / "bin" / "hermes-opd"), "train", "--config", str(config)]
+        trainer_on_fixed_batch(argv, run, env, log, api.url, groups, STEPS, timeout_s=900)
     finally:
         api.stop()
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -350,17 +356,7 @@ def test_stock_tinker_atropos_trains_dense_k1_groups_through_the_server(tinker_s
             "--steps", str(ATROPOS_STEPS), "--batch-size", str(sequences_in(groups)),
             "--lr", str(ATROPOS_LEARNING_RATE)]  # fmt: skip
     try:
-        with log.open("wb") as handle:
-            proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                    start_new_session=True)  # fmt: skip
-        try:
-            wait_registered(api.url, sequences_in(groups), proc, log)
-            with FixedBatchFeeder(api.url, groups, ATROPOS_STEPS):
-                assert proc.wait(1200) == 0, log.read_text()[-4000:]
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.wait(30)
+        trainer_on_fixed_batch(argv, tmp_path, env, log, api.url, groups, ATROPOS_STEPS, timeout_s=1200)
     finally:
         api.stop()
     text = log.read_text()
