@@ -236,6 +236,44 @@ async def test_cancelled_while_its_directories_are_being_made_leaves_nothing(mon
     assert await wait_until(lambda: finished and not left(), 5), left()
 
 
+async def test_cancelled_while_closing_then_swept_still_removes_the_directory(monkeypatch, tmp_path):
+    """A rollout stopped while it closes its sandbox, then every other task of the loop cancelled
+    (the CLI's stop sweep; asyncio.run's last one): the directory is gone all the same."""
+    closing = asyncio.Event()
+    close = Sandbox.close
+
+    async def announced_close(self):
+        closing.set()
+        await close(self)
+
+    monkeypatch.setattr(Sandbox, "close", announced_close)
+
+    async def rollout() -> None:
+        async with Sandbox.create(root_dir=tmp_path):
+            pass
+
+    task = asyncio.create_task(rollout())
+    await closing.wait()
+    task.cancel()
+    sweep_done = asyncio.Event()
+
+    async def sweep() -> None:  # once the rollout has ended, as the stop handler's second sweep
+        await asyncio.wait({task})
+        others = {t for t in asyncio.all_tasks() if t not in (asyncio.current_task(), main)}
+        for t in others:
+            t.cancel()
+        await asyncio.wait(others or {asyncio.ensure_future(asyncio.sleep(0))})
+        sweep_done.set()
+
+    main = asyncio.current_task()
+    sweeper = asyncio.create_task(sweep())
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await sweep_done.wait()
+    await sweeper
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("hermes-sbx-")] == []
+
+
 HOLDER = """
 import asyncio, sys
 from environments.rollout.sandbox.sandbox import Sandbox

@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -139,7 +139,7 @@ class Sandbox:
         try:
             yield sandbox
         finally:
-            await asyncio.shield(sandbox.close())
+            await _to_the_end(sandbox.close())
 
     @classmethod
     async def open(
@@ -165,8 +165,8 @@ class Sandbox:
             cgroup = await asyncio.shield(grouping)
         except BaseException:
             if not making.cancelled():
-                await asyncio.shield(_discard_made_dirs(making))
-            await asyncio.shield(_discard_cgroup(grouping))
+                await _to_the_end(_discard_made_dirs(making))
+            await _to_the_end(_discard_cgroup(grouping))
             if uid is not None and limits.user == "per_sandbox":
                 _release_uid(uid)
             raise
@@ -186,24 +186,31 @@ class Sandbox:
         if self._closed:
             return
         self._closed = True
-        await asyncio.gather(*(r.terminate() for r in list(self._running)), return_exceptions=True)
-        # File operations still running in threads use `dir_fd`: let them finish before closing it.
-        await asyncio.gather(*list(self._offloaded), return_exceptions=True)
-        if self._uid is not None and self._limits.user == "per_sandbox":
-            for _ in range(100):  # a fork bomb may race the first passes
-                leftovers = pids_of_uid(self._uid)
-                if not leftovers:
-                    break
-                for pid in leftovers:
-                    signal_quietly(pid, signal.SIGKILL)
-                await asyncio.sleep(0.01)
-        if self._cgroup is not None:
-            await asyncio.to_thread(self._cgroup.close)
-        with contextlib.suppress(OSError):
-            os.close(self._dir_fd)
-        await asyncio.to_thread(remove_container, self._container)
-        if self._uid is not None and self._limits.user == "per_sandbox":
-            _release_uid(self._uid)
+        try:
+            await asyncio.gather(*(r.terminate() for r in list(self._running)), return_exceptions=True)
+            # File operations still running in threads use `dir_fd`: let them finish before closing it.
+            await asyncio.gather(*list(self._offloaded), return_exceptions=True)
+            if self._uid is not None and self._limits.user == "per_sandbox":
+                for _ in range(100):  # a fork bomb may race the first passes
+                    leftovers = pids_of_uid(self._uid)
+                    if not leftovers:
+                        break
+                    for pid in leftovers:
+                        signal_quietly(pid, signal.SIGKILL)
+                    await asyncio.sleep(0.01)
+        finally:  # a close cancelled part way (asyncio.run's last sweep) still removes what it can
+            await self._remove_cgroup_and_directory()
+
+    async def _remove_cgroup_and_directory(self) -> None:
+        try:
+            if self._cgroup is not None:
+                await _to_the_end(asyncio.to_thread(self._cgroup.close))
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self._dir_fd)
+            await _to_the_end(asyncio.to_thread(remove_container, self._container))
+            if self._uid is not None and self._limits.user == "per_sandbox":
+                _release_uid(self._uid)
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -469,6 +476,27 @@ class Sandbox:
                         await creating  # the child must have its copy before ours is closed
                 os.close(seccomp_read)
         return RunningCommand(transport, protocol)
+
+
+async def _to_the_end(awaitable: Awaitable[T]) -> T:
+    """Await `awaitable` to its end even when the caller is cancelled meanwhile; the cancellation
+    is raised once it has ended. A plain `await asyncio.shield(...)` returns at the first
+    cancellation and leaves the work as an orphan task, which the CLI's stop sweep (or
+    `asyncio.run`'s) then cancels: a rollout stopped while closing its sandbox left the directory
+    on disk (seen in CI, tests/unit/test_cli_lifecycle.py)."""
+    task = asyncio.ensure_future(awaitable)
+    cancelled: asyncio.CancelledError | None = None
+    while True:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError as error:
+            if task.done():  # the work itself was cancelled: nothing left to wait for
+                raise
+            cancelled = error
+            continue
+        if cancelled is not None:
+            raise cancelled
+        return result
 
 
 async def _discard_cgroup(grouping: asyncio.Future) -> None:
