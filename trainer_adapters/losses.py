@@ -206,6 +206,9 @@ def opd_token_loss(
             "opd/token_advantage": _masked_mean(advantage, mask_BT, denominator),
             "opd/token_advantage_clip_frac": (mask_BT & (gap.abs() > advantage_clip)).sum() / denominator,
             "opd/token_ratio_clip_frac": was_clipped.sum() / denominator,
+            # The token objective itself: mean (T - s)^2 / 2, whose gradient the surrogate follows
+            # at positions inside the advantage clip. What a step on a fixed batch must lower.
+            "opd/token_half_sq_gap": _masked_mean(gap.square() / 2, mask_BT, denominator),
             # k3 estimate of KL(student || teacher) on the batch's tokens, >= 0 per token.
             "opd/token_kl_k3": _masked_mean(torch.expm1(gap.clamp(max=20.0)) - gap, mask_BT, denominator),
         }

@@ -48,10 +48,13 @@ on the weights after k - 1 optimizer steps, so the KL is seen at 0..STEPS-1 step
 LEARNING_RATE = 3e-4
 """Our trainer's Adam learning rate. At 1e-3 the first Adam step overshoots on this 1.4M-parameter
 model (torch on CPU, the same batch: k3 0.1384 -> 0.1393 after one step, then falling)."""
-KL_FALL = 0.85
-"""Our trainer, OPD only: k3 after STEPS - 1 steps must be below KL_FALL x its value before the
-first (4 suite runs measured: 0.59, 0.63, 0.52 and 0.65 of the start; docs/trainers.md,
-"Measured through the local server")."""
+OBJECTIVE_FALL = 0.85
+"""Our trainer, OPD only: the token objective, mean (T - s)^2 / 2 over the teacher positions
+(`opd/token_half_sq_gap`), after STEPS - 1 steps must be below OBJECTIVE_FALL x its value before
+the first. Its gradient is what the surrogate follows, so Adam on a fixed batch lowers it. k3 is
+printed but not asserted: it weighs a position below the teacher by exp(T - s), so it can rise
+while the objective falls (a CI run: k3 0.1056 -> 0.0823 after 4 steps -> 0.1057 after 7, the
+mean gap T - s -0.124 -> -0.044; docs/trainers.md, "The OPD term's KL to the teacher")."""
 ATROPOS_STEPS = 4
 ATROPOS_LEARNING_RATE = 1e-4
 """Stock tinker-atropos freezes its OPD advantage at the sampling-time gap (teacher lp - sampler
@@ -282,8 +285,9 @@ def test_hermes_opd_train_runs_grpo_opd_and_both_through_the_server(trained):
         kl = [row["opd/token_kl_k3"] for row in trained[arm]]
         gap = [row["opd/token_logprob_gap"] for row in trained[arm]]
         print(f"{arm}: token KL (k3) to the teacher per step (fixed batch):", kl, "mean gap T - s:", gap)
-    kl = [row["opd/token_kl_k3"] for row in trained["opd"]]
-    assert kl[-1] < KL_FALL * kl[0], kl
+    objective = [row["opd/token_half_sq_gap"] for row in trained["opd"]]
+    print("opd: mean (T - s)^2 / 2 per step (fixed batch):", objective)
+    assert objective[-1] < OBJECTIVE_FALL * objective[0], objective
     assert all(row["optim/step_skipped"] == 0.0 for row in trained["opd"])
 
 

@@ -235,6 +235,20 @@ def test_opd_token_kl_k3_is_zero_on_the_teacher_and_exact_elsewhere():
     assert term.metrics["opd/token_kl_k3"].item() == pytest.approx((math.e - 2 + 1 / math.e) / 2)
 
 
+def test_opd_token_half_sq_gap_is_the_objective_the_surrogate_descends():
+    lp = torch.tensor([[-2.0, -1.0, -3.0]], requires_grad=True)
+    teacher = torch.tensor([[-1.0, -4.0, 0.0]])
+    mask = torch.tensor([[True, True, False]])
+    term = opd_token_loss(lp, teacher, mask)
+    # gap d = [1, -3]: mean d^2 / 2 over the two teacher positions
+    assert term.metrics["opd/token_half_sq_gap"].item() == pytest.approx((1 + 9) / 2 / 2)
+    # inside the clip, the surrogate's gradient is that of the logged objective
+    objective = ((teacher - lp).square() / 2 * mask).sum() / 2
+    (surrogate_grad,) = torch.autograd.grad(term.value, lp)
+    (objective_grad,) = torch.autograd.grad(objective, lp)
+    torch.testing.assert_close(surrogate_grad, objective_grad)
+
+
 def test_opd_token_ppo_variant_clips_the_ratio():
     behaviour = torch.log(torch.tensor([[0.4, 0.4]]))
     lp = torch.log(torch.tensor([[0.6, 0.6]])).requires_grad_(True)  # ratio 1.5 at both
