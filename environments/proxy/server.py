@@ -244,14 +244,16 @@ class ProxyServer:
             return out
 
     async def _generate(
-        self, context: list[int], chat: ChatRequest
+        self, context: list[int], chat: ChatRequest, *, recorded: bool
     ) -> tuple[GeneratedSequence, PolicyWeights]:
+        """Sample the reply; `recorded`: a turn that may be trained on, so the sampler's logprobs
+        come with it (an answer never recorded asks for none: they cost vLLM ~7 ms a request)."""
         weights = self.weights
         max_tokens = chat.max_tokens or self.config.default_max_tokens
         extra = {"model": weights.model} if weights.model != self.client.model else None
         generated = await self.client.generate(context, max_tokens=max_tokens, temperature=chat.temperature,
                                                top_p=chat.top_p, seed=chat.seed, stop=chat.stop or None,
-                                               extra=extra)  # fmt: skip
+                                               extra=extra, sampled_logprobs=recorded)  # fmt: skip
         return generated[0], weights
 
     def _reply(self, generated: GeneratedSequence, chat: ChatRequest) -> tuple[dict, dict, str, str]:
@@ -276,7 +278,7 @@ class ProxyServer:
     async def _answer_untracked(self, chat: ChatRequest) -> tuple[dict[str, Any], str, tuple[int, int]]:
         recorder = TranscriptRecorder(self.tokenizer, chat.tools)
         context = recorder.start(template_messages(chat.messages))  # ~1 ms: cheaper than a thread hop
-        generated, _ = await self._generate(context, chat)
+        generated, _ = await self._generate(context, chat, recorded=False)
         reply, _, _, finish = self._reply(generated, chat)
         return reply, finish, (len(context), len(generated.token_ids))
 
@@ -293,7 +295,7 @@ class ProxyServer:
             trajectory, (turn, model, version) = prepared.finished
             self.feed.submit(TurnSample(trajectory, state.session_id, turn, model, version))
         context = prepared.context
-        generated, weights = await self._generate(context, chat)
+        generated, weights = await self._generate(context, chat, recorded=True)
         reply, message, raw, finish = self._reply(generated, chat)
         trained_turns = state.turn_count
         if len(context) + len(generated.token_ids) > self.config.max_sample_tokens or (

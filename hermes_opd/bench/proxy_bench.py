@@ -2,10 +2,13 @@
 straight to vLLM, at 1 and at 16 concurrent sessions, measured in one run.
 
 Real parts: the vLLM server at `--base-url`, the official `openai` client (AsyncOpenAI) for both
-paths, and `hermes-opd proxy` (environments/proxy/) as its own process, as deployed, in two modes:
-- `serve`: the proxy without training (rendering, exact ids, tool-call parsing, sessions): its own
-  cost per request, the headline;
-- `train`: with the rules judge and the teacher on the SAME vLLM, so that the teacher's
+paths, and `hermes-opd proxy` (environments/proxy/) as its own process, as deployed, in three modes:
+- `serve`: the proxy without training (rendering, exact ids, tool-call parsing): what a serve-only
+  key or an opted-out request costs;
+- `record`: the live training path without a teacher: sessions, each turn recorded with the
+  sampler's logprobs (which vLLM computes for it), judged by the rules process judge (Binary RL)
+  and written as groups. Every cost of learning from a request that falls on the request's path;
+- `train`: OPD with the rules hint judge and the teacher on the SAME vLLM, so that the teacher's
   prompt-logprob requests compete with the live requests for the server's compute. That cost is
   the teacher's placement, not the proxy's (a teacher on its own server takes it away); it is
   reported beside the headline.
@@ -15,8 +18,9 @@ correction after it), every request with its own fixed seed, so direct vLLM and 
 the same continuations (the mean completion tokens of each path are reported to show it). Rounds
 alternate direct, serve, train, repeated `rounds` times, so that drift in the machine's load falls
 on every path alike; after each train round the bench waits until that proxy has scored every turn,
-so that its teacher requests never fall into another path's round. The numbers are client-side wall times per request, p50 and p95; the headline
-is the worst of the serve mode's p50 and p95 ratios over both concurrencies (target <= 1.15).
+so that its teacher requests never fall into another path's round. The numbers are client-side
+wall times per request, p50 and p95; the headline is the worst of the p50 and p95 ratios of the
+serve and record modes over both concurrencies (target <= 1.15).
 """
 
 from __future__ import annotations
@@ -46,6 +50,16 @@ CORRECTION = (
 )
 """The user's reply after every turn: a failure the rules judge turns into a hint, so every turn of
 the train mode also costs a teacher request on the same vLLM."""
+
+
+MODES = ("serve", "record", "train")
+MODE_PIPELINES: dict[str, dict[str, Any]] = {
+    "serve": {},
+    "record": {"enabled": False, "prm": {"enabled": True, "judge": {"backend": "rules"}}},
+    "train": {"judge": {"backend": "rules"}, "teacher": {"path": "completions"}},
+}
+"""Each mode's `opd:` section (environments/pipeline/opd_config.py): record runs no teacher."""
+HEADLINE_MODES = ("serve", "record")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -130,13 +144,13 @@ async def _measure(base_url: str, model: str, urls: dict[str, str], concurrency:
                 kept = samples.setdefault((path, sessions), ([], []))
                 kept[0].extend(times)
                 kept[1].extend(tokens)
-                if path == "train":  # its teacher requests must not spill into the next path's round
-                    await _drained(urls["train"])
+                if path in ("record", "train"):  # its judging and teacher requests stay in its own round
+                    await _drained(url)
     return samples
 
 
 async def _drained(url: str, timeout_s: float = 900.0) -> None:
-    """Wait until the train proxy's feed has scored every turn it was given."""
+    """Wait until a training proxy's feed has scored every turn it was given."""
     deadline = time.monotonic() + timeout_s
     while (await asyncio.to_thread(_feed_stats, url)).get("pending", 0) and time.monotonic() < deadline:
         await asyncio.sleep(0.5)
@@ -151,12 +165,12 @@ async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[
     try:
         for mode in modes:
             config = {"policy_base_url": base_url, "policy_model": model, "tokenizer": tokenizer_dir,
-                      "port": free_port(), "train": mode == "train", "groups_path": str(workdir / "groups.jsonl"),
-                      "opd": {"judge": {"backend": "rules"}, "teacher": {"path": "completions"}}}  # fmt: skip
+                      "port": free_port(), "train": mode != "serve", "groups_path": str(workdir / f"{mode}-groups.jsonl"),
+                      "opd": MODE_PIPELINES[mode]}  # fmt: skip
             process, urls[mode] = _start_proxy(config, workdir, mode)
             processes.append(process)
         samples = await _measure(base_url, model, urls, concurrency, turns, max_tokens, rounds)
-        feed = _feed_stats(urls["train"]) if "train" in urls else None
+        feeds = {mode: _feed_stats(url) for mode, url in urls.items() if mode != "serve"}
     finally:
         _stop(processes)
     result: dict[str, Any] = {
@@ -174,12 +188,14 @@ async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[
             summary["p50_ratio"] = summary["p50_s"] / direct["p50_s"]
             summary["p95_ratio"] = summary["p95_s"] / direct["p95_s"]
             entry[mode] = summary
-        worst = max(worst, entry["serve"]["p50_ratio"], entry["serve"]["p95_ratio"])
+        for mode in HEADLINE_MODES:
+            if mode in modes:
+                worst = max(worst, entry[mode]["p50_ratio"], entry[mode]["p95_ratio"])
         result[f"sessions_{sessions}"] = entry
     keys = ("submitted", "scored_turns", "samples_grouped", "dropped_queue_full", "pending")
-    if feed is not None:
-        result["train_feed_at_end"] = {k: feed.get(k, 0) for k in keys}
-    return with_headline(result, "worst_serve_overhead_ratio", worst)
+    for mode, stats in feeds.items():
+        result[f"{mode}_feed_at_end"] = {k: stats.get(k, 0) for k in keys}
+    return with_headline(result, "worst_overhead_ratio", worst)
 
 
 # -- `hermes-opd bench proxy` (hermes_opd/bench/cli.py) ---------------------------------------------
@@ -190,8 +206,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=None, help="per request (default 32; quick 8)")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3; quick 1)")
     parser.add_argument("--sessions", default="1,16", help="concurrencies, comma-separated (default 1,16)")
-    parser.add_argument("--modes", default="serve,train",
-                        help="proxies to measure: serve (the headline) and/or train (default both)")  # fmt: skip
+    parser.add_argument("--modes", default="serve,record,train",
+                        help="proxies to measure, from serve, record (the headline's two) and train (default all)")  # fmt: skip
     add_server_arguments(parser)
 
 
@@ -213,6 +229,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
 
 def _modes(text: str) -> tuple[str, ...]:
     modes = tuple(m.strip() for m in text.split(",") if m.strip())
-    if "serve" not in modes or not set(modes) <= {"serve", "train"}:
-        raise SystemExit(f"--modes must be serve or serve,train (the headline is serve's), got {text!r}")
-    return modes
+    if not set(modes) <= set(MODES) or not set(modes) & set(HEADLINE_MODES):
+        raise SystemExit(
+            f"--modes takes serve, record and train, with serve or record among them, got {text!r}"
+        )
+    return tuple(m for m in MODES if m in modes)

@@ -17,6 +17,7 @@ class GeneratedSequence:
 
     token_ids: list[int]
     logprobs: list[float]
+    """One per token id; empty when the request asked for none (`sampled_logprobs=False`)."""
     finish_reason: str
     text: str
     top_ids: list[list[int]] | None = None
@@ -54,16 +55,19 @@ def parse_top_rows(entries: list[dict[str, float]], k: int) -> tuple[list[list[i
     return ids_rows, lp_rows
 
 
-def parse_generated(body: dict[str, Any], expected_n: int, top_k: int = 0) -> list[GeneratedSequence]:
+def parse_generated(
+    body: dict[str, Any], expected_n: int, top_k: int = 0, *, sampled_logprobs: bool = True
+) -> list[GeneratedSequence]:
     """Extract ids and sampled-token logprobs from a completions response with
-    `return_token_ids=true, logprobs=top_k` (and, when top_k > 0, the top-k rows)."""
+    `return_token_ids=true, logprobs=top_k` (and, when top_k > 0, the top-k rows). With
+    `sampled_logprobs=False` (a request that asked for none) the logprobs are left empty."""
     try:
         choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
         sequences = []
         for choice in choices:
             ids = [int(t) for t in choice["token_ids"]]
-            lps = [float(x) for x in choice["logprobs"]["token_logprobs"]]
-            if len(lps) != len(ids):
+            lps = [float(x) for x in choice["logprobs"]["token_logprobs"]] if sampled_logprobs else []
+            if sampled_logprobs and len(lps) != len(ids):
                 raise UnexpectedResponseError(
                     f"choice {choice.get('index')} has {len(ids)} token ids but {len(lps)} logprobs"
                 )

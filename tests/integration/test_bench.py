@@ -76,10 +76,16 @@ def test_proxy_bench_quick(capsys, dev_server):
     argv = ["proxy", "--quick", "--sessions", "1,4", "--base-url", dev_server.base_url,
             "--model", dev_server.model_name, "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
     result = run_bench(capsys, argv)
-    assert_shape(result, "worst_serve_overhead_ratio")
+    assert_shape(result, "worst_overhead_ratio")
+    worst = 0.0
     for sessions, requests in (("sessions_1", 2), ("sessions_4", 8)):
         cell = result[sessions]
-        assert [cell[p]["requests"] for p in ("direct", "serve", "train")] == [requests] * 3
+        assert [cell[p]["requests"] for p in ("direct", "serve", "record", "train")] == [requests] * 4
         # the same seeds give the same continuations on every path
-        assert cell["direct"]["completion_tokens_mean"] == cell["serve"]["completion_tokens_mean"]
-    assert result["train_feed_at_end"]["submitted"] == 5  # each session's first turn got its next state
+        for mode in ("serve", "record", "train"):
+            assert cell[mode]["completion_tokens_mean"] == cell["direct"]["completion_tokens_mean"], mode
+        worst = max(worst, *(cell[m][f"{q}_ratio"] for m in ("serve", "record") for q in ("p50", "p95")))
+    assert result["worst_overhead_ratio"] == worst  # train's teacher placement is not in the headline
+    for mode in ("record", "train"):  # each session's first turn got its next state
+        assert result[f"{mode}_feed_at_end"]["submitted"] == 5, mode
+        assert result[f"{mode}_feed_at_end"]["pending"] == 0, mode

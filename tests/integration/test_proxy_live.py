@@ -66,7 +66,8 @@ async def test_same_answer_through_the_proxy_as_from_vllm(dev_server, tmp_path):
                                                tool_choice="none", seed=seed, max_tokens=96, temperature=0.7)  # fmt: skip
     text = raw.choices[0].message.content
     parsed = parse_tool_calls(text, {"run_python", "write_file"})
-    async with running_proxy(proxy_config(dev_server, tmp_path, train=False)) as (url, _server):
+    async with running_proxy(proxy_config(dev_server, tmp_path, train=False)) as (url, server):
+        generations = capture_generations(server)
         proxy = AsyncOpenAI(base_url=url, api_key="x")
         for stream in (False, True):
             plain, _ = await ask(proxy, first_messages(), stream=stream, seed=seed, tool_choice="none")
@@ -81,6 +82,8 @@ async def test_same_answer_through_the_proxy_as_from_vllm(dev_server, tmp_path):
                                                      tool_choice="none", seed=seed, max_tokens=96, temperature=0.7)  # fmt: skip
         assert answer.usage.prompt_tokens == raw.usage.prompt_tokens
         assert answer.usage.completion_tokens == raw.usage.completion_tokens
+    # nothing here is recorded for training, so the proxy asked vLLM for no logprobs (they cost it)
+    assert len(generations) == 5 and all(ids and lps == [] for _, ids, lps in generations)
 
 
 def check_sample_exact(group, seq, generations, reference_model):

@@ -64,6 +64,16 @@ def test_generated_parsing_and_errors():
         parse_generated(bad, expected_n=1)
 
 
+def test_generated_without_logprobs_asked_for_leaves_them_empty():
+    body = {
+        "choices": [{"index": 0, "token_ids": [5, 2], "logprobs": None, "finish_reason": "stop", "text": "a"}]
+    }
+    (seq,) = parse_generated(body, expected_n=1, sampled_logprobs=False)
+    assert seq.token_ids == [5, 2] and seq.logprobs == []
+    with pytest.raises(UnexpectedResponseError, match="lacks token_ids/logprobs"):
+        parse_generated(body, expected_n=1)  # asked for: their absence is an error
+
+
 @pytest.fixture
 async def fake_vllm(aiohttp_unused_port=None):
     """A fake server for faults only: a 200 with a body of the wrong shape, a 500, non-JSON."""
