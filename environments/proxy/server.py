@@ -17,12 +17,13 @@ import logging
 import time
 import uuid
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from aiohttp import web
 
 from environments.atropos.policy_adapter import PolicyAdapterTracker, PolicyWeights
+from environments.proxy.latency import LatencyWindow
 from environments.proxy.openai_wire import (
     ChatRequest,
     RequestError,
@@ -61,6 +62,13 @@ def _error(status: int, message: str, kind: str = "invalid_request_error", param
     return web.json_response(error_body(message, kind, param, code), status=status)
 
 
+@dataclass
+class UpstreamTiming:
+    """The seconds one request spent waiting for the policy server."""
+
+    upstream_s: float = 0.0
+
+
 class ProxyServer:
     """One proxy: the policy client, the session table, the live weights and the sample feed."""
 
@@ -74,6 +82,7 @@ class ProxyServer:
         self.tracker = PolicyAdapterTracker(client, config.policy_lora_prefix)
         self.weights = PolicyWeights(config.policy_model, 0)
         self.counts: Counter[str] = Counter()
+        self.latency = LatencyWindow()
         self._keys = {k: "train" for k in config.api_keys} | {k: "serve" for k in config.serve_only_keys}
         self._tasks: list[asyncio.Task] = []
         self.app = web.Application(client_max_size=config.max_request_bytes, middlewares=[self._auth])
@@ -156,7 +165,8 @@ class ProxyServer:
 
     async def metrics(self, request: web.Request) -> web.Response:
         body: dict[str, Any] = {"counts": dict(self.counts), "sessions": len(self.sessions.sessions),
-                                "policy_model": self.weights.model, "policy_version": self.weights.version}  # fmt: skip
+                                "policy_model": self.weights.model, "policy_version": self.weights.version,
+                                "latency": self.latency.summary()}  # fmt: skip
         if self.feed is not None:
             body["feed"] = {**asdict(self.feed.stats), "pending": self.feed.pending}
         return web.json_response(body)
@@ -172,6 +182,7 @@ class ProxyServer:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.counts["requests"] += 1
+        started = time.perf_counter()
         try:
             body = await request.json()
         except web.HTTPRequestEntityTooLarge:
@@ -188,8 +199,9 @@ class ProxyServer:
         if chat.model != self.config.model_name:
             return _error(404, f"The model {chat.model!r} does not exist; this proxy serves {self.config.model_name!r}.",
                           param="model", code="model_not_found")  # fmt: skip
+        timing = UpstreamTiming()
         try:
-            reply, finish, usage = await self._answer(request, chat)
+            reply, finish, usage = await self._answer(request, chat, timing)
         except BadRequestError as exc:
             return _error(400, str(exc))
         except VLLMError as exc:
@@ -197,7 +209,9 @@ class ProxyServer:
             return _error(502, f"the policy server failed: {exc}", kind="api_error")
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         if not chat.stream:
-            return web.json_response(completion_body(completion_id, chat.model, reply, finish, *usage))
+            response = web.json_response(completion_body(completion_id, chat.model, reply, finish, *usage))
+            self.latency.add(time.perf_counter() - started, timing.upstream_s)
+            return response
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
@@ -208,6 +222,7 @@ class ProxyServer:
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
+        self.latency.add(time.perf_counter() - started, timing.upstream_s)
         return response
 
     # -- answering -----------------------------------------------------------------------------
@@ -216,12 +231,12 @@ class ProxyServer:
         return self.config.train and self.feed is not None and wanted and request[KEY_KIND] == "train"
 
     async def _answer(
-        self, request: web.Request, chat: ChatRequest
+        self, request: web.Request, chat: ChatRequest, timing: UpstreamTiming
     ) -> tuple[dict[str, Any], str, tuple[int, int]]:
         header_id = request.headers.get(SESSION_HEADER) or None
         if request[KEY_KIND] == "serve" or not self.config.train:
             self.counts["served_only"] += 1
-            return await self._answer_untracked(chat)
+            return await self._answer_untracked(chat, timing)
         held, _ = self.sessions.resolve(request[OWNER], header_id, chat.messages)
         async with held.lock:
             held.last_used = time.monotonic()
@@ -232,28 +247,32 @@ class ProxyServer:
                 held.state.waiting = None
                 self.counts["not_for_training"] += 1
             if held.state.private:
-                reply, finish, usage = await self._answer_untracked(chat)
+                reply, finish, usage = await self._answer_untracked(chat, timing)
                 # kept as a tombstone (no record), found again by header or by history, never trained
                 held.state.recorder = None
                 held.state.expected = [comparable(m) for m in chat.messages] + [comparable(reply)]
                 self.sessions.remember_history(held)
                 return reply, finish, usage
-            out = await self._answer_in_session(held, chat)
+            out = await self._answer_in_session(held, chat, timing)
             if request.headers.get(END_HEADER, "").strip().lower() in {"true", "1", "yes"}:
                 self._end(held, "ended")
             return out
 
     async def _generate(
-        self, context: list[int], chat: ChatRequest, *, recorded: bool
+        self, context: list[int], chat: ChatRequest, timing: UpstreamTiming, *, recorded: bool
     ) -> tuple[GeneratedSequence, PolicyWeights]:
         """Sample the reply; `recorded`: a turn that may be trained on, so the sampler's logprobs
-        come with it (an answer never recorded asks for none: they cost vLLM ~7 ms a request)."""
+        come with it (an answer never recorded asks for none: vLLM answers later with them)."""
         weights = self.weights
         max_tokens = chat.max_tokens or self.config.default_max_tokens
         extra = {"model": weights.model} if weights.model != self.client.model else None
-        generated = await self.client.generate(context, max_tokens=max_tokens, temperature=chat.temperature,
-                                               top_p=chat.top_p, seed=chat.seed, stop=chat.stop or None,
-                                               extra=extra, sampled_logprobs=recorded)  # fmt: skip
+        started = time.perf_counter()
+        try:
+            generated = await self.client.generate(context, max_tokens=max_tokens, temperature=chat.temperature,
+                                                   top_p=chat.top_p, seed=chat.seed, stop=chat.stop or None,
+                                                   extra=extra, sampled_logprobs=recorded)  # fmt: skip
+        finally:
+            timing.upstream_s += time.perf_counter() - started
         return generated[0], weights
 
     def _reply(self, generated: GeneratedSequence, chat: ChatRequest) -> tuple[dict, dict, str, str]:
@@ -275,15 +294,17 @@ class ProxyServer:
         reply = assistant_reply(content, [(c.id, c.name, c.arguments) for c in valid])
         return reply, assistant_message(content, valid), raw, "tool_calls" if valid else finish
 
-    async def _answer_untracked(self, chat: ChatRequest) -> tuple[dict[str, Any], str, tuple[int, int]]:
+    async def _answer_untracked(
+        self, chat: ChatRequest, timing: UpstreamTiming
+    ) -> tuple[dict[str, Any], str, tuple[int, int]]:
         recorder = TranscriptRecorder(self.tokenizer, chat.tools)
         context = recorder.start(template_messages(chat.messages))  # ~1 ms: cheaper than a thread hop
-        generated, _ = await self._generate(context, chat, recorded=False)
+        generated, _ = await self._generate(context, chat, timing, recorded=False)
         reply, _, _, finish = self._reply(generated, chat)
         return reply, finish, (len(context), len(generated.token_ids))
 
     async def _answer_in_session(
-        self, held: HeldSession, chat: ChatRequest
+        self, held: HeldSession, chat: ChatRequest, timing: UpstreamTiming
     ) -> tuple[dict[str, Any], str, tuple[int, int]]:
         state = held.state
         prepared = state.prepare(chat.messages, chat.tools)  # ~1 ms of rendering: inline, no thread hop
@@ -295,7 +316,7 @@ class ProxyServer:
             trajectory, (turn, model, version) = prepared.finished
             self.feed.submit(TurnSample(trajectory, state.session_id, turn, model, version))
         context = prepared.context
-        generated, weights = await self._generate(context, chat, recorded=True)
+        generated, weights = await self._generate(context, chat, timing, recorded=True)
         reply, message, raw, finish = self._reply(generated, chat)
         trained_turns = state.turn_count
         if len(context) + len(generated.token_ids) > self.config.max_sample_tokens or (

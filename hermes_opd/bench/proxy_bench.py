@@ -20,7 +20,9 @@ alternate direct, serve, train, repeated `rounds` times, so that drift in the ma
 on every path alike; after each train round the bench waits until that proxy has scored every turn,
 so that its teacher requests never fall into another path's round. The numbers are client-side
 wall times per request, p50 and p95; the headline is the worst of the p50 and p95 ratios of the
-serve and record modes over both concurrencies (target <= 1.15).
+serve and record modes over both concurrencies (target <= 1.15). Beside them, each proxy's own
+time per request from its `/metrics` (`<mode>_own_time`: handler time minus the vLLM call, p50 and
+p95 over all its requests; environments/proxy/latency.py).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from environments.proxy.latency import percentile
 from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline
 from hermes_opd.devkit.dev_server import free_port
 
@@ -60,11 +63,6 @@ MODE_PIPELINES: dict[str, dict[str, Any]] = {
 }
 """Each mode's `opd:` section (environments/pipeline/opd_config.py): record runs no teacher."""
 HEADLINE_MODES = ("serve", "record")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def _session(client, model: str, index: int, round_index: int, turns: int, max_tokens: int,
@@ -114,9 +112,13 @@ def _start_proxy(config: dict[str, Any], workdir: Path, name: str) -> tuple[subp
     raise RuntimeError(f"the {name} proxy did not start (rc {process.wait()}); see {workdir / name}.log")
 
 
-def _feed_stats(url: str) -> dict[str, Any]:
+def _proxy_metrics(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url.removesuffix("/v1") + "/metrics", timeout=30) as response:
-        return json.loads(response.read()).get("feed", {})
+        return json.loads(response.read())
+
+
+def _feed_stats(url: str) -> dict[str, Any]:
+    return _proxy_metrics(url).get("feed", {})
 
 
 def _stop(processes: list[subprocess.Popen]) -> None:
@@ -170,7 +172,7 @@ async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[
             process, urls[mode] = _start_proxy(config, workdir, mode)
             processes.append(process)
         samples = await _measure(base_url, model, urls, concurrency, turns, max_tokens, rounds)
-        feeds = {mode: _feed_stats(url) for mode, url in urls.items() if mode != "serve"}
+        metrics = {mode: _proxy_metrics(url) for mode, url in urls.items()}
     finally:
         _stop(processes)
     result: dict[str, Any] = {
@@ -193,8 +195,10 @@ async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[
                 worst = max(worst, entry[mode]["p50_ratio"], entry[mode]["p95_ratio"])
         result[f"sessions_{sessions}"] = entry
     keys = ("submitted", "scored_turns", "samples_grouped", "dropped_queue_full", "pending")
-    for mode, stats in feeds.items():
-        result[f"{mode}_feed_at_end"] = {k: stats.get(k, 0) for k in keys}
+    for mode, body in metrics.items():
+        result[f"{mode}_own_time"] = body["latency"]  # handler minus vLLM call, all its requests
+        if "feed" in body:
+            result[f"{mode}_feed_at_end"] = {k: body["feed"].get(k, 0) for k in keys}
     return with_headline(result, "worst_overhead_ratio", worst)
 
 

@@ -18,7 +18,6 @@ import json
 import logging
 import random
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -27,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 from openai import AsyncOpenAI
 
 from environments.tasks.conventions import ConventionTask, convention_splits, generate
@@ -42,7 +40,7 @@ from hermes_opd.learning_study.loop import (
     evaluate_checkpoint,
     evaluation_steps,
     read_jsonl,
-    start_logged,
+    start_with_config,
     stop_process_group,
     trainer_document,
     unload_adapters,
@@ -232,18 +230,18 @@ def run_live_arm(
     try:
         api = RunApi(port=api_port, log_path=str(run_dir / "api.log"), startup_timeout_s=90).start()
         procs.append(api.process)
-        proxy_yaml = run_dir / "proxy.yaml"
-        proxy_yaml.write_text(yaml.safe_dump(proxy_document(settings, arm, port=proxy_port, api_url=api_url,
-                                                            prefix=prefix, run_dir=run_dir)))  # fmt: skip
-        proxy = start_logged([sys.executable, "-m", "hermes_opd.commands.proxy", "--config", str(proxy_yaml)],
-                             run_dir / "proxy.log")  # fmt: skip
+        proxy = start_with_config(
+            ["hermes_opd.commands.proxy"],
+            proxy_document(settings, arm, port=proxy_port, api_url=api_url, prefix=prefix, run_dir=run_dir),
+            run_dir / "proxy.yaml", run_dir / "proxy.log",
+        )  # fmt: skip
         procs.append(proxy)
         _wait_healthy(proxy_root, proxy, run_dir / "proxy.log")
-        trainer_yaml = run_dir / "trainer.yaml"
-        trainer_yaml.write_text(yaml.safe_dump(live_trainer_document(settings, arm, seed=seed, prefix=prefix,
-                                                                     run_dir=run_dir, api_url=api_url)))  # fmt: skip
-        trainer = start_logged([sys.executable, "-m", "trainer_adapters.train_cli", "--config", str(trainer_yaml)],
-                               run_dir / "trainer.log")  # fmt: skip
+        trainer = start_with_config(
+            ["trainer_adapters.train_cli"],
+            live_trainer_document(settings, arm, seed=seed, prefix=prefix, run_dir=run_dir, api_url=api_url),
+            run_dir / "trainer.yaml", run_dir / "trainer.log",
+        )  # fmt: skip
         procs.append(trainer)
         rounds = asyncio.run(
             run_rounds(settings, proxy_root, seed, trainer, started + loop.run_timeout_s, say)

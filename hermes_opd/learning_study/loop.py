@@ -128,6 +128,13 @@ def start_logged(argv: list[str], log: Path) -> subprocess.Popen:
                                 stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
 
 
+def start_with_config(module: list[str], document: dict, config_path: Path, log: Path) -> subprocess.Popen:
+    """Write `document` as YAML to `config_path` and start `python -m <module...> --config <it>`
+    (start_logged), its output to `log`."""
+    config_path.write_text(yaml.safe_dump(document))
+    return start_logged([sys.executable, "-m", *module, "--config", str(config_path)], log)
+
+
 def stop_process_group(proc: subprocess.Popen, grace_s: float = 20) -> None:
     """Stop a process this bench started, and its process group (sandbox children), by its PID."""
     if proc.poll() is None:
@@ -376,12 +383,11 @@ def run_arm(
     try:
         api = RunApi(port=port, log_path=str(run_dir / "api.log"), startup_timeout_s=90).start()
         procs.append(api.process)
-        trainer_yaml = run_dir / "trainer.yaml"
-        trainer_yaml.write_text(yaml.safe_dump(
-            trainer_document(settings, arm=arm, seed=seed, prefix=prefix, run_dir=run_dir, api_url=api_url)
-        ))  # fmt: skip
-        trainer = start_logged([sys.executable, "-m", "trainer_adapters.train_cli", "--config", str(trainer_yaml)],
-                         run_dir / "trainer.log")  # fmt: skip
+        trainer = start_with_config(
+            ["trainer_adapters.train_cli"],
+            trainer_document(settings, arm=arm, seed=seed, prefix=prefix, run_dir=run_dir, api_url=api_url),
+            run_dir / "trainer.yaml", run_dir / "trainer.log",
+        )  # fmt: skip
         procs.append(trainer)
         for worker in range(settings.workers):
             document = env_document(
@@ -389,10 +395,8 @@ def run_arm(
             )
             document["env"]["rollout_server_url"] = api_url
             document["env"]["data_path_to_save_groups"] = str(run_dir / f"groups{worker}.jsonl")
-            env_yaml = run_dir / f"env{worker}.yaml"
-            env_yaml.write_text(yaml.safe_dump(document))
-            procs.append(start_logged([sys.executable, "-m", "environments.atropos.agentic_opd_env", "serve", "--config",
-                                 str(env_yaml)], run_dir / f"env{worker}.log"))  # fmt: skip
+            procs.append(start_with_config(["environments.atropos.agentic_opd_env", "serve"], document,
+                                           run_dir / f"env{worker}.yaml", run_dir / f"env{worker}.log"))  # fmt: skip
         deadline = started + settings.run_timeout_s
         noticed = time.monotonic()
         while trainer.poll() is None:

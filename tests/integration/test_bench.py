@@ -86,6 +86,10 @@ def test_proxy_bench_quick(capsys, dev_server):
             assert cell[mode]["completion_tokens_mean"] == cell["direct"]["completion_tokens_mean"], mode
         worst = max(worst, *(cell[m][f"{q}_ratio"] for m in ("serve", "record") for q in ("p50", "p95")))
     assert result["worst_overhead_ratio"] == worst  # train's teacher placement is not in the headline
+    for mode in ("serve", "record", "train"):  # the proxy's own time, from its /metrics
+        own = result[f"{mode}_own_time"]
+        assert own["requests"] == 10, mode  # 2 requests at 1 session, 8 at 4
+        assert 0 < own["own_ms_p50"] < own["upstream_ms_p50"], (mode, own)
     for mode in ("record", "train"):  # each session's first turn got its next state
         assert result[f"{mode}_feed_at_end"]["submitted"] == 5, mode
         assert result[f"{mode}_feed_at_end"]["pending"] == 0, mode
