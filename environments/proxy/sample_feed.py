@@ -49,6 +49,8 @@ class FeedStats:
     dropped_queue_full: int = 0
     retried: int = 0
     gave_up: int = 0
+    failed: int = 0
+    """Turns whose pipeline raised an unexpected error (logged with its traceback; not retried)."""
     scored_turns: int = 0
     unscored_turns: int = 0
     samples_grouped: int = 0
@@ -127,6 +129,7 @@ class SampleFeed:
             try:
                 await self._process(sample)
             except Exception:  # noqa: BLE001 - one bad turn never stops the worker
+                self.stats.failed += 1
                 logger.exception("turn %d of session %s failed in the pipeline", sample.turn, sample.session)
             finally:
                 self._busy -= 1

@@ -50,3 +50,26 @@ async def test_a_full_queue_drops_and_counts_without_blocking():
     results = [feed.submit(sample("s", i, 0)) for i in range(3)]  # no worker runs: the queue fills
     assert results == [True, True, False]
     assert (feed.stats.submitted, feed.stats.dropped_queue_full) == (2, 1)
+
+
+class RaisingPipeline:
+    """A pipeline with a bug: every turn raises (a fault no real server produces on demand)."""
+
+    async def process(self, trajectory, prm_already_effective=False):
+        raise RuntimeError("a bug in the pipeline")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_turn_whose_pipeline_raises_is_counted_and_the_worker_goes_on():
+    async def write(group):
+        raise AssertionError("nothing may be written")
+
+    feed = SampleFeed(RaisingPipeline(), OPDConfig(), write, FeedSettings(workers=1), lambda: 0)
+    feed.start()
+    for turn in range(3):
+        assert feed.submit(sample("s", turn, 0))
+    await wait_for(lambda: feed.stats.failed == 3, 10, "the worker stopped after the first failure")
+    assert feed.pending == 0 and (feed.stats.submitted, feed.stats.retried) == (3, 0)
+    await feed.stop()
