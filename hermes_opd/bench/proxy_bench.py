@@ -16,9 +16,10 @@ paths, and `hermes-opd proxy` (environments/proxy/) as its own process, as deplo
 Each session is a conversation of `turns` requests (system + user, then each reply with a user
 correction after it), every request with its own fixed seed, so direct vLLM and the proxy sample
 the same continuations (the mean completion tokens of each path are reported to show it). Rounds
-alternate direct, serve, train, repeated `rounds` times, so that drift in the machine's load falls
-on every path alike; after each train round the bench waits until that proxy has scored every turn,
-so that its teacher requests never fall into another path's round. The numbers are client-side
+alternate direct, serve, record, train (the modes asked for), repeated `rounds` times, so that drift
+in the machine's load falls on every path alike; after each record or train round the bench waits
+until that proxy has scored every turn, so that its judging and teacher requests never fall into
+another path's round. The numbers are client-side
 wall times per request, p50 and p95; the headline is the worst of the p50 and p95 ratios of the
 serve and record modes over both concurrencies (target <= 1.15). Beside them, each proxy's own
 time per request from its `/metrics` (`<mode>_own_time`: handler time minus the vLLM call, p50 and
