@@ -14,7 +14,7 @@ def make_judge_backend(
     process-reward judge (`kind="prm"`: judge/prm_prompt.py, judge/prm_rules_backend.py).
 
     For `llm`, `server` is the judge's resolved endpoint (the env resolves it, with the fallback to
-    the policy server, in environments/atropos/role_servers.py); without one, the config's own
+    the policy server, in environments/pipeline/role_servers.py); without one, the config's own
     `base_url`, `model` and key are used."""
     if config.backend == "rules" and kind == "prm":
         from judge.prm_rules_backend import ProcessRulesBackend

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoTokenizer
 
-    from environments.atropos.groups_file import iter_groups
+    from environments.delivery.groups_file import iter_groups
     from hermes_opd.record.hint_splice import tokenizer_codec
     from hermes_opd.record.splice_audit import audit_groups
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from environments.atropos.embedded_paths import default_dev_model_dir
-from environments.atropos.group_builder import FinishedRollout, build_group
+from environments.delivery.group_builder import FinishedRollout, build_group
 from hermes_opd.bench.pipeline_bench import PipelineBenchConfig, build_backend
 from hermes_opd.bench.synth import SynthSpec, synth_group
 from hermes_opd.devkit.fake_endpoints import FakeEndpoints, FakeSettings

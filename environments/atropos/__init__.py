@@ -1,2 +1,2 @@
-"""The Atropos adapter: the env, its config, CLI, server class, send spool, config loading, role
-servers and group builder. The only part of `environments/` that imports atroposlib or knows a URL."""
+"""The Atropos adapter: the atroposlib env, its config, its CLI and server class, config loading.
+The only part of `environments/` that imports atroposlib."""

@@ -14,7 +14,7 @@ from judge.config import JudgeConfig
 
 STUDENT_TOPK_MAX = 100
 """The largest `student_topk_k` the config takes; the policy server's own `--max-logprobs` is checked
-at setup (environments/atropos/student_topk_check.py)."""
+at setup (environments/delivery/student_topk_check.py)."""
 
 
 class _EnvKnobs(BaseEnvConfig):

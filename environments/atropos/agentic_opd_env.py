@@ -28,28 +28,27 @@ from environments.atropos.agentic_opd_config import AgenticOPDConfig
 from environments.atropos.cli_lifecycle import CliLifecycleMixin
 from environments.atropos.embedded_paths import default_dev_model_dir
 from environments.atropos.eval_choices import eval_convention_choices
-from environments.atropos.group_builder import (
+from environments.atropos.server import CurrentVLLMServer
+from environments.delivery.group_builder import (
     FinishedRollout,
     build_group,
     has_distill_signal,
     trim_after_last_turn,
 )
-from environments.atropos.policy_adapter import PolicyAdapterTracker, PolicyWeights
-from environments.atropos.process_tuning import freeze_startup_heap
-from environments.atropos.role_servers import (
+from environments.delivery.policy_adapter import PolicyAdapterTracker, PolicyWeights
+from environments.delivery.send_spool import SendSpool, register_again_until_back
+from environments.delivery.student_topk_check import check_policy_top_logprobs
+from environments.delivery.tinker_drops import DenseK1Notice
+from environments.pipeline.build import build_opd_pipeline
+from environments.pipeline.opd_config import OPDConfig
+from environments.pipeline.opd_metrics import group_metrics
+from environments.pipeline.opd_pipeline import OPDPipeline
+from environments.pipeline.role_servers import (
     RoleServers,
     check_role_servers,
     describe_role_servers,
     resolve_role_servers,
 )
-from environments.atropos.send_spool import SendSpool, register_again_until_back
-from environments.atropos.server import CurrentVLLMServer
-from environments.atropos.student_topk_check import check_policy_top_logprobs
-from environments.atropos.tinker_drops import DenseK1Notice
-from environments.pipeline.build import build_opd_pipeline
-from environments.pipeline.opd_config import OPDConfig
-from environments.pipeline.opd_metrics import group_metrics
-from environments.pipeline.opd_pipeline import OPDPipeline
 from environments.rollout.agent_loop import RolloutLimits, run_rollout
 from environments.rollout.failed_rollouts import kept_rollouts
 from environments.rollout.sandbox.limits import SandboxLimits
@@ -64,6 +63,7 @@ from environments.tasks.split import split_tasks
 from environments.tasks.task import Task
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY
+from hermes_opd.runtime.process_tuning import freeze_startup_heap
 from hermes_opd.vllm_api.endpoint import Endpoint
 from hermes_opd.vllm_api.wire_format import GeneratedSequence
 
@@ -75,7 +75,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
     env_config_cls = AgenticOPDConfig
     server_cls = CurrentVLLMServer
     check_servers_at_setup = True
-    """`setup()` checks the policy, judge and teacher servers (environments/atropos/role_servers.py)."""
+    """`setup()` checks the policy, judge and teacher servers (environments/pipeline/role_servers.py)."""
 
     def __init__(self, config: AgenticOPDConfig, server_configs, slurm: bool = False, testing: bool = False):
         super().__init__(config, server_configs, slurm, testing)
@@ -93,7 +93,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             env_id=lambda: getattr(self, "env_id", None),
             post_json=self._post_json_with_compression,
         )
-        """Where groups go on their way to the Atropos API (environments/atropos/send_spool.py)."""
+        """Where groups go on their way to the Atropos API (environments/delivery/send_spool.py)."""
         self.dense_k1_notice = DenseK1Notice(logger.warning)
         self.drop_equal_scores_without_distill = False
         self.opd_config: OPDConfig = config.opd_config()

@@ -34,8 +34,8 @@ import sys
 import warnings
 from typing import Any
 
-from environments.atropos.exit_codes import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
 from hermes_opd.contract.log_setup import configure_logging
+from hermes_opd.runtime.exit_codes import EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
 from environments.atropos.eval_report import EvalReport, format_eval_report
-from environments.atropos.stop_signals import StopSignals
+from hermes_opd.runtime.stop_signals import StopSignals
 
 logger = logging.getLogger(__name__)
 

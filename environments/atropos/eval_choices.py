@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from environments.atropos.group_builder import FinishedRollout
+from environments.delivery.group_builder import FinishedRollout
 from environments.tasks.convention_choice import ConventionChoice, classify_attempt
 from environments.tasks.task import Task
 

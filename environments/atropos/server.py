@@ -129,7 +129,7 @@ class CurrentVLLMServer(APIServer):
         kwargs.pop("model", None)  # atroposlib always sets the configured name here
         adapter = kwargs.pop(
             "policy_model", None
-        )  # the newest LoRA adapter (environments/atropos/policy_adapter.py)
+        )  # the newest LoRA adapter (environments/delivery/policy_adapter.py)
         if adapter:
             kwargs["model"] = adapter
         prompt_ids = self._prompt_ids(kwargs)

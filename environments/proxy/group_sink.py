@@ -1,10 +1,10 @@
 """Where the proxy's groups go.
 
-- `GroupFileSink`: a groups JSONL file (environments/atropos/groups_file.py: `hermes-opd send`
+- `GroupFileSink`: a groups JSONL file (environments/delivery/groups_file.py: `hermes-opd send`
   replays it, `hermes-opd validate` checks it). Each group is one line, appended and fsynced before
   it counts as written, so a proxy killed at any moment leaves whole lines only, each written once.
 - `AtroposSink`: straight to an Atropos API through the env's send spool
-  (environments/atropos/send_spool.py): sent, or kept on disk while the API or its trainer is away
+  (environments/delivery/send_spool.py): sent, or kept on disk while the API or its trainer is away
   and resent, oldest first, when it is back. Groups carry no env id (as `hermes-opd send`'s do).
 """
 
@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from environments.atropos.groups_file import append_durably, group_line
-from environments.atropos.send_spool import SendSpool, SpoolSettings
+from environments.delivery.groups_file import append_durably, group_line
+from environments.delivery.send_spool import SendSpool, SpoolSettings
 
 
 class GroupFileSink:

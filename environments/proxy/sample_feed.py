@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from environments.atropos.group_builder import FinishedRollout, build_group
+from environments.delivery.group_builder import FinishedRollout, build_group
 from environments.pipeline.opd_config import OPDConfig
 from environments.pipeline.opd_pipeline import OPDPipeline
 from environments.proxy.turn_sample import TurnSample

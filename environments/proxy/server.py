@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from environments.atropos.policy_adapter import PolicyAdapterTracker, PolicyWeights
+from environments.delivery.policy_adapter import PolicyAdapterTracker, PolicyWeights
 from environments.proxy.latency import LatencyWindow
 from environments.proxy.openai_wire import (
     ChatRequest,

@@ -22,9 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from environments.atropos.stop_signals import sigterm_exits
 from hermes_opd.bench.common import median_result, rounded, with_headline
 from hermes_opd.contract.log_setup import configure_logging
+from hermes_opd.runtime.stop_signals import sigterm_exits
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ from typing import Any
 import aiohttp
 
 from environments.atropos.embedded_paths import default_dev_model_dir
-from environments.atropos.process_tuning import freeze_startup_heap
 from environments.pipeline.build import build_opd_pipeline
 from environments.pipeline.opd_config import OPDConfig, TeacherConfig
 from environments.pipeline.opd_pipeline import OPDPipeline
@@ -46,6 +45,7 @@ from hermes_opd.devkit.fake_endpoints import DEFAULT_HINT, FakeEndpoints, FakeSe
 from hermes_opd.record.hint_splice import build_canonical_teacher_input, tokenizer_codec
 from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.turn_pairs import extract_turn_pairs
+from hermes_opd.runtime.process_tuning import freeze_startup_heap
 from hermes_opd.vllm_api.endpoint import Endpoint
 from judge.config import JudgeConfig
 

@@ -12,8 +12,8 @@ import math
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from environments.atropos.exit_codes import EXIT_USAGE
-from environments.atropos.group_replay import ReplayOptions
+from environments.delivery.group_replay import ReplayOptions
+from hermes_opd.runtime.exit_codes import EXIT_USAGE
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from environments.atropos.agentic_opd_env import AgenticOPDEnv
-from environments.atropos.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
-from environments.atropos.stop_signals import sigterm_exits
 from hermes_opd.commands.progress import format_duration
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.contract.log_setup import configure_logging
+from hermes_opd.runtime.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
+from hermes_opd.runtime.stop_signals import sigterm_exits
 
 DEFAULT_OUT = "runs/demo"
 DEMO_ENV: dict[str, Any] = {

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from environments.atropos.groups_file import iter_groups
+from environments.delivery.groups_file import iter_groups
 from hermes_opd.commands.cli_input import OneLineParser, number_in
 from hermes_opd.contract.constants import MASKED, MODE_DENSE_K1
 from hermes_opd.contract.provenance import Provenance, TurnRecord, parse_provenance, scored_positions

@@ -34,20 +34,20 @@ from pathlib import Path
 from typing import Any
 
 from environments.atropos.config_loading import JobConfig, load_job_config, split_overrides
-from environments.atropos.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
-from environments.atropos.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
-from environments.atropos.groups_file import GroupWriter, OutputError, scan_output
-from environments.atropos.role_servers import RoleServers, check_role_servers
-from environments.atropos.send_cursor import CursorError, cursor_path
-from environments.atropos.stop_signals import StopSignals
-from environments.atropos.tinker_drops import DenseK1Notice
 from environments.atropos.user_errors import names_a_permanent_error, permanent_errors
-from environments.atropos.wait_notice import WAIT_NOTICE_S
+from environments.delivery.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
+from environments.delivery.groups_file import GroupWriter, OutputError, scan_output
+from environments.delivery.send_cursor import CursorError, cursor_path
+from environments.delivery.tinker_drops import DenseK1Notice
+from environments.pipeline.role_servers import RoleServers, check_role_servers
 from hermes_opd.commands.cli_input import OneLineParser, add_pacing_arguments, options_from, pacing_error
 from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, format_duration
 from hermes_opd.commands.send_report import summary_lines
 from hermes_opd.contract.errors import ConfigError, HermesOPDError
 from hermes_opd.contract.log_setup import configure_logging
+from hermes_opd.runtime.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
+from hermes_opd.runtime.stop_signals import StopSignals
+from hermes_opd.runtime.wait_notice import WAIT_NOTICE_S
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ async def _until_stopped(coro: Any, stop: StopController, event: asyncio.Event |
 # -- preflight ------------------------------------------------------------------------------------
 async def preflight(job: JobConfig, roles: RoleServers, tokenizer: Any) -> list[str]:
     """Check every endpoint the job will use before any rollout, with the env's own check
-    (environments/atropos/role_servers.py) on the env's resolved `roles`: reachable, serving the
+    (environments/pipeline/role_servers.py) on the env's resolved `roles`: reachable, serving the
     model, a long enough context; then (teacher) allowed enough logprobs. Returns warnings; raises
     PreflightError with what to change."""
     from hermes_opd.vllm_api.client import VLLMCompletionsClient
@@ -161,7 +161,7 @@ async def preflight(job: JobConfig, roles: RoleServers, tokenizer: Any) -> list[
         finally:
             await client.close()
     if env.student_topk_k:  # every policy server must return the student's top-K rows
-        from environments.atropos.student_topk_check import check_policy_top_logprobs
+        from environments.delivery.student_topk_check import check_policy_top_logprobs
 
         for policy in roles.policy:
             if policy.base_url is None or policy.model is None:
@@ -262,7 +262,7 @@ async def run_job(
     send: ReplayOptions | None = None,
 ) -> tuple[JobResult, StopController]:
     """Collect groups `0..groups-1` into `out` (resuming what is there unless `fresh`). With `send`,
-    replay the file into the Atropos API while it grows (environments/atropos/group_replay.py), from its cursor."""
+    replay the file into the Atropos API while it grows (environments/delivery/group_replay.py), from its cursor."""
     started = time.monotonic()
     out = Path(out)
     concurrency = concurrency or job.concurrency
@@ -389,7 +389,7 @@ async def _collect_loop(
     max_consecutive_failures: int,
 ) -> None:
     group_size = env.config.group_size
-    dense_k1 = DenseK1Notice(progress.message)  # once per run (environments/atropos/tinker_drops.py)
+    dense_k1 = DenseK1Notice(progress.message)  # once per run (environments/delivery/tinker_drops.py)
     attempts: dict[int, int] = {}
     running: dict[asyncio.Task, int] = {}
     consecutive_failures = 0

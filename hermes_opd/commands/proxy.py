@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from environments.atropos.stop_signals import StopSignals
+from hermes_opd.runtime.stop_signals import StopSignals
 
 logger = logging.getLogger(__name__)
 

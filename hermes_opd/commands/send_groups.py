@@ -3,7 +3,7 @@
 Every Atropos trainer (`hermes-opd train`, tinker-atropos, ...) reads from the API's `/batch`; this
 puts a file written by `hermes-opd process` (or any file `hermes-opd validate` reads) there, with a
 progress bar, a rate limit, and a cursor file next to the input so that a rerun of the same command
-after a kill or an API restart continues without losing a group (environments/atropos/group_replay.py says how).
+after a kill or an API restart continues without losing a group (environments/delivery/group_replay.py says how).
 
 The file is checked BEFORE the API is contacted: every line is read (within the bounds of
 `hermes_opd.contract.bounded_json.GROUPS_INPUT`) and validated against the contract; a bad line is
@@ -24,14 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-from environments.atropos.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
-from environments.atropos.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
-from environments.atropos.groups_file import iter_groups
-from environments.atropos.send_cursor import CursorError
+from environments.delivery.group_replay import APIGoneError, GroupReplayer, ReplayOptions, ReplayResult
+from environments.delivery.groups_file import iter_groups
+from environments.delivery.send_cursor import CursorError
 from hermes_opd.commands.cli_input import OneLineParser, add_pacing_arguments, options_from, pacing_error
 from hermes_opd.commands.progress import format_duration
 from hermes_opd.commands.send_report import summary_lines
 from hermes_opd.contract.validation import validate_group
+from hermes_opd.runtime.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
 
 FIRST_PROBLEMS = 20
 
@@ -111,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _run(path: Path, options: ReplayOptions, progress_mode: str) -> ReplayResult:
-    from environments.atropos.group_replay import count_lines
-    from environments.atropos.send_cursor import cursor_path, load_cursor
+    from environments.delivery.group_replay import count_lines
+    from environments.delivery.send_cursor import cursor_path, load_cursor
 
     initial = load_cursor(cursor_path(path)).acked_lines
     progress = SendProgress(count_lines(path), initial, mode=progress_mode)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from environments.atropos.group_replay import ReplayResult
+from environments.delivery.group_replay import ReplayResult
 from hermes_opd.commands.progress import format_duration
 
 

@@ -1,7 +1,7 @@
 """`hermes-opd validate FILE.jsonl`: check a file of ScoredDataGroups against the distill contract.
 
 Each non-blank line is one JSON object: a ScoredDataGroup, or a wrapper `{"group": {...}, ...}`, read
-by the groups file's one reader (environments/atropos/groups_file.py), within
+by the groups file's one reader (environments/delivery/groups_file.py), within
 `hermes_opd.contract.bounded_json.GROUPS_INPUT` (256 MiB, nesting 64 deep); a group of more than
 MAX_GROUP_SEQUENCES sequences is one violation, found before any of its sequences is checked.
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from environments.atropos.groups_file import iter_groups
+from environments.delivery.groups_file import iter_groups
 from hermes_opd.commands.cli_input import OneLineParser
 from hermes_opd.contract.constants import MAX_GROUP_SEQUENCES
 from hermes_opd.contract.provenance import parse_provenance, scored_positions

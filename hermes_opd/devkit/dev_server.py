@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from environments.atropos.stop_signals import StopSignals
-from environments.atropos.wait_notice import WAIT_NOTICE_S
 from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.runtime.stop_signals import StopSignals
+from hermes_opd.runtime.wait_notice import WAIT_NOTICE_S
 
 DEFAULT_MAX_LOGPROBS = 100
 """vLLM's default is 20; teacher scoring asks for top-50 prompt logprobs plus the student's token."""

@@ -34,7 +34,6 @@ from typing import Any
 import httpx
 import yaml
 
-from environments.atropos.wait_notice import WAIT_NOTICE_S
 from environments.tasks.convention_choice import ConventionChoice, choice_summary
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, adapter_name, adapter_step
@@ -42,6 +41,7 @@ from hermes_opd.devkit.dev_server import DevServer, free_port
 from hermes_opd.devkit.run_api import RunApi
 from hermes_opd.learning_study.probe import probe_run
 from hermes_opd.learning_study.report import ARMS, RunRecords
+from hermes_opd.runtime.wait_notice import WAIT_NOTICE_S
 from trainer_adapters.weight_sync import WeightSyncError, load_lora_adapter, unload_lora_adapter
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.atropos.send_cursor import cursor_path, load_cursor
+from environments.delivery.send_cursor import cursor_path, load_cursor
 from hermes_opd.devkit.run_api import RunApi
 from tests.support.send_e2e import GROUP_SIZE, REPO, WatchedTrainer, file_digests, kill, send_argv, start
 from tests.support.waiting import wait_until

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from environments.atropos.student_topk_check import check_policy_top_logprobs
+from environments.delivery.student_topk_check import check_policy_top_logprobs
 from hermes_opd.commands.validate_file import main as validate_main
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.errors import ConfigError

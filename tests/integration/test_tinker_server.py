@@ -24,7 +24,7 @@ import httpx
 import pytest
 import yaml
 
-from environments.atropos.groups_file import WRAPPER_FIELDS
+from environments.delivery.groups_file import WRAPPER_FIELDS
 from hermes_opd.devkit.run_api import RunApi
 from hermes_opd.devkit.tinker_server import client_environment, tinker_venv_ready
 

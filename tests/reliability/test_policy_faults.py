@@ -4,7 +4,7 @@ demand. OPD is off here: judge and teacher faults are tests/integration/test_opd
 
 Expected outcomes (docs/reliability.md):
 - down at start: `setup()` fails at once with `ServerUnreachableError` naming the role and the URL
-  (environments/atropos/role_servers.py; with OPD on too, before the teacher's tokenizer check);
+  (environments/pipeline/role_servers.py; with OPD on too, before the teacher's tokenizer check);
 - down after setup (OPD off): each rollout waits at most the server's `health_wait_s`, then ends
   with stop_reason `generation_error` and a `ServerUnreachableError` naming the URL; the group is
   valid;

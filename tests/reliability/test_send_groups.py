@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from environments.atropos.send_cursor import cursor_path, load_cursor
+from environments.delivery.send_cursor import cursor_path, load_cursor
 from hermes_opd.contract.group_id import group_id_of, with_group_id
 from tests.support.groups import GROUP_SIZE, build_group, write_groups
 from tests.support.waiting import wait_until

@@ -24,7 +24,7 @@ import pytest
 from aiohttp import web
 
 from environments.atropos.agentic_opd_env import AgenticOPDEnv
-from environments.atropos.send_spool import GroupSpool, SpoolSettings
+from environments.delivery.send_spool import GroupSpool, SpoolSettings
 from hermes_opd.devkit.dev_server import free_port
 from hermes_opd.devkit.run_api import RunApi
 
@@ -272,7 +272,7 @@ async def test_posting_before_a_trainer_registers_wedges_the_atropos_api(run_api
 
 CRASH_WRITER = """
 import sys
-from environments.atropos.send_spool import GroupSpool
+from environments.delivery.send_spool import GroupSpool
 spool = GroupSpool(sys.argv[1])
 i = 0
 while True:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from environments.atropos.wait_notice import WAIT_NOTICE_S
+from hermes_opd.runtime.wait_notice import WAIT_NOTICE_S
 from tests.support.groups import build_group, write_groups
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from tests.support.paths import LOCAL_CPU
 
 def test_role_resolution_own_endpoints_rules_judge_and_opd_off():
     from environments.atropos.agentic_opd_config import AgenticOPDConfig
-    from environments.atropos.role_servers import describe_role_servers, resolve_role_servers
+    from environments.pipeline.role_servers import describe_role_servers, resolve_role_servers
 
     policy = SimpleNamespace(base_url="http://p/v1", model_name="m", api_key="EMPTY")
     config = AgenticOPDConfig(tokenizer_name="x", judge_backend="llm", judge_base_url="http://j/v1",

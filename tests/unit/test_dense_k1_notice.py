@@ -8,7 +8,7 @@ import logging
 from collections import deque
 from types import SimpleNamespace
 
-from environments.atropos.tinker_drops import TRAIN_COMMAND, DenseK1Notice, equal_score_teacher_positions
+from environments.delivery.tinker_drops import TRAIN_COMMAND, DenseK1Notice, equal_score_teacher_positions
 from hermes_opd.contract.provenance import scored_positions
 from tests.support.groups import build_group, to_dense_group
 
@@ -50,7 +50,7 @@ def test_warns_once_per_run_with_the_count_and_the_command():
 
 
 def test_process_job_warns_once_and_records_it(tmp_path):
-    from environments.atropos.groups_file import GroupWriter
+    from environments.delivery.groups_file import GroupWriter
     from hermes_opd.commands.process_job import JobResult, StopController, _collect_loop
     from hermes_opd.commands.progress import Progress
 

@@ -1,4 +1,4 @@
-"""Exit codes are defined once (environments/atropos/exit_codes.py) and imported by every command."""
+"""Exit codes are defined once (hermes_opd/runtime/exit_codes.py) and imported by every command."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_one_exit_code_module_used_by_every_command():
         tree = ast.parse((ROOT / relative).read_text())
         assert not _assigned_exit_codes(tree), f"{relative} defines its own exit codes"
         assert any(
-            isinstance(n, ast.ImportFrom) and n.module == "environments.atropos.exit_codes"
+            isinstance(n, ast.ImportFrom) and n.module == "hermes_opd.runtime.exit_codes"
             for n in ast.walk(tree)
         ), relative
 

@@ -1,4 +1,4 @@
-"""The groups file has one module (environments/atropos/groups_file.py): its writers (`process`, the
+"""The groups file has one module (environments/delivery/groups_file.py): its writers (`process`, the
 proxy's file sink, the send spool) and its readers (`validate`, `send`, `inspect`, the replay
 engine) all go through it, and no other module parses or writes its lines itself."""
 
@@ -9,7 +9,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from environments.atropos.groups_file import (
+from environments.delivery.groups_file import (
     GroupWriter,
     group_line,
     iter_groups,
@@ -26,8 +26,8 @@ USERS = {
     "hermes_opd/commands/send_groups.py": {"iter_groups"},
     "hermes_opd/commands/inspector.py": {"iter_groups"},
     "hermes_opd/commands/process_job.py": {"GroupWriter", "scan_output"},
-    "environments/atropos/group_replay.py": {"parse_group_line", "unwrap_group", "without_wrapper"},
-    "environments/atropos/send_spool.py": {"group_line"},
+    "environments/delivery/group_replay.py": {"parse_group_line", "unwrap_group", "without_wrapper"},
+    "environments/delivery/send_spool.py": {"group_line"},
     "environments/proxy/group_sink.py": {"append_durably", "group_line"},
 }
 """Each reader and writer of the file, and what it takes from the one module."""
@@ -47,7 +47,7 @@ FORMAT_NAMES = {
 def _imported_from_groups_file(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module == "environments.atropos.groups_file":
+        if isinstance(node, ast.ImportFrom) and node.module == "environments.delivery.groups_file":
             names.update(alias.name for alias in node.names)
     return names
 
@@ -58,7 +58,7 @@ def test_every_reader_and_writer_uses_the_one_module():
 
 
 def test_no_other_module_defines_the_format():
-    home = ROOT / "environments/atropos/groups_file.py"
+    home = ROOT / "environments/delivery/groups_file.py"
     for package in ("hermes_opd", "environments", "judge", "scoring", "trainer_adapters"):
         for path in (ROOT / package).rglob("*.py"):
             if path == home:

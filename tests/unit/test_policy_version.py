@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from environments.atropos.policy_adapter import PolicyAdapterTracker, PolicyWeights
+from environments.delivery.policy_adapter import PolicyAdapterTracker, PolicyWeights
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, adapter_name, adapter_step, newest_adapter
 from trainer_adapters.policy_lag import policy_lag_metrics, split_stale, stale_metrics
 from trainer_adapters.weight_sync import WeightSyncError, vllm_lora_step_sync

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from environments.atropos.groups_file import GroupWriter, OutputError, scan_output
+from environments.delivery.groups_file import GroupWriter, OutputError, scan_output
 from hermes_opd.commands import process_job
 from hermes_opd.commands.process_job import group_failure
 from tests.support.process_job import LOCAL_CPU, REPO

@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from environments.atropos.group_builder import FinishedRollout, build_group, has_distill_signal
+from environments.delivery.group_builder import FinishedRollout, build_group, has_distill_signal
 from environments.pipeline.build import build_opd_pipeline
 from environments.pipeline.opd_config import OPDConfig, PRMConfig
 from environments.pipeline.opd_metrics import group_metrics

@@ -1,4 +1,4 @@
-"""The env's process tuning after start-up (`environments/atropos/process_tuning.py`)."""
+"""The env's process tuning after start-up (`hermes_opd/runtime/process_tuning.py`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import gc
 import subprocess
 import sys
 
-from environments.atropos.process_tuning import freeze_startup_heap
+from hermes_opd.runtime.process_tuning import freeze_startup_heap
 
 
 def test_the_start_up_heap_is_frozen():
@@ -22,7 +22,7 @@ def test_frozen_objects_are_still_finalized_at_exit():
     """A cyclic object frozen at start-up has its finalizer run at interpreter exit (twice frozen,
     unfrozen once): what extension modules count on to not report leaks."""
     code = (
-        "from environments.atropos.process_tuning import freeze_startup_heap\n"
+        "from hermes_opd.runtime.process_tuning import freeze_startup_heap\n"
         "class Cycle:\n"
         "    def __init__(self): self.me = self\n"
         "    def __del__(self): print('finalized', flush=True)\n"

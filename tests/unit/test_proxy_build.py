@@ -5,7 +5,7 @@ proxy with `policy_lora_prefix` lost every sample)."""
 
 from __future__ import annotations
 
-from environments.atropos.policy_adapter import PolicyWeights
+from environments.delivery.policy_adapter import PolicyWeights
 from environments.proxy.build import build_proxy
 from environments.proxy.proxy_config import ProxyConfig
 

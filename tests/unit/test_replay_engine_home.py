@@ -8,7 +8,7 @@ import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ENGINE = ROOT / "environments/atropos/group_replay.py"
+ENGINE = ROOT / "environments/delivery/group_replay.py"
 
 
 def _imports(path: Path) -> set[str]:
@@ -20,7 +20,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_the_engine_and_its_cursor_live_beside_the_spool():
-    assert ENGINE.exists() and (ROOT / "environments/atropos/send_cursor.py").exists()
+    assert ENGINE.exists() and (ROOT / "environments/delivery/send_cursor.py").exists()
     for name in ("group_replay", "send_cursor"):
         assert importlib.util.find_spec(f"hermes_opd.commands.{name}") is None
 
@@ -32,7 +32,7 @@ def test_the_engine_opens_no_http_session_of_its_own():
     used = {
         alias.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == "environments.atropos.send_spool"
+        if isinstance(node, ast.ImportFrom) and node.module == "environments.delivery.send_spool"
         for alias in node.names
     }
     assert {"api_session", "get_api_json", "post_payload", "post_with_retries"} <= used

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from environments.atropos.group_builder import FinishedRollout, build_group
+from environments.delivery.group_builder import FinishedRollout, build_group
 from environments.pipeline.opd_config import OPDConfig
 from environments.pipeline.opd_pipeline import SequenceDistill
 from hermes_opd.contract.constants import MASKED

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from environments.atropos.send_cursor import SendCursor, load_cursor
-from environments.atropos.tinker_drops import TinkerDropCount
+from environments.delivery.send_cursor import SendCursor, load_cursor
+from environments.delivery.tinker_drops import TinkerDropCount
 from hermes_opd.contract.group_id import GROUP_ID_KEY, group_digest, group_id_of, with_group_id
 from tests.support.groups import GROUP_SIZE, build_group
 from trainer_adapters.repeated_groups import RepeatedGroupFilter
@@ -68,7 +68,7 @@ def test_tinker_drop_count_says_how_many_groups_and_positions():
 def test_cursor_refuses_a_foreign_file(tmp_path):
     path = tmp_path / "g.jsonl.cursor"
     path.write_text('{"acked_offset": 3}')
-    from environments.atropos.send_cursor import CursorError
+    from environments.delivery.send_cursor import CursorError
 
     with pytest.raises(CursorError, match="not a version 1 cursor"):
         load_cursor(path)

@@ -1,4 +1,4 @@
-"""Stop handling written once (environments/atropos/stop_signals.py), checked with real signals: to
+"""Stop handling written once (hermes_opd/runtime/stop_signals.py), checked with real signals: to
 a child process (exit 143 / 130, its `finally` ran) and to this process, with a safe handler in
 place before and checked to be back after."""
 
@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from environments.atropos.exit_codes import EXIT_SIGINT, EXIT_SIGTERM
-from environments.atropos.stop_signals import StopSignals, sigterm_exits
+from hermes_opd.runtime.exit_codes import EXIT_SIGINT, EXIT_SIGTERM
+from hermes_opd.runtime.stop_signals import StopSignals, sigterm_exits
 
 REPO = Path(__file__).resolve().parents[2]
 
 SYNC_COMMAND = textwrap.dedent(
     """
     import pathlib, sys, time
-    from environments.atropos.exit_codes import EXIT_SIGINT
-    from environments.atropos.stop_signals import sigterm_exits
+    from hermes_opd.runtime.exit_codes import EXIT_SIGINT
+    from hermes_opd.runtime.stop_signals import sigterm_exits
 
     marker = pathlib.Path(sys.argv[1])
     try:

@@ -1,5 +1,5 @@
 """The tinker-atropos drop notices are one module with one remedy text
-(environments/atropos/tinker_drops.py): the env's and `process`'s once-per-run dense_k1 notice and
+(environments/delivery/tinker_drops.py): the env's and `process`'s once-per-run dense_k1 notice and
 `send`'s drop count end in the same `REMEDY`, and no other module words a remedy of its own."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from environments.atropos.tinker_drops import REMEDY, TinkerDropCount, dense_k1_warning
+from environments.delivery.tinker_drops import REMEDY, TinkerDropCount, dense_k1_warning
 from tests.support.groups import build_group
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +30,6 @@ def test_the_remedy_is_written_in_one_place():
         for path in (ROOT / package).rglob("*.py")
         if phrase in path.read_text()
     ]
-    assert holders == ["environments/atropos/tinker_drops.py"]
+    assert holders == ["environments/delivery/tinker_drops.py"]
     for gone in ("environments.atropos.dense_k1_notice", "hermes_opd.commands.tinker_drops"):
         assert importlib.util.find_spec(gone) is None

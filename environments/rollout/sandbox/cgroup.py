@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from environments.rollout.sandbox.limits import SandboxError, SandboxLimits
-from environments.rollout.sandbox.process_tree import pid_alive
+from hermes_opd.runtime.processes import pid_alive
 
 log = logging.getLogger("environments.rollout.sandbox.sandbox")
 

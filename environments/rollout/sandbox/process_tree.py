@@ -14,17 +14,6 @@ log = logging.getLogger("environments.rollout.sandbox.sandbox")
 _REAP_TIMEOUT_S = 10.0
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (one owned by another user counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _parent_map() -> dict[int, int]:
     """pid -> ppid for every process visible in /proc."""
     parents: dict[int, int] = {}

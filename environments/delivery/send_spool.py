@@ -57,9 +57,9 @@ from typing import Any
 
 import aiohttp
 
-from environments.atropos.groups_file import group_line
-from environments.rollout.sandbox.process_tree import pid_alive
+from environments.delivery.groups_file import group_line
 from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.runtime.processes import pid_alive
 from hermes_opd.vllm_api.retry import RetryPolicy, retrying
 
 logger = logging.getLogger(__name__)

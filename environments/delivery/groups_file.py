@@ -2,8 +2,8 @@
 
 Its writers: `hermes-opd process` (`GroupWriter`, each line led by `group_index` and `task_id`),
 the proxy (environments/proxy/group_sink.py: the group alone) and the send spool's segments
-(environments/atropos/send_spool.py). Its readers: `hermes-opd validate`, `send`, `inspect` and the
-replay engine (environments/atropos/group_replay.py).
+(environments/delivery/send_spool.py). Its readers: `hermes-opd validate`, `send`, `inspect` and the
+replay engine (environments/delivery/group_replay.py).
 
 - A line is a ScoredDataGroup dict exactly as Atropos' `process` mode writes it, or a wrapper
   `{"group": {...}, ...}` (any other keys of the wrapper are ignored); a line counts as a wrapper

@@ -19,7 +19,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from environments.atropos.send_spool import write_atomically
+from environments.delivery.send_spool import write_atomically
 from hermes_opd.contract.errors import HermesOPDError
 
 CURSOR_SUFFIX = ".cursor"

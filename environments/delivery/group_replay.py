@@ -42,9 +42,9 @@ from typing import Any
 
 import aiohttp
 
-from environments.atropos.groups_file import parse_group_line, unwrap_group, without_wrapper
-from environments.atropos.send_cursor import CursorError, SendCursor, cursor_path, load_cursor, save_cursor
-from environments.atropos.send_spool import (
+from environments.delivery.groups_file import parse_group_line, unwrap_group, without_wrapper
+from environments.delivery.send_cursor import CursorError, SendCursor, cursor_path, load_cursor, save_cursor
+from environments.delivery.send_spool import (
     APIRejectedError,
     APIUnavailableError,
     GroupSpool,
@@ -54,12 +54,12 @@ from environments.atropos.send_spool import (
     post_payload,
     post_with_retries,
 )
-from environments.atropos.tinker_drops import TinkerDropCount
-from environments.atropos.wait_notice import WAIT_NOTICE_S
+from environments.delivery.tinker_drops import TinkerDropCount
 from hermes_opd.contract.bounded_json import GROUPS_INPUT, BoundedJSONError, loads_bounded
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.group_id import group_digest, with_group_id
 from hermes_opd.contract.validation import validate_group
+from hermes_opd.runtime.wait_notice import WAIT_NOTICE_S
 
 logger = logging.getLogger(__name__)
 

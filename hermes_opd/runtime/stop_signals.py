@@ -17,7 +17,7 @@ clean-up that follows interrupts it). So a `sigterm_exits()` around an `asyncio.
 uses `StopSignals` is in force again when that coroutine lets go of SIGTERM.
 
 Outside the main thread (where Python allows no signal handler) neither does anything. Exit codes:
-`environments.atropos.exit_codes`.
+`hermes_opd.runtime.exit_codes`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from environments.atropos.exit_codes import EXIT_SIGTERM
+from hermes_opd.runtime.exit_codes import EXIT_SIGTERM
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
