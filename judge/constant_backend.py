@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from hermes_opd.record.turn_pairs import TurnPair
 from judge.config import JudgeConfig
-from judge.parsing import HINT_END, HINT_START, Vote, parse_vote
-from judge.prompt import defuse_markers
+from judge.parsing import HINT_END, HINT_START, Vote, defuse_markers, parse_vote
 from judge.rules_backend import RulePatterns, pair_hint
 
 

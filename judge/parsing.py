@@ -24,15 +24,34 @@ from dataclasses import dataclass
 HINT_START = "[HINT_START]"
 HINT_END = "[HINT_END]"
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
+# The markers the parser reads, each defined once. The parser's compound patterns below are built from
+# these, and `defuse_markers` neutralises exactly these, so the two cannot disagree on case, on
+# Unicode case folding (`re.IGNORECASE` matches U+0131 dotless i and U+017F long s as `i` and `s`)
+# or on spacing.
+_HINT_START_MARK = re.compile(re.escape(HINT_START), re.IGNORECASE)
+_HINT_END_MARK = re.compile(re.escape(HINT_END), re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
-_BOXED_OPEN = re.compile(r"\\boxed\s*\{")
+_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
+_BOXED_NAME = re.compile(r"\\boxed")
+ANSWER_MARKERS: tuple[re.Pattern[str], ...] = (
+    _HINT_START_MARK,
+    _HINT_END_MARK,
+    _THINK_OPEN,
+    _THINK_CLOSE,
+    _BOXED_NAME,
+)
+"""Every marker `parse_vote` and `parse_process_vote` read. A box is neutralised at its name, so a
+brace that only follows it later (a quote that ends in `\\boxed`, then `{1}`) opens nothing."""
+
+_THINK_BLOCK = re.compile(
+    _THINK_OPEN.pattern + r".*?" + _THINK_CLOSE.pattern, re.DOTALL | _THINK_OPEN.flags | _THINK_CLOSE.flags
+)
+_BOXED_OPEN = re.compile(_BOXED_NAME.pattern + r"\s*\{", _BOXED_NAME.flags)
 _TEXT_WRAPPER = re.compile(r"^\\text\{(.*)\}$", re.DOTALL)
 _WHITESPACE = re.compile(r"\s+")
 _HINT_BLOCK = re.compile(
-    re.escape(HINT_START) + r"((?:(?!" + re.escape(HINT_START) + r").)*?)" + re.escape(HINT_END),
-    re.DOTALL | re.IGNORECASE,
+    _HINT_START_MARK.pattern + r"((?:(?!" + _HINT_START_MARK.pattern + r").)*?)" + _HINT_END_MARK.pattern,
+    re.DOTALL | _HINT_START_MARK.flags | _HINT_END_MARK.flags,
 )
 _SCORES = {"1": 1, "+1": 1, "-1": -1, "\u22121": -1}  # U+2212 is the typographic minus sign
 PROCESS_SCORES = {**_SCORES, "0": 0, "+0": 0, "-0": 0, "\u22120": 0}
@@ -60,6 +79,22 @@ class Vote:
     @classmethod
     def failure(cls, error: str) -> Vote:
         return cls(score=None, hint=None, raw="", error=error)
+
+
+def _break(match: re.Match[str]) -> str:
+    marker = match.group(0)
+    return marker[0] + " " + marker[1:]
+
+
+def defuse_markers(text: str) -> str:
+    """`text` with every answer marker in it made unreadable to this parser: a space after the
+    marker's first character (`\\boxed` -> `\\ boxed`, `[Hint_END]` -> `[ Hint_END]`, `</think>`
+    -> `< /think>`). It matches with the parser's own patterns (`ANSWER_MARKERS`), so any case or
+    case-folded spelling the parser would read is caught. Defuse text after it is joined, not piece
+    by piece: a marker split across two pieces only forms when they meet."""
+    for marker in ANSWER_MARKERS:
+        text = marker.sub(_break, text)
+    return text
 
 
 def strip_thinking(text: str) -> str:

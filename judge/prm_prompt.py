@@ -24,7 +24,8 @@ import re
 
 from hermes_opd.record.turn_pairs import TurnPair, message_text
 from judge.config import JudgeConfig
-from judge.prompt import JudgePrompt, defuse_markers, elide_middle, render_context, render_turn
+from judge.parsing import defuse_markers
+from judge.prompt import JudgePrompt, elide_middle, render_context, render_turn
 
 PRM_SYSTEM_PROMPT = """You grade one step taken by an AI assistant that works with tools, by what \
 happened right after it.

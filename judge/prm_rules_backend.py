@@ -8,12 +8,15 @@ this order; the first rule that fires decides:
    missing solution file, a non-zero exit code) in a tool output or in user feedback, or a
    checker's count line with fewer tests passed than run (`3/5 tests passed.`) in user feedback;
 2. -1, a correction in user feedback: a redo request (`try again`, `do it again`, `redo`), a
-   correction (`no, ...`, `I meant`, `change X to Y`, `that's wrong`, `instead`, `should be`, ...),
-   or a restated request (its word set overlaps an earlier user message's by at least
-   `RESTATE_OVERLAP`, Jaccard, with at least `RESTATE_MIN_WORDS` words);
-3. +1, an acceptance in user feedback (`thanks`, `perfect`, `looks good`, `that works`, `correct`,
-   a reply that starts with `yes`/`ok`, ...);
-4. 0, anything else (a clean tool output included: it shows what the call did, not that it was right).
+   restated request (its word set overlaps an earlier user message's by at least `RESTATE_OVERLAP`,
+   Jaccard, with at least `RESTATE_MIN_WORDS` words), or a reply read as a correction
+   (judge/user_feedback.py: `no, ...`, `I meant`, `change X to Y`, `that's wrong`, `still fails`,
+   `should be`, `could you use ...`, ...);
+3. +1, a reply read as an acceptance (`thanks`, `approved`, `works for me`, `spot on`, a reply that
+   starts with `yes`/`ok`, ...);
+4. 0, anything else: a clean tool output (it shows what the call did, not that it was right), and a
+   reply the reader cannot read, which the backend counts (`feedback_tally`,
+   judge/user_feedback_tally.py).
 
 Acceptance and correction are read only in user feedback, never in tool output: what a tool prints
 is under the policy's control, so `print("thanks, perfect")` earns nothing. The rules are lexical
@@ -31,7 +34,8 @@ from judge.config import JudgeConfig
 from judge.parsing import Vote, parse_process_vote
 from judge.prm_prompt import next_state_parts
 from judge.rules_backend import RulePatterns, find_failures
-from judge.user_feedback import accepts, asks_for_redo, corrects
+from judge.user_feedback import read_reply
+from judge.user_feedback_tally import FeedbackTally
 from judge.votes import jaccard, word_set
 
 RESTATE_OVERLAP = 0.6
@@ -57,18 +61,18 @@ def process_verdict(pair: TurnPair, patterns: RulePatterns) -> tuple[int, str]:
         findings = find_failures(text, patterns)
         if findings:
             return -1, f"failure in the {role} message: {findings[0].kind}"
-    feedback = [text for role, _, text in parts if role == "user"]
-    for text in feedback:
+    feedback = [(text, read_reply(text).kind) for role, _, text in parts if role == "user"]
+    for text, reading in feedback:
         counts = [(int(a), int(b)) for a, b in _TESTS_PASSED.findall(text)]
         if any(passed < total for passed, total in counts):
             return -1, "the user's checks report failing tests"
-        if asks_for_redo(text):
+        if reading == "redo":
             return -1, "the user asks for a redo"
-        if corrects(text):
-            return -1, "the user corrects the step"
         if restates_earlier_request(text, pair):
             return -1, "the user restates an earlier request"
-    if any(accepts(text) for text in feedback):
+        if reading == "correction":
+            return -1, "the user corrects the step"
+    if any(reading == "acceptance" for _, reading in feedback):
         return 1, "the user accepts the step"
     return 0, "no clear signal in the next state"
 
@@ -89,8 +93,14 @@ class ProcessRulesBackend:
     def __init__(self, config: JudgeConfig) -> None:
         self.config = config
         self.patterns = RulePatterns.from_config(config)
+        self.feedback_tally = FeedbackTally()
+        """Readings of the user replies it read: an `unread` one scored 0, neither reward nor penalty."""
 
     async def collect_votes(self, pair: TurnPair) -> list[Vote]:
+        if pair.has_next_state:
+            self.feedback_tally.record(
+                read_reply(text).kind for role, _, text in next_state_parts(pair) if role == "user"
+            )
         return [parse_process_vote(process_answer(pair, self.patterns))] * self.config.m
 
     async def aclose(self) -> None:

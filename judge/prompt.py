@@ -6,8 +6,11 @@ calls), and the next state with its role. It answers with one `\\boxed{1}` or `\
 with a short hint between the hint markers.
 
 Text from the trajectory is untrusted (a tool may print anything). Before it goes into the prompt,
-the answer markers in it are defused (`\\boxed` -> `\\ boxed`, `[HINT_` -> `[HINT-`), so a file that
-contains them cannot plant an answer the parser would pick up if the judge echoes it.
+the answer markers in it are defused (judge/parsing.py, `defuse_markers`: every marker the parser reads,
+in any case it reads, gets a space after its first character: `\\boxed` -> `\\ boxed`), so a file that
+contains them cannot plant an answer the parser would pick up if the judge echoes it. Each part is
+defused whole, after its pieces are joined, so a marker split across two next-state messages or two
+content parts is caught too.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 from hermes_opd.record.turn_pairs import TurnPair, message_text
 from judge.config import JudgeConfig
-from judge.parsing import HINT_END, HINT_START
+from judge.parsing import HINT_END, HINT_START, defuse_markers
 
 OMITTED_FRONT = "[... {omitted} earlier characters omitted ...]"
 OMITTED_MIDDLE = "\n[... {omitted} characters omitted ...]\n"
@@ -55,7 +58,8 @@ ROLE_NOTES = {
     "not hindsight information; answer 1 only if it reveals a mistake the step could have avoided.",
     "user": "The next state is the USER's reply (it may be automated verifier feedback). Corrections, "
     "complaints, failing checks or requirements the step should have met count as hindsight "
-    "information; a plain acknowledgement or an unrelated new request does not.",
+    "information; an approval or thanks in any words, a plain acknowledgement or an unrelated new "
+    "request does not, and neither does a reply you cannot read as a correction.",
 }
 
 
@@ -68,11 +72,6 @@ class JudgePrompt:
 
     def as_messages(self) -> list[dict[str, str]]:
         return [{"role": "system", "content": self.system}, {"role": "user", "content": self.user}]
-
-
-def defuse_markers(text: str) -> str:
-    """Make answer markers inside untrusted text unparseable."""
-    return text.replace("\\boxed", "\\ boxed").replace("[HINT_", "[HINT-").replace("[hint_", "[hint-")
 
 
 def elide_middle(text: str, max_chars: int) -> str:

@@ -13,9 +13,11 @@ It looks for, in order of how much they tell the assistant:
    invalid arguments),
 7. a non-zero exit code (pattern `JudgeConfig.rules_exit_code_pattern`, default `exit code N`),
 8. with `JudgeConfig.rules_quote_user_feedback` (live sessions behind the proxy, where a `role: user`
-   message is a person's reply): a user reply that is not a plain acceptance (judge/user_feedback.py),
-   quoted. It is read in user messages only, never in tool output, and comes after every failure
-   finding. Off by default: in the env the user messages are the verifier's, read by 0-7.
+   message is a person's reply): a user reply read as a redo request or a correction
+   (judge/user_feedback.py), quoted; an acceptance or a reply it cannot read is not (the backend
+   counts each reading in `feedback_tally`, judge/user_feedback_tally.py). It is read in user
+   messages only, never in tool output, and comes after every failure finding. Off by default: in
+   the env the user messages are the verifier's, read by 0-7.
 
 The hint states the first two findings and one piece of advice for the top one (at most three
 sentences). The exit code is only mentioned when nothing more specific was found. With no finding
@@ -32,10 +34,10 @@ from dataclasses import dataclass
 
 from hermes_opd.record.turn_pairs import TurnPair
 from judge.config import JudgeConfig
-from judge.parsing import HINT_END, HINT_START, Vote, parse_vote
+from judge.parsing import HINT_END, HINT_START, Vote, defuse_markers, parse_vote
 from judge.prm_prompt import next_state_parts
-from judge.prompt import defuse_markers
-from judge.user_feedback import plain_acceptance
+from judge.user_feedback import Reading, read_reply
+from judge.user_feedback_tally import FeedbackTally
 
 MAX_QUOTE_CHARS = 100
 """Hints quote text the agent wrote (test names, error lines) only as short excerpts in backticks, so a
@@ -267,11 +269,16 @@ def mark_code(text: str) -> str:
     return _CODE_SPAN.sub(lambda m: m.group(0) if m.group(0).startswith("`") else f"`{m.group(0)}`", text)
 
 
+def user_readings(pair: TurnPair) -> list[tuple[str, Reading]]:
+    """(text, reading) of each user reply in the pair's next state (judge/user_feedback.py)."""
+    return [(text, read_reply(text).kind) for role, _, text in next_state_parts(pair) if role == "user"]
+
+
 def find_user_feedback(pair: TurnPair) -> Finding | None:
-    """The first user reply in the pair's next state that is not a plain acceptance, quoted with
-    its code marked (`mark_code`)."""
-    for role, _, text in next_state_parts(pair):
-        if role == "user" and text.strip() and not plain_acceptance(text):
+    """The first user reply in the pair's next state read as a redo request or a correction, quoted
+    with its code marked (`mark_code`). An acceptance, and a reply the reader cannot read, give none."""
+    for text, reading in user_readings(pair):
+        if reading in ("redo", "correction"):
             quoted = mark_code(_quote_user(text))
             return Finding(
                 kind="user_feedback",
@@ -360,8 +367,12 @@ class RulesJudgeBackend:
     def __init__(self, config: JudgeConfig) -> None:
         self.config = config
         self.patterns = RulePatterns.from_config(config)
+        self.feedback_tally = FeedbackTally()
+        """Readings of the user replies it read (only with `rules_quote_user_feedback`)."""
 
     async def collect_votes(self, pair: TurnPair) -> list[Vote]:
+        if self.patterns.quote_user_feedback:
+            self.feedback_tally.record(reading for _, reading in user_readings(pair))
         vote = parse_vote(rule_answer(pair, self.patterns), self.config.min_hint_chars)
         return [vote] * self.config.m
 

@@ -27,7 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--num-steps", type=int, help="override num_steps")
     parser.add_argument("--atropos-url", help="override atropos.url")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
     return parser
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from atroposlib.envs.base import BaseEnvConfig
 from pydantic import ConfigDict, Field, create_model, model_validator
 
-from environments.pipeline.flat_fields import FlatGroup, flat_fields, nest_values
+from environments.pipeline.flat_fields import FlatGroup, flat_fields, flatten_values, nest_values
 from environments.pipeline.opd_config import OPDConfig, PRMConfig, TeacherConfig
 from environments.pipeline.sampling_check import training_sampling_problem
 from judge.config import JudgeConfig
@@ -127,6 +127,26 @@ class _EnvKnobs(BaseEnvConfig):
         default=None,
         description="Local metrics JSONL (always written). Default: next to `data_path_to_save_groups`, else ./opd_metrics.jsonl.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nested_opd_block(cls, data: Any) -> Any:
+        """Take the proxy's `opd:` shape too (`opd: {judge: {m: 5}}` is `judge_votes: 5`): the one OPD
+        config shape of both producers. A flat name already set to a value other than its default
+        wins, as a `--env.*` flag wins over the YAML (atroposlib merges defaults, YAML and flags into
+        one dict before this runs)."""
+        if not isinstance(data, dict) or "opd" not in data:
+            return data
+        data = dict(data)
+        nested = data.pop("opd") or {}
+        if not isinstance(nested, dict):
+            raise ValueError("opd must be a mapping shaped like OPDConfig (judge, teacher, prm, ...)")
+        for name, value in flatten_values(OPD_GROUPS, nested).items():
+            field = cls.model_fields.get(name)
+            default = field.get_default(call_default_factory=True) if field is not None else None
+            if name not in data or data[name] == default:
+                data[name] = value
+        return data
 
     @model_validator(mode="after")
     def _training_sampling_is_unbiased(self) -> _EnvKnobs:

@@ -47,6 +47,7 @@ from environments.pipeline.role_servers import (
     RoleServers,
     check_role_servers,
     describe_role_servers,
+    follow_live_adapter,
     resolve_role_servers,
 )
 from environments.rollout.agent_loop import RolloutLimits, run_rollout
@@ -62,9 +63,8 @@ from environments.tasks.loaders import load_tasks
 from environments.tasks.split import split_tasks
 from environments.tasks.task import Task
 from hermes_opd.contract.errors import ConfigError
-from hermes_opd.contract.policy_version import POLICY_VERSION_KEY
+from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, stamp_policy_version
 from hermes_opd.runtime.process_tuning import freeze_startup_heap
-from hermes_opd.vllm_api.endpoint import Endpoint
 from hermes_opd.vllm_api.wire_format import GeneratedSequence
 
 logger = logging.getLogger(__name__)
@@ -235,8 +235,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             generation_params={"temperature": self.config.temperature, "top_p": self.config.top_p},
             student_topk_k=self.config.student_topk_k,
         )
-        if weights is not None:
-            group["group_overrides"][POLICY_VERSION_KEY] = weights.version
+        stamp_policy_version(group, weights.version if weights is not None else None)
         if len(rollouts) < self.config.group_size:
             # atroposlib drops a group whose size differs from group_size unless the group says so
             group["group_overrides"]["group_size"] = len(rollouts)
@@ -325,14 +324,8 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
         if self.policy_tracker is None or not self.config.policy_lora_prefix:
             return None
         weights = await self.policy_tracker.current()
-        opd = self.config.opd_config()
-        if (
-            teacher
-            and self.pipeline is not None
-            and opd.teacher.model is None
-            and opd.teacher.base_url is None
-        ):
-            self.pipeline.teacher.client.model = weights.model
+        if teacher:
+            follow_live_adapter(self.pipeline, self.role_servers, weights.model)
         return weights
 
     async def _rollout_and_distill(
@@ -448,19 +441,7 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             self.opd_config,
             self.role_servers.teacher.endpoint,
             self.role_servers.judge.endpoint,
-            prm_judge_server=self._prm_judge_endpoint(),
-        )
-
-    def _prm_judge_endpoint(self) -> Endpoint | None:
-        """The process judge's server (`llm` backend): its own base_url and model when set, else the
-        hint judge's resolved server, else the first policy server."""
-        config = self.opd_config.prm.judge
-        if config.backend != "llm":
-            return None
-        if config.base_url and config.model:
-            return Endpoint(config.base_url, config.model, config.resolved_api_key())
-        return self.role_servers.judge.endpoint or next(
-            (s.endpoint for s in self.role_servers.policy if s.endpoint is not None), None
+            prm_judge_server=self.role_servers.prm_judge_endpoint,
         )
 
     # -- metrics ---------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ into an `AgenticOPDConfig` and a list of `APIServerConfig`s.
 The YAML is the one `python -m environments.atropos.agentic_opd_env process --config FILE` reads:
 
 ```yaml
-env:      {...}            # AgenticOPDConfig fields (BaseEnvConfig + the OPD knobs)
+env:      {...}            # AgenticOPDConfig fields (BaseEnvConfig + the OPD knobs), and
+  opd:    {...}            #   the OPD knobs nested as the proxy's `opd:` (OPDConfig's shape)
 openai:   {...}            # one APIServerConfig, or a list of them (several policy servers)
 slurm: false               # passed through (Atropos' ServerManager)
 testing: false
@@ -127,6 +128,26 @@ def _check_keys(section: dict[str, Any], model: type[BaseModel], where: str) -> 
             raise ConfigError(_unknown_key_message(f"{where}.{key}", str(key), known))
 
 
+def _check_one_spelling(env_section: dict[str, Any], nested_opd: Any, source: str) -> None:
+    """Refuse a YAML `env:` that sets one knob both flat and nested (`opd:`), to different values."""
+    from environments.atropos.agentic_opd_config import OPD_GROUPS
+    from environments.pipeline.flat_fields import flatten_values
+
+    if not isinstance(nested_opd, dict):
+        raise ConfigError(
+            f"{source}: env.opd must be a mapping shaped like OPDConfig (judge, teacher, prm, ...)"
+        )
+    try:
+        flat = flatten_values(OPD_GROUPS, nested_opd)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: env.{exc}") from exc
+    for name, value in flat.items():
+        if name in env_section and env_section[name] != value:
+            raise ConfigError(
+                f"{source}: env.{name} and its nested spelling in env.opd disagree; set it once"
+            )
+
+
 def _validation_message(exc: ValidationError, where: str) -> str:
     lines = []
     for error in exc.errors()[:5]:
@@ -182,11 +203,19 @@ def build_job_config(
     env_section = data.get("env") or {}
     if not isinstance(env_section, dict):
         raise ConfigError(f"{source}: 'env' must be a mapping of AgenticOPDConfig fields")
+    env_section = dict(env_section)
+    nested_opd = env_section.pop("opd", None)  # the proxy's `opd:` shape (one OPD config shape)
     _check_keys(env_section, env_model, f"{source}: env")
     env_dict = default_env.model_dump()
     # Process-mode defaults (as Atropos' `process`), except wandb: off unless asked for.
     env_dict.update(include_messages=True, ensure_scores_are_not_same=False, use_wandb=False)
     env_dict.update(env_section)
+    if nested_opd is not None:  # nested into flat names here, so that --env.* still wins
+        _check_one_spelling(env_section, nested_opd, source)
+        try:
+            env_dict = env_model(**env_dict, opd=nested_opd).model_dump()
+        except ValidationError as exc:
+            raise ConfigError(_validation_message(exc, f"{source}: env")) from exc
     for key, raw in overrides.env.items():
         if key not in env_model.model_fields:
             raise ConfigError(_unknown_key_message(f"--env.{key}", key, sorted(env_model.model_fields)))

@@ -10,7 +10,10 @@ replay engine (environments/delivery/group_replay.py).
   when it has a dict under "group" and no "tokens" of its own (`unwrap_group`).
 - Every line is read within `hermes_opd.contract.bounded_json.GROUPS_INPUT`.
 - A line is written whole, then fsynced; a write that fails part-way is cut back, so the file never
-  holds half a line in the middle (`GroupWriter`, `append_durably`).
+  holds half a line in the middle (`append_whole`, used by `GroupWriter` and the proxy's sink).
+- A torn tail (a last line without its newline: a kill or a failed cut-back) is repaired when the
+  file is opened for appending (`repair_torn_tail`): cut to the last complete line, the cut bytes
+  saved aside in `<file>.torn-<time_ns>` and logged, so the next line is never merged onto it.
 - Resume (`scan_output`): the `group_index`/`task_id` of every complete line of `process`'s output,
   read without parsing the (large) rest of each line, and a torn last line cut off.
 """
@@ -18,9 +21,12 @@ replay engine (environments/delivery/group_replay.py).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import logging
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +34,11 @@ from typing import Any
 
 from hermes_opd.contract.bounded_json import GROUPS_INPUT, BoundedJSONError, iter_jsonl, loads_bounded
 from hermes_opd.contract.errors import HermesOPDError
+
+logger = logging.getLogger(__name__)
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""A full disk or an exhausted quota: a write that may succeed once space returns."""
 
 WRAPPER_FIELDS = ("group_index", "task_id")
 """Fields `hermes-opd process` puts in front of each group; not part of the ScoredDataGroup."""
@@ -92,16 +103,99 @@ def group_line(group: dict[str, Any], *, allow_nan: bool = False) -> bytes:
 
 
 def append_durably(path: Path, data: bytes) -> None:
-    """Append `data` (whole lines) to `path` and fsync it before returning."""
-    with path.open("ab") as handle:
-        handle.write(data)
+    """Append `data` (whole lines) to `path` and fsync it before returning; all or nothing
+    (`append_whole`)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        append_whole(fd, data)
+    finally:
+        os.close(fd)
+
+
+class TornWriteError(HermesOPDError, OSError):
+    """A write failed part-way and cutting it back failed too: the file may end in half a line
+    (`repair_torn_tail` before the next append)."""
+
+
+def append_whole(fd: int, data: bytes) -> None:
+    """Append `data` to the O_APPEND file `fd` and fsync it: it lands whole or not at all.
+
+    One `os.write` of the whole buffer; a short write (what a full disk gives) or a failed write or
+    fsync is cut back to the size before it and raised as OSError (a short write as ENOSPC). When
+    even the cut-back fails, TornWriteError says the file must be repaired before the next append."""
+    start = os.fstat(fd).st_size
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes (disk full?)")
+        os.fsync(fd)
+    except BaseException as exc:
+        try:
+            os.ftruncate(fd, start)
+        except OSError as cut:
+            raise TornWriteError(
+                getattr(exc, "errno", None) or errno.EIO,
+                f"{exc}; cutting back to {start} bytes failed too: {cut}",
+            ) from exc
+        raise
+    return None
+
+
+@dataclass
+class TornTail:
+    """What `repair_torn_tail` cut off."""
+
+    removed_bytes: int
+    saved_to: Path | None
+    """Where the cut bytes were saved (None: saving them failed; the log line says so)."""
+
+
+def repair_torn_tail(path: Path) -> TornTail | None:
+    """Cut `path` back to its last complete line (ending in a newline) if it ends in a torn one.
+
+    The cut bytes are saved to `<path>.torn-<time_ns>` first and the repair is logged; returns None
+    when there was nothing to repair (no file, empty, or ending in a newline)."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    if size == 0:
+        return None
+    with path.open("r+b") as handle:
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return None
+        good_end, block = 0, 1 << 16
+        position = size
+        while position > 0:
+            start = max(0, position - block)
+            handle.seek(start)
+            chunk = handle.read(position - start)
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                good_end = start + newline + 1
+                break
+            position = start
+        handle.seek(good_end)
+        torn = handle.read()
+        saved_to: Path | None = path.with_name(f"{path.name}.torn-{time.time_ns()}")
+        try:
+            saved_to.write_bytes(torn)  # type: ignore[union-attr]
+        except OSError as exc:
+            logger.error("could not save the torn tail of %s (%d bytes) aside: %s", path, len(torn), exc)
+            saved_to = None
+        handle.truncate(good_end)
         handle.flush()
         os.fsync(handle.fileno())
+    logger.warning("%s ended in a torn line: cut %d byte(s) back to its last complete line (saved to %s)",
+                   path, len(torn), saved_to)  # fmt: skip
+    return TornTail(len(torn), saved_to)
 
 
 class GroupWriter:
-    """Appends one group per line, whole: the line is written completely, then fsynced. A write
-    that fails part-way (disk full) is cut back, so the file never holds half a line in the middle."""
+    """Appends one group per line, whole (`append_whole`): the line is written completely, then
+    fsynced. A write that fails part-way (disk full) is cut back, so the file never holds half a line
+    in the middle."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,17 +214,7 @@ class GroupWriter:
         record = {"group_index": group_index, "task_id": task_id}
         record.update((k, v) for k, v in group.items() if k not in record)
         data = group_line(record)
-        start = os.fstat(self._fd).st_size
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
-            os.fsync(self._fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, start)
-            raise
+        append_whole(self._fd, data)
         return len(data)
 
     def close(self) -> None:

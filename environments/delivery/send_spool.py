@@ -120,17 +120,23 @@ def _fsync_dir(path: Path) -> None:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Create `path` with `data` so that it either exists complete and durable, or not at all."""
+    """Create `path` with `data` so that it either exists complete and durable, or not at all (a
+    failed write removes its temporary file)."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # a failed write (a full disk) leaves nothing behind to fill the disk further
+        raise
     _fsync_dir(path.parent)
 
 
@@ -401,7 +407,9 @@ class SendSpool:
 
     # -- sending ---------------------------------------------------------------------------------
     async def send(self, scored_data) -> None:
-        """Send, or spool. Never raises for an unavailable or refusing API (groups are kept)."""
+        """Send, or spool. Never raises for an unavailable or refusing API (groups are kept). Raises
+        OSError only when the groups could be neither sent nor spooled (a full disk): then nothing
+        was placed, and the caller may send them again."""
         spool, stats = self.spool, self.stats
         groups = list(scored_data) if isinstance(scored_data, list) else [scored_data]
         if not groups:
@@ -410,7 +418,7 @@ class SendSpool:
         if has_backlog:
             # Older groups wait in the spool: queue behind them, then try to drain everything.
             await self._spool_groups(groups, "older groups are still spooled")
-            await self.flush()
+            await self._flush_after_send()
             return
         try:
             await self._post_with_retries(scored_data)
@@ -422,7 +430,18 @@ class SendSpool:
             return
         stats.sent_direct += len(groups)
         if await asyncio.to_thread(spool.segments):  # spooled by a concurrent send meanwhile
+            await self._flush_after_send()
+
+    async def _flush_after_send(self) -> None:
+        """Resend the spool after `send` has placed its groups (sent or spooled). A failure here
+        (a full disk while moving a segment) is logged, never raised: the groups are safe, and a
+        caller that retried `send` on it would place them twice. The next flush tries again."""
+        try:
             await self.flush()
+        except OSError as exc:
+            self.stats.last_error = str(exc)
+            logger.warning("resending the spool in %s failed (%s); it is tried again at the next flush",
+                           self.directory, exc)  # fmt: skip
 
     async def flush(self) -> int:
         """Resend spooled segments, oldest first, until the spool is empty or a send fails.

@@ -68,3 +68,26 @@ def nest_values(root: type[BaseModel], groups: list[FlatGroup], flat: Mapping[st
         for field in group.fields():
             node[field] = flat[group.flat_name(field)]
     return root.model_validate(tree)
+
+
+def flatten_values(groups: list[FlatGroup], nested: Mapping[str, Any], where: str = "opd") -> dict[str, Any]:
+    """The flat values that the nested mapping `nested` sets (the shape of the root model, e.g. the
+    proxy's `opd:` block), keyed by flat name; only the keys it names. Raises ValueError for a key
+    that no group exposes flat (a typo, or a secret such as `api_key` that the flat view excludes)."""
+    by_path = {group.path: group for group in groups}
+    out: dict[str, Any] = {}
+
+    def walk(node: Mapping[str, Any], path: tuple[str, ...]) -> None:
+        group = by_path.get(path)
+        for key, value in node.items():
+            if isinstance(value, Mapping) and (*path, key) in by_path:
+                walk(value, (*path, key))
+            elif group is not None and key in group.fields():
+                out[group.flat_name(key)] = value
+            else:
+                name = ".".join((where, *path, str(key)))
+                hint = "; keep keys out of config files: name an environment variable in api_key_env"
+                raise ValueError(f"{name} is not a setting here" + (hint if key == "api_key" else ""))
+
+    walk(nested, ())
+    return out

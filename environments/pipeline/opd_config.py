@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -16,7 +17,14 @@ class TeacherConfig(BaseModel):
 
     base_url: str | None = Field(default=None, description="vLLM base URL (…/v1). None: the policy server.")
     model: str | None = Field(default=None, description="Served model name. None: the policy's model.")
-    api_key: str | None = Field(default=None, description="API key; None means none (local vLLM).")
+    api_key: str | None = Field(
+        default=None,
+        description="API key of the teacher's own server. None falls back to `api_key_env`; a teacher "
+        "without its own base_url uses the policy server's key (docs/roles.md).",
+    )
+    api_key_env: str | None = Field(
+        default=None, description="Name of an environment variable that holds the API key (kept out of YAML)."
+    )
     concurrency: int = Field(
         default=32,
         ge=1,
@@ -49,6 +57,14 @@ class TeacherConfig(BaseModel):
         default=None,
         description="The teacher's weights on this machine, for the in-process `transformers` path.",
     )
+
+    def resolved_api_key(self) -> str | None:
+        """The teacher's own key: `api_key`, else the environment variable `api_key_env`, else None."""
+        if self.api_key:
+            return self.api_key
+        if self.api_key_env and os.environ.get(self.api_key_env):
+            return os.environ[self.api_key_env]
+        return None
 
 
 class PRMConfig(BaseModel):

@@ -1,13 +1,24 @@
-"""Which server serves which role (policy, judge, teacher), and a startup check of each: the ONE
-place that works this out. The env builds a `RoleServers` once, at setup; its pipeline (teacher
-client, judge factory), its setup check and `hermes-opd process`'s preflight all read that value.
+"""Which server serves which role (policy, hint judge, teacher, process-reward judge), and a startup
+check of each: the ONE place that works this out, for both producers of groups. The env
+(environments/atropos/agentic_opd_env.py) and the proxy (environments/proxy/build.py) each build a
+`RoleServers` once, with `resolve_roles`, from the same `OPDConfig`; their pipelines, the env's
+setup check and `hermes-opd process`'s preflight all read that value. The rule (docs/roles.md):
 
-The judge and the teacher fall back to the FIRST policy server when their own endpoint is not set
-(URL, model name and key; the judge keeps its own key when it has one). `resolve_role_servers`
-(pure) says which server each role gets and why; `describe_role_servers` (pure) turns that into the
-one log line the env prints at setup; `check_role_servers` (I/O, through `hermes_opd.vllm_api.http`)
-asks each distinct URL for its model list once, before any other request, so that a server that is
-down or serves another model name fails with an error that names the role and the setting to fix:
+- a role with its own `base_url` uses it, with its own key (or none);
+- a role without one uses the server of its fallback: the teacher and the hint judge fall back to
+  the (first) policy server, the process-reward judge to the hint judge's server when the hint judge
+  is an `llm` judge, else to the policy server. It takes that server's URL and key, unless it sets a
+  key of its own;
+- a role without its own `model` takes the model name of the server it falls back to (a role with
+  its own URL and no model: the policy's model name);
+- a judge whose backend is not `llm` needs no server.
+
+`resolve_roles` (pure) says which server each role gets and why; `describe_role_servers` (pure)
+turns that into the one log line printed at setup; `follow_live_adapter` points a teacher that is
+the policy itself at the adapter being served; `check_role_servers` (I/O, through
+`hermes_opd.vllm_api.http`) asks each distinct URL for its model list once, before any other
+request, so that a server that is down or serves another model name fails with an error that names
+the role and the setting to fix:
 
 - nothing answers: `ServerUnreachableError`;
 - `/models` answers, without the configured model: `ModelNotServedError`;
@@ -20,18 +31,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from environments.pipeline.opd_config import OPDConfig
 from hermes_opd.vllm_api import http
-from hermes_opd.vllm_api.endpoint import Endpoint
+from hermes_opd.vllm_api.endpoint import Endpoint, has_key
 from hermes_opd.vllm_api.errors import (
     ContextTooShortError,
     ModelNotServedError,
     ServerUnreachableError,
     TransientServerError,
 )
+from judge.config import JudgeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -45,12 +58,13 @@ class RoleServer:
     """The endpoint one role uses. `base_url` is None for a role that needs no server (rules judge)."""
 
     role: str
-    """'policy', 'policy 1', ..., 'judge' or 'teacher'."""
+    """'policy', 'policy 1', ..., 'judge', 'teacher' or 'prm judge'."""
     base_url: str | None
     model: str | None
     api_key: str | None = None
     fallback: str | None = None
-    """Why this role uses the policy server (e.g. 'teacher_base_url is not set'); None: its own setting."""
+    """Why this role uses another role's server (e.g. 'the policy server (teacher_base_url is not
+    set)'); None: its own setting."""
     url_setting: str = "openai.base_url"
     model_setting: str = "openai.model_name"
     note: str | None = None
@@ -66,81 +80,142 @@ class RoleServer:
 
 @dataclass(frozen=True)
 class RoleServers:
-    """The resolved server of every role. Iterating gives the policy servers, the judge, the teacher."""
+    """The resolved server of every role. Iterating gives the policy servers, the judge, the
+    teacher, and the process-reward judge when it is on."""
 
     policy: tuple[RoleServer, ...]
     judge: RoleServer
     teacher: RoleServer
+    prm_judge: RoleServer | None = None
+    """None while the process reward is off."""
+    teacher_is_policy: bool = False
+    """The teacher sets neither its own URL nor its own model: it is the policy (plus the hint), and
+    scores with the adapter the policy server serves (`follow_live_adapter`)."""
+
+    @property
+    def prm_judge_endpoint(self) -> Endpoint | None:
+        """The process-reward judge's endpoint; None while it is off or needs no server."""
+        return self.prm_judge.endpoint if self.prm_judge is not None else None
 
     def __iter__(self) -> Iterator[RoleServer]:
         yield from self.policy
         yield self.judge
         yield self.teacher
+        if self.prm_judge is not None:
+            yield self.prm_judge
 
 
-def _policy_label(index: int, count: int) -> str:
-    return "policy" if count == 1 else f"policy {index}"
+@dataclass(frozen=True)
+class SettingNames:
+    """How a producer spells the settings a role's error or fallback names."""
+
+    opd_enabled: str
+    judge: str
+    teacher: str
+    prm_judge: str
+    """Prefixes: `judge + "base_url"` is the hint judge's URL setting, and so on."""
 
 
-def resolve_role_servers(config: Any, policy_servers: list[Any], opd: Any = None) -> RoleServers:
-    """The server of each role, from an `AgenticOPDConfig` and the policy `APIServerConfig`s: the
-    judge (`llm` backend) and the teacher use their own `*_base_url`/`*_model` where set, else the
-    first policy server's. `opd`: the config's nested `OPDConfig` when the caller already has it."""
-    count = len(policy_servers)
-    policy = tuple(
-        RoleServer(_policy_label(i, count), s.base_url, s.model_name, s.api_key,
+ENV_SETTINGS = SettingNames("opd_enabled", "env.judge_", "env.teacher_", "env.prm_judge_")
+"""The env's flat `--env.*` names (environments/atropos/agentic_opd_config.py)."""
+PROXY_SETTINGS = SettingNames("opd.enabled", "opd.judge.", "opd.teacher.", "opd.prm.judge.")
+"""The proxy's nested names (environments/proxy/proxy_config.py)."""
+
+
+def policy_role_servers(servers: Sequence[Any]) -> tuple[RoleServer, ...]:
+    """The policy roles of Atropos `APIServerConfig`s (`base_url`, `model_name`, `api_key`)."""
+    count = len(servers)
+    return tuple(
+        RoleServer("policy" if count == 1 else f"policy {i}", s.base_url, s.model_name, s.api_key,
                    url_setting="openai.base_url" if count == 1 else f"openai[{i}].base_url",
                    model_setting="openai.model_name" if count == 1 else f"openai[{i}].model_name")
-        for i, s in enumerate(policy_servers)
+        for i, s in enumerate(servers)
     )  # fmt: skip
-    first = policy_servers[0] if policy_servers else None
-    if not config.opd_enabled:
-        unused = "not used (opd_enabled is false)"
-        return RoleServers(policy, RoleServer("judge", None, None, note=unused),
-                           RoleServer("teacher", None, None, note=unused))  # fmt: skip
-    opd = opd if opd is not None else config.opd_config()
-    judge_config = opd.judge
-    if judge_config.backend != "llm":
-        judge = RoleServer("judge", None, None, note=f"{judge_config.backend} backend, offline (no server)")
+
+
+def resolve_roles(
+    opd: OPDConfig, policy: Sequence[RoleServer], names: SettingNames = ENV_SETTINGS
+) -> RoleServers:
+    """The server of each role for the pipeline `opd` describes, given the policy servers (the
+    rule is in this module's docstring). Pure."""
+    policy = tuple(policy)
+    first = policy[0] if policy else None
+    which = "the policy server" if len(policy) == 1 else f"the first of the {len(policy)} policy servers"
+    hint_judge = _judge_role("judge", opd.judge, first, which, names.judge)
+    if not opd.enabled:
+        unused = f"not used ({names.opd_enabled} is false)"
+        judge = RoleServer("judge", None, None, note=unused)
+        teacher = RoleServer("teacher", None, None, note=unused)
     else:
-        own_key = judge_config.api_key or judge_config.api_key_env
-        key = judge_config.resolved_api_key()
-        if judge_config.base_url is None and not own_key and first is not None and first.api_key:
-            key = first.api_key
-        judge = _with_fallback("judge", judge_config.base_url, judge_config.model, key, first, count,
-                               "env.judge_base_url", "env.judge_model")  # fmt: skip
-    teacher_config = opd.teacher
-    teacher = _with_fallback("teacher", teacher_config.base_url, teacher_config.model, teacher_config.api_key,
-                             first, count, "env.teacher_base_url", "env.teacher_model")  # fmt: skip
-    return RoleServers(policy, judge, teacher)
+        judge = hint_judge
+        teacher = _own_or_fallback("teacher", opd.teacher.base_url, opd.teacher.model,
+                                   opd.teacher.resolved_api_key(), first, which, names.teacher)  # fmt: skip
+    prm_judge = None
+    if opd.prm.enabled:
+        follows = hint_judge if hint_judge.base_url is not None else first
+        prm_judge = _judge_role("prm judge", opd.prm.judge, follows,
+                                "the hint judge's server" if follows is hint_judge else which,
+                                names.prm_judge)  # fmt: skip
+    teacher_is_policy = opd.enabled and opd.teacher.base_url is None and opd.teacher.model is None
+    return RoleServers(policy, judge, teacher, prm_judge, teacher_is_policy)
 
 
-def _with_fallback(role, base_url, model, api_key, first, count, url_setting, model_setting) -> RoleServer:
-    """A role's own endpoint where set, else the first policy server's (URL, model name, key)."""
-    if first is None:
+def _judge_role(role: str, config: JudgeConfig, fallback: RoleServer | None, which: str,
+                prefix: str) -> RoleServer:  # fmt: skip
+    if config.backend != "llm":
+        return RoleServer(role, None, None, note=f"{config.backend} backend, offline (no server)")
+    key = config.resolved_api_key()
+    return _own_or_fallback(role, config.base_url, config.model, key if has_key(key) else None,
+                            fallback, which, prefix)  # fmt: skip
+
+
+def _own_or_fallback(role: str, base_url: str | None, model: str | None, own_key: str | None,
+                     fallback: RoleServer | None, which: str, prefix: str) -> RoleServer:  # fmt: skip
+    """A role's own endpoint where set, else its fallback's URL and key; its own model, else the
+    fallback's model name."""
+    url_setting, model_setting = prefix + "base_url", prefix + "model"
+    if fallback is None:
         return RoleServer(
-            role, base_url, model, api_key, url_setting=url_setting, model_setting=model_setting
+            role, base_url, model, own_key, url_setting=url_setting, model_setting=model_setting
         )
-    which = "the policy server" if count == 1 else f"the first of the {count} policy servers"
     url_name, model_name = url_setting.removeprefix("env."), model_setting.removeprefix("env.")
-    fallback = None
+    why = None
     if base_url is None:
-        fallback = f"{which} ({url_name} is not set)"
+        why = f"{which} ({url_name} is not set)"
     elif model is None:
-        fallback = f"the model name of {which} ({model_name} is not set)"
+        why = f"the model name of {which} ({model_name} is not set)"
+    own_url = base_url is not None
     return RoleServer(
         role,
-        base_url or first.base_url,
-        model or first.model_name,
-        api_key or first.api_key,
-        fallback=fallback,
-        url_setting=url_setting if base_url is not None else "openai.base_url",
-        model_setting=model_setting if model is not None else "openai.model_name",
+        base_url if own_url else fallback.base_url,
+        model or fallback.model,
+        own_key if own_url or own_key else fallback.api_key,
+        fallback=why,
+        url_setting=url_setting if own_url else fallback.url_setting,
+        model_setting=model_setting if model is not None else fallback.model_setting,
     )
 
 
+def resolve_role_servers(
+    config: Any, policy_servers: Sequence[Any], opd: OPDConfig | None = None
+) -> RoleServers:
+    """The env's roles: `resolve_roles` over an `AgenticOPDConfig` and its policy `APIServerConfig`s.
+    `opd`: the config's nested `OPDConfig` when the caller already has it."""
+    opd = opd if opd is not None else config.opd_config()
+    return resolve_roles(opd, policy_role_servers(policy_servers), ENV_SETTINGS)
+
+
+def follow_live_adapter(pipeline: Any, roles: RoleServers, model: str) -> None:
+    """Point the teacher at `model`, the adapter the policy server serves now, when the teacher is
+    the policy (`roles.teacher_is_policy`); a teacher of its own keeps its model. `pipeline`: an
+    `OPDPipeline` or None."""
+    teacher = getattr(pipeline, "teacher", None)  # PRM alone has no teacher
+    if roles.teacher_is_policy and teacher is not None:
+        teacher.client.model = model
+
+
 def describe_role_servers(roles: RoleServers) -> str:
-    """One line: which server serves which role, and which roles fall back to the policy server."""
+    """One line: which server serves which role, and which roles fall back to another's server."""
     parts = []
     for r in roles:
         if r.base_url is None:

@@ -3,16 +3,25 @@ environments/pipeline/build.py), the sample feed and its group file."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from environments.pipeline.build import build_opd_pipeline
+from environments.pipeline.role_servers import (
+    PROXY_SETTINGS,
+    RoleServer,
+    RoleServers,
+    describe_role_servers,
+    follow_live_adapter,
+    resolve_roles,
+)
 from environments.proxy.group_sink import AtroposSink, GroupFileSink
 from environments.proxy.proxy_config import ProxyConfig
 from environments.proxy.sample_feed import FeedSettings, SampleFeed
 from environments.proxy.server import ProxyServer
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
-from hermes_opd.vllm_api.endpoint import Endpoint
-from judge.config import JudgeConfig
+
+logger = logging.getLogger(__name__)
 
 
 def load_tokenizer(path: str) -> Any:
@@ -21,12 +30,12 @@ def load_tokenizer(path: str) -> Any:
     return AutoTokenizer.from_pretrained(path)
 
 
-def _llm_judge_server(judge: JudgeConfig, policy: Endpoint) -> Endpoint | None:
-    """An llm judge's server: its own base_url/model where set, else the policy server's."""
-    if judge.backend != "llm":
-        return None
-    return Endpoint(judge.base_url or policy.base_url, judge.model or policy.model,
-                    judge.resolved_api_key() if judge.base_url else policy.api_key)  # fmt: skip
+def proxy_role_servers(config: ProxyConfig) -> RoleServers:
+    """The proxy's roles, by the env's one rule (environments/pipeline/role_servers.py): the
+    teacher and an llm judge default to the policy server, the process judge to the hint judge's."""
+    policy = RoleServer("policy", config.policy_base_url, config.policy_model, config.policy_api_key,
+                        url_setting="policy_base_url", model_setting="policy_model")  # fmt: skip
+    return resolve_roles(config.opd, [policy], PROXY_SETTINGS)
 
 
 async def build_proxy(config: ProxyConfig, tokenizer: Any | None = None) -> ProxyServer:
@@ -38,37 +47,32 @@ async def build_proxy(config: ProxyConfig, tokenizer: Any | None = None) -> Prox
     if not config.train:
         return ProxyServer(config, tokenizer, None, client)
     opd = config.opd
-    policy = Endpoint(config.policy_base_url, config.policy_model, config.policy_api_key)
-    teacher = Endpoint(opd.teacher.base_url or policy.base_url, opd.teacher.model or policy.model,
-                       opd.teacher.api_key if opd.teacher.base_url else policy.api_key)  # fmt: skip
-    judge = _llm_judge_server(opd.judge, policy)
-    prm_judge = _llm_judge_server(opd.prm.judge, policy) if opd.prm.enabled else None
+    roles = proxy_role_servers(config)
+    logger.info("%s", describe_role_servers(roles))
     pipeline = None
     if opd.enabled or opd.prm.enabled:
-        pipeline = await build_opd_pipeline(tokenizer, opd, teacher, judge, prm_judge_server=prm_judge)
+        pipeline = await build_opd_pipeline(tokenizer, opd, roles.teacher.endpoint, roles.judge.endpoint,
+                                            prm_judge_server=roles.prm_judge_endpoint)  # fmt: skip
     if config.atropos_url:
         sink: GroupFileSink | AtroposSink = AtroposSink(
             config.atropos_url, config.spool_dir or config.groups_path + ".spool"
         )
-        flush_sink = sink.flush
-    else:
-        sink, flush_sink = GroupFileSink(config.groups_path), None
+        flush_sink, batch_size = sink.flush, sink.batch_size
+    else:  # GroupFileSink refuses a groups_path it cannot write (GroupsPathError) here, at start-up
+        sink, flush_sink, batch_size = GroupFileSink(config.groups_path), None, None
+    whole_groups = bool(config.atropos_url) if config.whole_groups is None else config.whole_groups
     settings = FeedSettings(queue_size=config.queue_size, workers=config.workers,
                             samples_per_group=config.samples_per_group, group_wait_s=config.group_wait_s,
-                            retry_window_s=config.retry_window_s, retry_backoff_s=config.retry_backoff_s)  # fmt: skip
+                            retry_window_s=config.retry_window_s, retry_backoff_s=config.retry_backoff_s,
+                            whole_groups=whole_groups,
+                            pending_path=config.pending_turns_path or config.groups_path + ".pending-turns.jsonl")  # fmt: skip
     server: ProxyServer | None = None
 
     async def follow_policy() -> None:
-        if (
-            pipeline is not None
-            and pipeline.teacher is not None  # PRM alone has no teacher
-            and server is not None
-            and opd.teacher.base_url is None
-            and opd.teacher.model is None
-        ):
-            pipeline.teacher.client.model = server.weights.model
+        if server is not None:
+            follow_live_adapter(pipeline, roles, server.weights.model)
 
     feed = SampleFeed(pipeline, opd, sink.write, settings, lambda: server.weights.version if server else 0,
-                      before_process=follow_policy, flush_sink=flush_sink)  # fmt: skip
+                      before_process=follow_policy, flush_sink=flush_sink, batch_size=batch_size)  # fmt: skip
     server = ProxyServer(config, tokenizer, feed, client)
     return server

@@ -1,9 +1,10 @@
-"""The proxy's own time per request, apart from the policy's (pure logic).
+"""The proxy's own time per request, apart from the policy's, and its time to first token (pure
+logic).
 
-For each answered request the handler's wall time and its vLLM call's are kept for the last
-`size` requests; `/metrics` reports the percentiles of both and of their difference, the proxy's
-own time (parsing, rendering, relaying, tool-call parsing; not the response's write, which aiohttp
-does after the handler returns)."""
+For each answered request the handler's wall time, the time spent waiting on vLLM's stream and
+the time until the first answer text was ready are kept for the last `size` requests; `/metrics`
+reports the percentiles of each and of the proxy's own time (wall minus vLLM: parsing, rendering,
+relaying, tool-call parsing; not the writes to the client, which run while vLLM samples)."""
 
 from __future__ import annotations
 
@@ -19,21 +20,24 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class LatencyWindow:
-    """The last `size` requests' (handler seconds, upstream seconds)."""
+    """The last `size` requests' (handler seconds, upstream seconds, first-text seconds or None)."""
 
     def __init__(self, size: int = 4096) -> None:
-        self._pairs: deque[tuple[float, float]] = deque(maxlen=size)
+        self._rows: deque[tuple[float, float, float | None]] = deque(maxlen=size)
 
-    def add(self, handler_s: float, upstream_s: float) -> None:
-        self._pairs.append((handler_s, upstream_s))
+    def add(self, handler_s: float, upstream_s: float, first_text_s: float | None = None) -> None:
+        self._rows.append((handler_s, upstream_s, first_text_s))
 
     def summary(self) -> dict[str, float | int]:
-        own = [max(0.0, h - u) for h, u in self._pairs]
-        upstream = [u for _, u in self._pairs]
+        own = [max(0.0, h - u) for h, u, _ in self._rows]
+        upstream = [u for _, u, _ in self._rows]
+        first = [f for _, _, f in self._rows if f is not None]
         return {
-            "requests": len(self._pairs),
+            "requests": len(self._rows),
             "own_ms_p50": round(1e3 * percentile(own, 0.5), 3),
             "own_ms_p95": round(1e3 * percentile(own, 0.95), 3),
             "upstream_ms_p50": round(1e3 * percentile(upstream, 0.5), 3),
             "upstream_ms_p95": round(1e3 * percentile(upstream, 0.95), 3),
+            "first_text_ms_p50": round(1e3 * percentile(first, 0.5), 3),
+            "first_text_ms_p95": round(1e3 * percentile(first, 0.95), 3),
         }

@@ -50,11 +50,48 @@ class ProxyConfig(BaseModel):
     adapter_poll_s: float = Field(default=2.0, gt=0, description="How often the adapter list is read.")
     default_max_tokens: int = Field(default=512, ge=1, description="max_tokens when a request sets none.")
     max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, description="Larger bodies get 413.")
+    max_request_depth: int = Field(
+        default=64, ge=8, le=1000, description="Deepest nesting of a request body's JSON (deeper: 400)."
+    )
+    header_read_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A connection must send a request's headers within this (and idles at most this long between requests).",
+    )
+    body_read_timeout_s: float = Field(
+        default=30.0, gt=0, description="A request body must arrive within this (a trickled one: 408)."
+    )
+    max_bytes_in_flight: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Request bytes being read at once (beyond: 503, retry).",
+    )
+    max_prompt_tokens: int = Field(
+        default=131072, ge=16, description="A request whose rendered prompt is longer gets 413."
+    )
+    plan_threads: int = Field(
+        default=2, ge=1, le=64, description="Threads that render and tokenize requests (off the event loop)."
+    )
+    max_planning: int = Field(
+        default=64, ge=1, description="Requests waiting to be rendered at once (beyond: 503, retry)."
+    )
     session_idle_s: float = Field(
         default=300.0, gt=0, description="An idle session is flushed and forgotten."
     )
     max_sessions: int = Field(
         default=4096, ge=1, description="Sessions held at once (the oldest idle one goes)."
+    )
+    max_sessions_per_key: int = Field(
+        default=1024, ge=1, description="Sessions one key holds at once (its own oldest idle one goes)."
+    )
+    max_branches_per_session: int = Field(
+        default=4, ge=1, description="Records one session holds at once (docs/proxy/sessions.md)."
+    )
+    max_session_tokens: int = Field(
+        default=65536, ge=16, description="Tokens one session's records hold (its oldest branch goes)."
+    )
+    max_held_tokens: int = Field(
+        default=8_000_000, ge=16, description="Tokens all sessions' records hold together."
     )
     max_trained_turns_per_session: int = Field(
         default=32, ge=1, description="Later turns are served, not trained."
@@ -73,6 +110,16 @@ class ProxyConfig(BaseModel):
         default=1.0,
         gt=0,
         description="First wait before a failed turn is tried again (doubling, at most 30 s).",
+    )
+    whole_groups: bool | None = Field(
+        default=None,
+        description="Send only groups of one size that divides the trainer's batch size, never partial ones "
+        "(environments/delivery/api_packing.py). Default: on with atropos_url, off for a file.",
+    )
+    pending_turns_path: str | None = Field(
+        default=None,
+        description="Turns not delivered at stop are saved here and reloaded at the next start "
+        "(default: <groups_path>.pending-turns.jsonl).",
     )
     opd: OPDConfig = Field(default_factory=OPDConfig, description="The OPD pipeline (judge, teacher).")
 

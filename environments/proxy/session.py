@@ -1,115 +1,357 @@
-"""One live session: its transcript record and the history the client is expected to re-send
-(pure logic over a tokenizer; the server holds the lock and the clock).
+"""One live session: its branches (each a transcript record and the history its client is expected
+to re-send), planned and committed in two steps (pure logic over a tokenizer; the table in
+environments/proxy/sessions.py holds the lock, the clock and the bounds). docs/proxy/sessions.md.
 
-`prepare(messages)` says how a request continues the session:
-- it re-sends exactly what the proxy produced (same messages, our replies as we gave them) and adds
-  only user and/or tool messages: those are the last turn's next state; the recorder extends its
-  exact token stream with them and the finished turn is returned for training;
-- anything else (an edited, truncated or reordered history, an assistant message the proxy did not
-  write, other tools, a template that rewrites history): the session forks. A new record starts
-  from the request's messages, all of them masked context, and the pending turn is dropped
-  without a next state. So no token the policy did not sample is ever trained.
+`plan(messages, tools)` changes nothing: it says how a request continues the session and renders
+its exact prompt ids on a private copy of the record. `commit(plan, ...)`, once the policy's whole
+answer arrived, is the only mutation. A request that fails or is refused never commits, so the
+session stays exactly as it was and the client's retry is planned against the same state.
+
+How a request continues the session (the first rule that holds):
+1. it re-sends a branch's expected history exactly (its messages and our reply as we gave it) and
+   adds only user and/or tool messages: those are the waiting turn's next state; the record
+   extends its exact token stream with them and the finished turn is returned for training;
+2. it re-sends the messages of a branch's last request unchanged, then ONE assistant message that
+   re-renders our reply in another form (smolagents' "Calling tools: ..." text), then only
+   non-assistant messages: those finish the waiting turn from the OLD record (its sampled tokens,
+   exactly) with that next state, and a new record starts from the request's messages, all masked;
+3. in a session named by a header, a request that re-sends exactly the request a branch answered
+   (its client never got that answer) replaces that branch with a new record, all of it masked;
+4. anything else (an edited, truncated or reordered history, an assistant message the proxy did not
+   write, other tools, a side call with an unrelated history) starts a new record in a new branch,
+   all of it masked context; other branches keep their waiting turns. In a session found by its
+   history (no session header) such a request starts a session of its own instead.
+So no token the policy did not sample is ever trained.
 """
 
 from __future__ import annotations
 
+import copy
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from environments.proxy.openai_wire import comparable, template_messages
+from environments.proxy.history import (
+    Comparable,
+    comparable,
+    history_digest,
+    message_digest,
+    rerenders,
+    template_form,
+)
 from environments.proxy.turn_sample import cut_turn
 from hermes_opd.record.trajectory import Trajectory
 from hermes_opd.record.transcript_recorder import TemplateNotAppendOnlyError, TranscriptRecorder
 
+Waiting = tuple[int, str, int]
+"""(turn index in the session, policy model, policy version) of a turn waiting for its next state."""
+Finished = tuple[Trajectory, Waiting]
 
-@dataclass
-class Prepared:
-    """What a request's messages mean for the session."""
+CONTINUED_REMEMBERED = 64
+"""How many continued histories a session remembers, to tell a second client apart (per session)."""
+
+
+@dataclass(eq=False)
+class Branch:
+    """One record of a session and the history its client should re-send next."""
+
+    recorder: TranscriptRecorder
+    expected: tuple[str, ...]
+    """Digests of the messages the client should re-send: its last request's and our reply."""
+    reply: Comparable
+    """Our reply as the client should re-send it (to recognise a re-rendering of it)."""
+    tools: list[dict[str, Any]] | None
+    waiting: Waiting | None = None
+    used: int = 0
+    """The session's tick when this branch was last continued (the oldest one goes first)."""
+
+    @property
+    def tokens(self) -> int:
+        return len(self.recorder.tokens)
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """What one request means for the session; nothing is changed until `commit`."""
 
     context: list[int]
     """The exact prompt ids to generate from."""
-    finished: tuple[Trajectory, tuple[int, str, int]] | None = None
-    """(cut turn, (turn index, policy model, policy version)) of the turn whose next state this
-    request brought, if any."""
-    forked: str | None = None
-    """Why the session started a new record (None: it continued)."""
-    dropped_turn: bool = False
-    """A turn was waiting for its next state and lost it (fork)."""
+    forked: str | None
+    """Why a new record starts (None: the request continues a record; "new": the first one)."""
+    recorder: TranscriptRecorder | None
+    """This request's record: a private copy, extended or new (None: a no-train request)."""
+    expected: tuple[str, ...]
+    tools: list[dict[str, Any]] | None
+    branch: Branch | None
+    """The branch this request continues or replaces (None: a new branch)."""
+    finished: Finished | None
+    """The waiting turn this request brought the next state of (delivered by `commit`)."""
+    own_session: bool
+    """The turn starts a session of its own (a history-found session nothing here continues)."""
+    continued: str | None
+    """The digest of the history this request continued (remembered, to tell a second client)."""
+    version: int
 
 
-@dataclass
+@dataclass(frozen=True)
+class Committed:
+    """What `commit` did."""
+
+    finished: Finished | None
+    """(cut turn, (turn index, policy model, policy version)) to submit to the feed, or None."""
+    session_id: str
+    """The session of the finished turn (and of this request)."""
+    recorded_turn: int | None
+    """The index of the turn just recorded, or None (served, not recorded)."""
+    recorded_session_id: str
+    """Where the new turn went: `session_id`, or a new session when another client had already
+    continued this history."""
+
+
+CommitHook = Callable[["SessionState", "SessionState", Branch | None, Counter], None]
+
+
+@dataclass(eq=False)
 class SessionState:
-    """The record of one session and what it expects next."""
+    """The branches of one session."""
 
     session_id: str
     tokenizer: Any
-    recorder: TranscriptRecorder | None = None
-    expected: list[tuple[Any, ...]] = field(default_factory=list)
-    """`comparable` form of the history the client should re-send (its messages and our reply)."""
-    tools: list[dict[str, Any]] | None = None
-    turn_count: int = 0
-    """Turns answered in this session (all records)."""
-    waiting: tuple[int, str, int] | None = None
-    """(turn index, policy model, policy version) of the turn waiting for its next state."""
+    owner: str = "open"
+    named: bool = False
+    """Found by a session header (True) or by its history (False)."""
     private: bool = False
-    """A no-train request touched this session: it is never trained from here on."""
-    forks: int = 0
+    """A no-train request's transient session: rendered, never recorded, never in the table."""
+    origin: str | None = None
+    """Why resolve started this session although the request re-sent a history (a collision)."""
+    max_branches: int = 4
+    max_tokens: int = 1 << 62
+    branches: list[Branch] = field(default_factory=list)
+    turn_count: int = 0
+    """Turns recorded in this session (all branches)."""
+    version: int = 0
+    tick: int = 0
+    ended: bool = False
+    admitted: bool = False
+    """Counted against the table's caps (set by the table)."""
+    continued: list[str] = field(default_factory=list)
+    on_commit: CommitHook | None = None
+    spawn: Callable[[SessionState], SessionState] | None = None
+    """Makes a session of its own for a turn (set by the table; without one, this session is used)."""
+    holder: Any = field(default=None, repr=False)
+    """The table's entry (with the lock) for this session, set by the table."""
 
-    def _fork(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, reason: str
-    ) -> Prepared:
-        dropped = self.waiting is not None
-        self.recorder = TranscriptRecorder(self.tokenizer, tools)
-        self.tools = tools
-        self.waiting = None
-        self.forks += int(self.expected != [])
-        context = self.recorder.start(template_messages(messages))
-        return Prepared(context=context, forked=reason, dropped_turn=dropped)
+    @property
+    def tokens(self) -> int:
+        return sum(b.tokens for b in self.branches)
 
-    def prepare(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Prepared:
-        seen = [comparable(m) for m in messages]
-        if self.recorder is None or not self.expected:
-            return self._fork(messages, tools, "new")
-        reason = self._divergence(seen, tools)
-        if reason is not None:
-            return self._fork(messages, tools, reason)
-        new = template_messages(messages)[len(self.expected) :]
-        recorder = self.recorder
-        sequences_before = len(recorder.finished)
+    @property
+    def waiting_turns(self) -> int:
+        return sum(b.waiting is not None for b in self.branches)
+
+    # -- plan (pure) ---------------------------------------------------------------------------
+    def plan(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Plan:
+        """How this request continues the session, and its exact prompt ids. Changes nothing."""
+        tools = tools or None
+        rendered = template_form(messages)
+        if self.private:
+            recorder = TranscriptRecorder(self.tokenizer, tools)
+            return Plan(
+                recorder.start(rendered), "new", None, (), tools, None, None, False, None, self.version
+            )
+        seen_c = [comparable(m) for m in messages]
+        seen = tuple(message_digest(c) for c in seen_c)
+        ordered = sorted(self.branches, key=lambda b: b.used, reverse=True)
+        for branch in ordered:
+            n = len(branch.expected)
+            if (tools == branch.tools and len(seen) > n and seen[:n] == branch.expected
+                    and all(c[0] != "assistant" for c in seen_c[n:])):  # fmt: skip
+                return self._continue(branch, rendered, seen, tools)
+        for branch in ordered:
+            p = len(branch.expected) - 1
+            if (branch.waiting is not None and tools == branch.tools and len(seen) > p + 1
+                    and seen[:p] == branch.expected[:p] and seen[p] != branch.expected[p]
+                    and rerenders(branch.reply, seen_c[p])
+                    and all(c[0] != "assistant" for c in seen_c[p + 1 :])):  # fmt: skip
+                finished = _with_next_state(branch, rendered[p + 1 :])
+                digest = history_digest(self.owner, seen[: p + 1])
+                return self._fresh(rendered, seen, tools, "history_rerendered", branch, finished, digest)
+        if self.named:
+            for branch in ordered:
+                if seen == branch.expected[:-1] and tools == branch.tools:
+                    # the client re-sent the request this branch answered: it never got that answer
+                    return self._fresh(rendered, seen, tools, "request_retried", branch)
+        last = max((i for i, c in enumerate(seen_c) if c[0] == "assistant"), default=-1)
+        if self.origin is not None:
+            reason = self.origin
+        elif last >= 0 and history_digest(self.owner, seen[: last + 1]) in self.continued:
+            reason = "history_already_continued"
+        elif not ordered:
+            reason = "new"
+        else:
+            reason = _divergence(ordered[0], seen, seen_c, tools)
+        own = not self.named and bool(self.branches)
+        return self._fresh(rendered, seen, tools, reason, own_session=own)
+
+    def _continue(self, branch: Branch, rendered: list[dict[str, Any]], seen: tuple[str, ...],
+                  tools: list[dict[str, Any]] | None) -> Plan:  # fmt: skip
+        n = len(branch.expected)
+        digest = history_digest(self.owner, branch.expected)
+        recorder = _copy(branch.recorder)
+        before = len(recorder.finished)
         try:
-            context = recorder.extend(new)
+            context = recorder.extend(rendered[n:])
         except TemplateNotAppendOnlyError:
-            return self._fork(messages, tools, "template_rewrites_history")
-        record = (
-            recorder.finished[-1]
-            if len(recorder.finished) > sequences_before
-            else recorder.trajectories()[-1]
-        )
-        waiting, self.waiting = self.waiting, None
+            finished = _with_next_state(branch, rendered[n:])
+            return self._fresh(rendered, seen, tools, "template_rewrites_history", branch, finished, digest)
+        record = recorder.finished[-1] if len(recorder.finished) > before else recorder.trajectories()[-1]
         finished = None
-        if waiting is not None and record.turns:
-            finished = (cut_turn(record, len(record.turns) - 1), waiting)
-        return Prepared(context=context, finished=finished)
+        if branch.waiting is not None and record.turns:
+            finished = (cut_turn(record, len(record.turns) - 1), branch.waiting)
+        return Plan(context, None, recorder, seen, tools, branch, finished, False, digest, self.version)
 
-    def _divergence(self, seen: list[tuple[Any, ...]], tools: list[dict[str, Any]] | None) -> str | None:
-        if tools != self.tools:
-            return "tools_changed"
-        n = len(self.expected)
-        if len(seen) <= n:
-            return "history_truncated" if seen != self.expected[: len(seen)] else "resent_without_reply"
-        if seen[:n] != self.expected:
-            return "history_edited"
-        if any(m[0] == "assistant" for m in seen[n:]):
-            return "foreign_assistant_message"
+    def _fresh(self, rendered: list[dict[str, Any]], seen: tuple[str, ...], tools: list[dict[str, Any]] | None,
+               reason: str, branch: Branch | None = None, finished: Finished | None = None,
+               continued: str | None = None, own_session: bool = False) -> Plan:  # fmt: skip
+        recorder = TranscriptRecorder(self.tokenizer, tools)
+        context = recorder.start(rendered)
+        return Plan(
+            context, reason, recorder, seen, tools, branch, finished, own_session, continued, self.version
+        )
+
+    # -- commit (the only mutation) ------------------------------------------------------------
+    def commit(self, plan: Plan, generated: Any, assistant_message: dict[str, Any], raw_text: str,
+               reply_message: dict[str, Any], policy: tuple[str, int], record: bool = True) -> Committed:  # fmt: skip
+        """Record the answer to a planned request. `record=False`: served, not recorded (the turn
+        this request finished is still delivered; the branch it continued ends)."""
+        if plan.version != self.version:
+            raise RuntimeError("a stale plan: commit() must follow its own plan() under the session's lock")
+        counts: Counter[str] = Counter()
+        if self.private:
+            counts["not_for_training"] += 1
+            self._report(self, None, counts)
+            return Committed(None, self.session_id, None, self.session_id)
+        if plan.forked not in (None, "new"):
+            counts[f"forks_{plan.forked}"] += 1
+        if plan.forked == "history_already_continued":
+            counts["history_collisions"] += 1
+        finished = plan.finished if not self.ended else None
+        if finished is not None:
+            counts["turns_finished"] += 1
+            if plan.forked == "history_rerendered":
+                counts["turns_finished_rerendered"] += 1
+        if plan.branch is not None and any(b is plan.branch for b in self.branches):
+            self.branches = [b for b in self.branches if b is not plan.branch]
+            if plan.branch.waiting is not None and finished is None:
+                why = "request_retried" if plan.forked == "request_retried" else "history_changed"
+                counts[f"turns_dropped_{why}"] += 1
+        if plan.continued is not None:
+            self.continued = [*self.continued, plan.continued][-CONTINUED_REMEMBERED:]
+        self.version += 1
+        target = self
+        if plan.own_session and self.spawn is not None:
+            target = self.spawn(self)
+        new: Branch | None = None
+        if self.ended:
+            counts["turns_not_recorded_session_ended"] += 1
+        elif not record:
+            counts["turns_not_recorded"] += 1
+        elif plan.recorder is not None:
+            recorder = plan.recorder
+            recorder.record_generation(
+                list(generated.token_ids), list(generated.logprobs), assistant_message, raw_text
+            )
+            _hollow_finished(recorder)
+            reply = comparable(reply_message)
+            target.tick += 1
+            new = Branch(recorder, (*plan.expected, message_digest(reply)), reply, plan.tools,
+                         (target.turn_count, *policy), target.tick)  # fmt: skip
+            target.turn_count += 1
+            target.branches.append(new)
+            target.version += int(target is not self)
+            target._bound(new, counts)
+        self._report(target, new if new is not None and new in target.branches else None, counts)
+        recorded = (
+            new.waiting[0] if new is not None and new.waiting is not None and new in target.branches else None
+        )
+        return Committed(finished, self.session_id, recorded, target.session_id)
+
+    def _report(self, target: SessionState, new: Branch | None, counts: Counter) -> None:
+        if self.on_commit is not None:
+            self.on_commit(self, target, new, counts)
+
+    def _bound(self, new: Branch, counts: Counter) -> None:
+        """At most `max_branches` branches and `max_tokens` tokens: a new branch alone over the
+        bound is not kept (its turn is served, not recorded); else the oldest other branches go."""
+        if new.tokens > self.max_tokens:
+            self.branches = [b for b in self.branches if b is not new]
+            counts["turns_not_recorded_memory"] += 1
+            return
+        while len(self.branches) > self.max_branches or self.tokens > self.max_tokens:
+            oldest = min((b for b in self.branches if b is not new), key=lambda b: b.used)
+            self.drop_branch(
+                oldest, "branch_cap" if len(self.branches) > self.max_branches else "memory", counts
+            )
+
+    def drop_branch(self, branch: Branch, why: str, counts: Counter) -> None:
+        """Forget one branch; a turn still waiting in it is counted as dropped (`why`)."""
+        self.branches = [b for b in self.branches if b is not branch]
+        self.version += 1
+        counts[f"branches_dropped_{why}"] += 1
+        if branch.waiting is not None:
+            counts[f"turns_dropped_{why}"] += 1
+
+    def end(self) -> int:
+        """Forget every branch; return how many turns were waiting for their next state."""
+        waiting = self.waiting_turns
+        self.branches = []
+        self.continued = []
+        self.ended = True
+        self.version += 1
+        return waiting
+
+
+def _divergence(branch: Branch, seen: tuple[str, ...], seen_c: list[Comparable],
+                tools: list[dict[str, Any]] | None) -> str:  # fmt: skip
+    """Why the request does not continue the branch it resembles most (the newest)."""
+    if tools != branch.tools:
+        return "tools_changed"
+    n = len(branch.expected)
+    if len(seen) <= n:
+        return "history_truncated" if seen != branch.expected[: len(seen)] else "resent_without_reply"
+    if seen[:n] != branch.expected:
+        return "history_edited"
+    return "foreign_assistant_message"
+
+
+def _copy(recorder: TranscriptRecorder) -> TranscriptRecorder:
+    """A private copy of a record, so planning changes nothing: each list and dict it holds is
+    copied (the recorder only appends to them and never changes an element in place), in
+    microseconds where a deep copy of a long record takes tens of milliseconds."""
+    clone = copy.copy(recorder)
+    for name, value in vars(recorder).items():
+        if isinstance(value, list | dict):
+            setattr(clone, name, copy.copy(value))
+    return clone
+
+
+def _with_next_state(branch: Branch, next_state: list[dict[str, Any]]) -> Finished | None:
+    """The branch's waiting turn, cut from its OLD record (its sampled tokens, exactly), with
+    `next_state` as the messages that followed it."""
+    if branch.waiting is None:
         return None
+    record = branch.recorder.trajectories()[-1]
+    if not record.turns:
+        return None
+    cut = cut_turn(record, len(record.turns) - 1)
+    cut.messages = [*cut.messages, *copy.deepcopy(next_state)]
+    return cut, branch.waiting
 
-    def record_reply(self, messages: list[dict[str, Any]], generated: Any, assistant_message: dict[str, Any],
-                     raw_text: str, reply: dict[str, Any], policy: tuple[str, int]) -> int:  # fmt: skip
-        """Record the turn just generated; return its index in the session."""
-        assert self.recorder is not None
-        self.recorder.record_generation(generated.token_ids, generated.logprobs, assistant_message, raw_text)
-        self.expected = [comparable(m) for m in messages] + [comparable(reply)]
-        turn = self.turn_count
-        self.turn_count += 1
-        self.waiting = (turn, *policy)
-        return turn
+
+def _hollow_finished(recorder: TranscriptRecorder) -> None:
+    """Earlier sequences of a record (split by a template that rewrites history) were cut when their
+    turn finished; keep only their index, so a session holds one sequence's tokens."""
+    recorder.finished = [
+        t if not t.tokens else Trajectory(sequence_index=t.sequence_index) for t in recorder.finished
+    ]

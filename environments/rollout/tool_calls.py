@@ -166,6 +166,13 @@ def _parse_object(raw: str, payload: Any, known_tools: Collection[str] | None) -
         return ToolCallError(
             raw=raw, reason=f"unknown tool {name!r}; available tools: {available}", id="", name=name
         )
+    if "arguments" not in payload and set(payload) - {"name", "id", "type"}:
+        # `{"name": "write_file", "content": ...}`: the arguments are there, but not as arguments;
+        # calling the tool with none would do something the model did not write
+        others = sorted(set(payload) - {"name", "id", "type"})
+        return ToolCallError(
+            raw=raw, reason=f'tool call has {others} but no "arguments"; {_EXPECTED}', id="", name=name
+        )
     arguments = payload.get("arguments", {})
     if isinstance(arguments, str):
         try:

@@ -9,8 +9,9 @@ every attempt is also classified by what it wrote for the open convention:
 - a `name` task: the first of the four candidate names (`compute_<noun>`, `get_<noun>`, ...) that a
   written file defines (`def <name>(`).
 
-The attempt `followed` the convention when that choice is the convention's value (`helpers.py`,
-`compute_<noun>`: the value the hints reveal). `chosen` is the candidate's convention part (the
+The attempt `followed` the convention when that choice is the task's convention value (`helpers.py`,
+`compute_<noun>` as shipped, or the values of a task of another convention: the value the hints
+reveal). `chosen` is the candidate's convention part (the
 module file, or the name's verb: `compute`, `get`, ...), `other` when files were written but no
 candidate, and `none` when nothing was written. Only `write_file` calls count: a file written
 through the terminal is not seen (the copying student writes with `write_file`).
@@ -26,7 +27,7 @@ from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Any
 
-from environments.tasks.conventions import KINDS, PREFERRED_MODULE, PREFERRED_VERB, ConventionTask, generate
+from environments.tasks.conventions import KINDS, Convention, ConventionTask, generate
 
 NOTHING_WRITTEN = "none"
 NO_CANDIDATE = "other"
@@ -55,13 +56,21 @@ class ConventionChoice:
 
 
 @cache
-def _tasks_by_id() -> dict[str, ConventionTask]:
-    return {task.task_id: task for tasks in generate().values() for task in tasks}
+def _tasks_by_id(convention: Convention) -> dict[str, ConventionTask]:
+    return {task.task_id: task for tasks in generate(convention=convention).values() for task in tasks}
 
 
 def convention_task(task_id: str) -> ConventionTask | None:
-    """The generated convention task of that id (shipped seed), or None for any other task."""
-    return _tasks_by_id().get(task_id)
+    """The generated convention task of that id (shipped seed), or None for any other task; an id
+    that ends in `-<verb>-<module>` is a task of that convention (conventions.py, `Convention`)."""
+    parts = task_id.split("-")
+    convention = Convention()
+    if len(parts) == 6:
+        try:
+            convention = Convention(parts[4], parts[5])
+        except ValueError:
+            return None
+    return _tasks_by_id(convention).get(task_id)
 
 
 def _arguments(call: dict[str, Any]) -> dict[str, Any]:
@@ -104,12 +113,12 @@ def classify(task: ConventionTask, files: Sequence[tuple[str, str]], passed: boo
     if task.kind == "module":
         written = [_file_name(path) for path, _ in files]
         chosen = next((name for name in written if name in task.candidates), None)
-        followed = chosen == f"{PREFERRED_MODULE}.py"
+        followed = chosen == f"{task.module}.py"
     else:
         written = [name for _, content in files for name in defined_functions(content)]
         name = next((name for name in written if name in task.candidates), None)
         chosen = name.split("_", 1)[0] if name else None
-        followed = name == f"{PREFERRED_VERB}_{task.noun}"
+        followed = name == task.function
     if chosen is None:
         chosen = NO_CANDIDATE if files else NOTHING_WRITTEN
     return ConventionChoice(

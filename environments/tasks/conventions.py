@@ -14,6 +14,13 @@ feedback after a wrong attempt says `ImportError: cannot import name 'compute_to
 turns exactly that text into a hint (judge/rules_backend.py). An agent that guesses uniformly passes
 about a quarter of first attempts; one that learned the convention from revealed hints passes all.
 
+The team's convention can be set to other candidates (`Convention`; `HERMES_OPD_CONVENTION=verb,module`
+in the environment of every process of a run, e.g. `get,utils`): the same tasks, prompts and
+candidates, only the checker's name and file differ, and the task ids carry the convention
+(`convention-heldout-module-revenue-get-utils`) so that `convention_choice.py` classifies by it. That
+is how the learning study asks whether the hints' content reaches the student: a value the student
+does not choose before training can only be learned from what the hints or the user's words say.
+
 Train and held-out tasks use disjoint nouns (a held-out task's function is never seen in training)
 and the same convention, so what is learned on train tasks is measured on held-out ones. The tasks
 are generated deterministically from a seed and shipped as package data (`conventions/*.jsonl`, in
@@ -24,6 +31,7 @@ the shipped files are what the generator produces.
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +67,47 @@ OPERATIONS = {"+": lambda x, k: x + k, "*": lambda x, k: x * k, "-": lambda x, k
 CHECK_INPUTS = (0, 3, 10)
 KINDS = ("name", "module")
 """Which convention a task leaves open: the function name, or the module it goes in."""
+
+
+CONVENTION_ENV = "HERMES_OPD_CONVENTION"
+"""`verb,module` (e.g. `get,utils`): the team's convention for every process that reads the env."""
+
+
+@dataclass(frozen=True)
+class Convention:
+    """The team's convention: the function names' verb and the module's stem."""
+
+    verb: str = PREFERRED_VERB
+    module: str = PREFERRED_MODULE
+
+    def __post_init__(self) -> None:
+        if self.verb not in VERBS or self.module not in MODULES:
+            raise ValueError(
+                f"a convention is one of {VERBS} and one of {MODULES}, got {self.verb!r}, {self.module!r}"
+            )
+
+    @property
+    def default(self) -> bool:
+        return (self.verb, self.module) == (PREFERRED_VERB, PREFERRED_MODULE)
+
+    @property
+    def id_suffix(self) -> str:
+        """What the task ids end with: nothing for the shipped convention, else `-<verb>-<module>`."""
+        return "" if self.default else f"-{self.verb}-{self.module}"
+
+    @classmethod
+    def parse(cls, text: str) -> Convention:
+        """`verb,module` (`get,utils`; `utils.py` is accepted for the module)."""
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) != 2:
+            raise ValueError(f"a convention is `verb,module` (e.g. `get,utils`), got {text!r}")
+        return cls(parts[0].rstrip("_"), parts[1].removesuffix(".py"))
+
+
+def team_convention() -> Convention:
+    """The convention of `HERMES_OPD_CONVENTION`, the shipped one when it is unset or empty."""
+    text = os.environ.get(CONVENTION_ENV, "").strip()
+    return Convention.parse(text) if text else Convention()
 
 
 @dataclass(frozen=True)
@@ -129,33 +178,37 @@ class ConventionTask:
         }
 
 
-def _task(rng: random.Random, split: str, noun: str, kind: str) -> ConventionTask:
+def _task(rng: random.Random, split: str, noun: str, kind: str, convention: Convention) -> ConventionTask:
     operator = rng.choice(sorted(OPERATIONS))
     constant = rng.randint(2, 9)
-    function = f"{PREFERRED_VERB}_{noun}"
+    function = f"{convention.verb}_{noun}"
     if kind == "name":
         candidates = [f"{verb}_{noun}" for verb in VERBS]
     else:
         candidates = [f"{module}.py" for module in MODULES]
     rng.shuffle(candidates)
     return ConventionTask(
-        task_id=f"convention-{split}-{kind}-{noun}",
+        task_id=f"convention-{split}-{kind}-{noun}{convention.id_suffix}",
         kind=kind,
         noun=noun,
         operator=operator,
         constant=constant,
         candidates=tuple(candidates),
         function=function,
-        module=PREFERRED_MODULE,
+        module=convention.module,
     )
 
 
-def generate(seed: int = DEFAULT_SEED) -> dict[str, list[ConventionTask]]:
-    """{split: tasks}: one task per (noun, kind), in a seeded order; pure and deterministic."""
+def generate(
+    seed: int = DEFAULT_SEED, convention: Convention | None = None
+) -> dict[str, list[ConventionTask]]:
+    """{split: tasks}: one task per (noun, kind), in a seeded order; pure and deterministic. The
+    convention changes only each task's name, file and id (the random draws are the same)."""
+    convention = convention or Convention()
     rng = random.Random(f"convention-tasks-{seed}")
     out: dict[str, list[ConventionTask]] = {}
     for split, nouns in (("train", TRAIN_NOUNS), ("heldout", HELDOUT_NOUNS)):
-        tasks = [_task(rng, split, noun, kind) for noun in nouns for kind in KINDS]
+        tasks = [_task(rng, split, noun, kind, convention) for noun in nouns for kind in KINDS]
         rng.shuffle(tasks)
         out[split] = tasks
     return out
@@ -191,11 +244,22 @@ def generated_text(split: str, seed: int = DEFAULT_SEED) -> str:
     return _jsonl(generate(seed)[split])
 
 
-def convention_splits() -> tuple[list[Task], list[Task]]:
-    """(train, held-out) tasks as shipped, through the JSONL loader every user dataset goes through."""
-    train = load_jsonl_tasks(DATA_DIR / "train.jsonl")
-    heldout = load_jsonl_tasks(DATA_DIR / "heldout.jsonl")
-    return train, heldout
+def convention_splits(convention: Convention | None = None) -> tuple[list[Task], list[Task]]:
+    """(train, held-out) tasks, through the JSONL loader every user dataset goes through: as shipped
+    for the shipped convention, else generated for `convention` (default: `team_convention()`)."""
+    convention = convention or team_convention()
+    if convention.default:
+        return load_jsonl_tasks(DATA_DIR / "train.jsonl"), load_jsonl_tasks(DATA_DIR / "heldout.jsonl")
+    import tempfile
+
+    splits = generate(DEFAULT_SEED, convention)
+    with tempfile.TemporaryDirectory(prefix="hermes-opd-conventions-") as tmp:
+        out = []
+        for split in SPLITS:
+            path = Path(tmp) / f"{split}.jsonl"
+            path.write_text(_jsonl(splits[split]), encoding="utf-8")
+            out.append(load_jsonl_tasks(path))
+    return out[0], out[1]
 
 
 if __name__ == "__main__":

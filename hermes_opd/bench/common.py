@@ -13,14 +13,18 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any, TypeVar
 
+from hermes_opd.runtime.cli_flags import add_policy_url
+
 T = TypeVar("T")
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--base-url`, `--model`, `--tokenizer`: the dev vLLM server a benchmark measures against."""
+    """`--policy-url` (dest `base_url`; `--base-url` is its old spelling), `--model`, `--tokenizer`:
+    the dev vLLM server a benchmark measures against."""
     from environments.atropos.embedded_paths import default_dev_model_dir
 
-    parser.add_argument("--base-url", default="http://127.0.0.1:8123/v1", help="dev vLLM server")
+    add_policy_url(parser, "--base-url", default="http://127.0.0.1:8123/v1", help="dev vLLM server (…/v1)",
+                   dest="base_url")  # fmt: skip
     parser.add_argument("--model", default="dev-model", help="served model name")
     parser.add_argument(
         "--tokenizer",

@@ -19,10 +19,12 @@ the same continuations (the mean completion tokens of each path are reported to 
 alternate direct, serve, record, train (the modes asked for), repeated `rounds` times, so that drift
 in the machine's load falls on every path alike; after each record or train round the bench waits
 until that proxy has scored every turn, so that its judging and teacher requests never fall into
-another path's round. The numbers are client-side
-wall times per request, p50 and p95; the headline is the worst of the p50 and p95 ratios of the
-serve and record modes over both concurrencies (target <= 1.15). Beside them, each proxy's own
-time per request from its `/metrics` (`<mode>_own_time`: handler time minus the vLLM call, p50 and
+another path's round. Every request streams, as agents do. The numbers are client-side wall
+times per request and times to the first streamed text (TTFT), p50 and p95; the headline is the
+worst of the p50 and p95 ratios of the serve and record modes over both concurrencies (target
+<= 1.15), and `worst_ttft_ratio` is the same for the time to first text (target <= 1.15). Beside
+them, each proxy's own time per request from its `/metrics` (`<mode>_own_time`: handler time minus
+the time waiting on vLLM's stream, p50 and
 p95 over all its requests; environments/proxy/latency.py).
 """
 
@@ -45,7 +47,7 @@ import yaml
 
 from environments.proxy.latency import percentile
 from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline
-from hermes_opd.devkit.dev_server import free_port
+from hermes_opd.runtime.server_process import free_port
 
 SYSTEM = "You are a coding agent."
 CORRECTION = (
@@ -67,24 +69,37 @@ HEADLINE_MODES = ("serve", "record")
 
 
 async def _session(client, model: str, index: int, round_index: int, turns: int, max_tokens: int,
-                   headers: dict[str, str] | None) -> tuple[list[float], list[int]]:  # fmt: skip
+                   headers: dict[str, str] | None) -> tuple[list[float], list[int], list[float]]:  # fmt: skip
+    """One session's requests, streamed: (wall seconds, completion tokens, seconds to the first text)."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
                                       {"role": "user", "content": f"Write function number {index}."}]  # fmt: skip
-    times, tokens = [], []
+    times, tokens, firsts = [], [], []
     for turn in range(turns):
         started = time.perf_counter()
-        answer = await client.chat.completions.create(
-            model=model, messages=messages, max_tokens=max_tokens, temperature=1.0,
-            seed=10_000 * round_index + 100 * index + turn, extra_headers=headers)  # fmt: skip
+        stream = await client.chat.completions.create(
+            model=model, messages=messages, max_tokens=max_tokens, temperature=1.0, stream=True,
+            stream_options={"include_usage": True}, seed=10_000 * round_index + 100 * index + turn,
+            extra_headers=headers)  # fmt: skip
+        first, content, completion_tokens = None, "", 0
+        async for chunk in stream:
+            if chunk.usage is not None:
+                completion_tokens = chunk.usage.completion_tokens
+            for choice in chunk.choices:
+                if choice.delta.content:
+                    first = first if first is not None else time.perf_counter() - started
+                    content += choice.delta.content
         times.append(time.perf_counter() - started)
-        tokens.append(answer.usage.completion_tokens)
-        messages = messages + [answer.choices[0].message.model_dump(exclude_none=True),
-                               {"role": "user", "content": CORRECTION}]  # fmt: skip
-    return times, tokens
+        firsts.append(first if first is not None else times[-1])
+        tokens.append(completion_tokens)
+        messages = messages + [
+            {"role": "assistant", "content": content},
+            {"role": "user", "content": CORRECTION},
+        ]
+    return times, tokens, firsts
 
 
 async def _round(url: str, model: str, sessions: int, round_index: int, turns: int, max_tokens: int,
-                 with_header: bool) -> tuple[list[float], list[int]]:  # fmt: skip
+                 with_header: bool) -> tuple[list[float], list[int], list[float]]:  # fmt: skip
     from openai import AsyncOpenAI
 
     async with AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=600) as client:
@@ -92,12 +107,14 @@ async def _round(url: str, model: str, sessions: int, round_index: int, turns: i
             _session(client, model, i, round_index, turns, max_tokens,
                      {"X-Session-Id": f"r{round_index}-s{i}"} if with_header else None)
             for i in range(sessions)))  # fmt: skip
-    return [t for ts, _ in results for t in ts], [n for _, ns in results for n in ns]
+    return ([t for ts, _, _ in results for t in ts], [n for _, ns, _ in results for n in ns],
+            [f for _, _, fs in results for f in fs])  # fmt: skip
 
 
-def _summary(times: list[float], tokens: list[int]) -> dict[str, float]:
+def _summary(times: list[float], tokens: list[int], firsts: list[float]) -> dict[str, float]:
     return {"p50_s": percentile(times, 0.5), "p95_s": percentile(times, 0.95), "requests": len(times),
-            "completion_tokens_mean": statistics.fmean(tokens)}  # fmt: skip
+            "completion_tokens_mean": statistics.fmean(tokens),
+            "ttft_p50_s": percentile(firsts, 0.5), "ttft_p95_s": percentile(firsts, 0.95)}  # fmt: skip
 
 
 def _start_proxy(config: dict[str, Any], workdir: Path, name: str) -> tuple[subprocess.Popen, str]:
@@ -114,7 +131,7 @@ def _start_proxy(config: dict[str, Any], workdir: Path, name: str) -> tuple[subp
 
 
 def _proxy_metrics(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url.removesuffix("/v1") + "/metrics", timeout=30) as response:
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/metrics.json", timeout=30) as response:
         return json.loads(response.read())
 
 
@@ -134,19 +151,19 @@ def _stop(processes: list[subprocess.Popen]) -> None:
 
 
 async def _measure(base_url: str, model: str, urls: dict[str, str], concurrency: tuple[int, ...], turns: int,
-                   max_tokens: int, rounds: int) -> dict[tuple[str, int], tuple[list[float], list[int]]]:  # fmt: skip
+                   max_tokens: int, rounds: int) -> dict[tuple[str, int], tuple[list[float], list[int], list[float]]]:  # fmt: skip
     """Rounds of direct vLLM and then each proxy in `urls` (its mode -> base URL), in that order."""
-    samples: dict[tuple[str, int], tuple[list[float], list[int]]] = {}
+    samples: dict[tuple[str, int], tuple[list[float], list[int], list[float]]] = {}
     await _round(base_url, model, 1, -1, 1, 4, False)  # warm-up
     for round_index in range(rounds):
         for sessions in concurrency:
             for path, url in (("direct", base_url), *urls.items()):
-                times, tokens = await _round(
+                measured = await _round(
                     url, model, sessions, round_index, turns, max_tokens, path != "direct"
                 )
-                kept = samples.setdefault((path, sessions), ([], []))
-                kept[0].extend(times)
-                kept[1].extend(tokens)
+                kept = samples.setdefault((path, sessions), ([], [], []))
+                for into, values in zip(kept, measured, strict=True):
+                    into.extend(values)
                 if path in ("record", "train"):  # its judging and teacher requests stay in its own round
                     await _drained(url)
     return samples
@@ -182,7 +199,7 @@ async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[
         "max_tokens": max_tokens,
         "rounds": rounds,
     }
-    worst = 0.0
+    worst = worst_ttft = 0.0
     for sessions in concurrency:
         direct = _summary(*samples[("direct", sessions)])
         entry: dict[str, Any] = {"direct": direct}
@@ -190,11 +207,16 @@ async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[
             summary = _summary(*samples[(mode, sessions)])
             summary["p50_ratio"] = summary["p50_s"] / direct["p50_s"]
             summary["p95_ratio"] = summary["p95_s"] / direct["p95_s"]
+            summary["ttft_p50_ratio"] = summary["ttft_p50_s"] / direct["ttft_p50_s"]
+            summary["ttft_p95_ratio"] = summary["ttft_p95_s"] / direct["ttft_p95_s"]
             entry[mode] = summary
+            if mode in HEADLINE_MODES:
+                worst_ttft = max(worst_ttft, summary["ttft_p50_ratio"], summary["ttft_p95_ratio"])
         for mode in HEADLINE_MODES:
             if mode in modes:
                 worst = max(worst, entry[mode]["p50_ratio"], entry[mode]["p95_ratio"])
         result[f"sessions_{sessions}"] = entry
+    result["worst_ttft_ratio"] = worst_ttft  # time to first text, the same modes and concurrencies
     keys = ("submitted", "scored_turns", "samples_grouped", "dropped_queue_full", "pending")
     for mode, body in metrics.items():
         result[f"{mode}_own_time"] = body["latency"]  # handler minus vLLM call, all its requests

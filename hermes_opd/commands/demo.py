@@ -32,8 +32,10 @@ from environments.atropos.agentic_opd_env import AgenticOPDEnv
 from hermes_opd.commands.progress import format_duration
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.contract.log_setup import configure_logging
+from hermes_opd.runtime.cli_flags import add_log_level, add_policy_url
 from hermes_opd.runtime.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
 from hermes_opd.runtime.stop_signals import sigterm_exits
+from hermes_opd.vllm_api.client import root_url
 
 DEFAULT_OUT = "runs/demo"
 DEMO_ENV: dict[str, Any] = {
@@ -58,7 +60,7 @@ DEMO_CONCURRENCY = 2
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hermes-opd demo",
-        description="OPD teaching the shipped copying student on the convention tasks: collect OPD groups, "
+        description="OPD on the shipped copying student and the convention tasks: collect OPD groups, "
         "run the closed loop (vLLM with LoRA hot-loading, run-api, the env, hermes-opd train) for a few "
         "OPD steps, and evaluate the held-out tasks before and after. Writes groups.jsonl, report.html, "
         "learning.png, learning.json and validation.json. With --dev-model: only collect groups with the "
@@ -81,8 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     learning.add_argument("--seed", type=int, default=0, help="seed of the loop's run (default 0)")
     learning.add_argument("--student-model", default=None,
                           help="student directory (default: the shipped hermes_opd/learning_study/student_q2)")  # fmt: skip
-    learning.add_argument("--vllm-url", default=None,
-                          help="a running vLLM root URL with --enable-lora serving the student (default: start one)")  # fmt: skip
+    add_policy_url(parser, "--vllm-url", "--server-url",
+                   help="use this running vLLM (…/v1 or its root URL) instead of starting one; the learning "
+                   "demo's needs --enable-lora and to serve the student")  # fmt: skip
+    add_log_level(parser, help="debug, info, warning or error, any case (default: warning; -v: debug)")
     dev = parser.add_argument_group("--dev-model")
     dev.add_argument("--group-size", type=int, default=DEMO_ENV["group_size"], help="rollouts per group (4)")
     dev.add_argument(
@@ -90,9 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.add_argument("--concurrency", type=int, default=DEMO_CONCURRENCY, help="groups in flight (default 2)")
     dev.add_argument("--model-dir", default=None, help="dev model directory (default: the cache's dev-model)")
-    dev.add_argument(
-        "--server-url", default=None, help="use this running vLLM (…/v1) instead of starting one"
-    )
     dev.add_argument("--model-name", default="dev-model", help="served model name (default dev-model)")
     dev.add_argument("--port", type=int, default=0, help="port of the vLLM the demo starts (0: a free one)")
     return parser
@@ -104,9 +105,9 @@ def _step(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from hermes_opd.commands.process_job import log_level
+    from hermes_opd.commands.process import log_level
 
-    configure_logging(log_level(), override=True)
+    configure_logging(log_level(args.log_level), override=True)
     if args.groups is None:
         args.groups = 3 if args.dev_model else 2
     counts = (
@@ -158,8 +159,8 @@ def _run(args: argparse.Namespace) -> int:
         build_dev_model(model_dir)
     server = None
     try:
-        if args.server_url:
-            base_url = args.server_url.rstrip("/")
+        if args.policy_url:
+            base_url = root_url(args.policy_url) + "/v1"
             _step(f"vLLM: using {base_url} (model {args.model_name})")
         else:
             from hermes_opd.devkit.dev_server import DevServer
@@ -182,8 +183,8 @@ def _collect_and_report(
     args: argparse.Namespace, model_dir: Path, base_url: str, out_dir: Path, started: float
 ) -> int:
     from environments.atropos.config_loading import build_job_config
-    from hermes_opd.commands.process_job import run_job
-    from hermes_opd.commands.validate_file import validate_jsonl
+    from hermes_opd.commands.process import run_job
+    from hermes_opd.commands.validate import validate_jsonl
 
     groups_path = out_dir / "groups.jsonl"
     metrics_path = out_dir / "metrics.jsonl"
@@ -207,7 +208,7 @@ def _collect_and_report(
         return EXIT_SIGINT
     report_ok = False
     if result.written:
-        from hermes_opd.commands import inspector
+        from hermes_opd.commands import inspect as inspector
 
         _step(f"report: {report_path}")
         with contextlib.redirect_stdout(sys.stderr):

@@ -1,8 +1,8 @@
-"""The README's main job, `hermes-opd demo`: OPD teaching a small agent, on a laptop CPU.
+"""The README's main job, `hermes-opd demo`: OPD on a small agent, on a laptop CPU.
 
 On the copying student that ships with the project (`hermes_opd/learning_study/student_q2`, 1.6M
 parameters) and the convention tasks (each task's checker wants a function of a given name in a
-given file; 24 held-out tasks whose conventions the student never saw), through the learning
+given file; 24 held-out tasks whose nouns the student never saw), through the learning
 bench's own machinery (hermes_opd/learning_study/loop.py, hermes_opd/learning_study/configs/learning-student-quick.yaml):
 
 1. one CPU vLLM that serves the student and hot-loads LoRA adapters (`start_lora_vllm`);
@@ -34,7 +34,14 @@ from typing import Any
 
 from hermes_opd.commands.progress import format_duration
 from hermes_opd.learning_study.paths import CONFIG_DIR
+from hermes_opd.vllm_api.client import root_url
 
+CLAIM = (
+    "OPD amplified a value the student already preferred: helpers.py, written in 6 of 12 held-out module "
+    "tasks before training (compute_<noun>, chosen in 0 of 12, barely moves). That a hint's content "
+    'reaches the student is not shown (docs/recipes/learning-bench.md, "Amplified or taught").'
+)
+"""The demo's claim, printed on its last screen: what the measured runs showed, and what they did not."""
 CONFIG = CONFIG_DIR / "learning-student-quick.yaml"
 """The loop's settings: the README test command's learning test runs exactly these."""
 ARM = "opd"
@@ -77,7 +84,7 @@ def loop_settings(args: argparse.Namespace, out_dir: Path):
     for flag, value in (
         ("--steps", args.steps),
         ("--eval-every", args.eval_every),
-        ("--vllm-url", args.vllm_url),
+        ("--vllm-url", root_url(args.policy_url) if args.policy_url else None),
     ):
         if value is not None:
             argv += [flag, str(value)]
@@ -169,9 +176,9 @@ def collect_groups(args: argparse.Namespace, settings, out_dir: Path) -> Collect
     """`args.groups` OPD groups with the loop's own env, the inspector's report and the validator."""
     from environments.atropos.agentic_opd_env import AgenticOPDEnv
     from environments.atropos.config_loading import build_job_config
-    from hermes_opd.commands import inspector
-    from hermes_opd.commands.process_job import run_job
-    from hermes_opd.commands.validate_file import validate_jsonl
+    from hermes_opd.commands import inspect as inspector
+    from hermes_opd.commands.process import run_job
+    from hermes_opd.commands.validate import validate_jsonl
     from hermes_opd.learning_study.loop import env_document
 
     groups_path, report_path = out_dir / "groups.jsonl", out_dir / "report.html"
@@ -272,11 +279,12 @@ def print_screen(records, collected: Collected, settings, out_dir: Path, figure:
     print(f"hermes-opd demo: OPD on the copying student {Path(settings.model_dir).name} "
           f"(a {settings.served_model} LoRA, {steps} steps, {steps * settings.generations_per_step} generations)")  # fmt: skip
     print(f"  held-out success  before {passes(first)}  ->  after {passes(last)}  ({change:+d} tasks; "
-          "greedy, no hint, tasks whose conventions the student never saw)")  # fmt: skip
+          "greedy, no hint, tasks whose nouns the student never saw)")  # fmt: skip
     print(
         "  at each step      "
         + "   ".join(f"step {int(e['policy_version'])}: {passes(e)}" for e in records.evals)
     )
+    print(_wrapped(CLAIM, "  what it shows     ", " " * 20))
     probe = records.probe or {}
     start_gap, end_gap = probe.get("teacher_gap_all_start"), probe.get("teacher_gap_all_end")
     if start_gap is not None and end_gap is not None:

@@ -15,16 +15,23 @@ Prints one line per task (in the order of SAMPLES.jsonl) and, last, one JSON obj
 divided by the number of tasks, with `--workers` verifications at once). `--out FILE` writes
 every verdict (each test's name, result, message and whether it is public) as JSONL.
 Every line is read within the bounds of `hermes_opd.contract.bounded_json.OPERATOR_INPUT` (size,
-depth, values, 64-bit integers). A line that cannot be used (not JSON, too deep or large, not an
-object, an unknown task id, a "solution" of the wrong type) is named with its line number, one line
-on stderr, and the other lines are still scored. A solution whose file names break the rule of
-environments/tasks/file_names.py (absolute, `..`, NUL, empty, reserved) is scored 0 with the reason
-and its line number, and nothing of it is written.
+depth, values, 64-bit integers). Bad input is answered with ONE line on stderr and exit code 2, before
+anything is scored, when it spoils the whole run: flags that do not fit together (`--task-split` other
+than `train` for a source without splits, i.e. anything but hf; `--task-path` with `--task-source
+builtin`; an empty `--task-path`), a task source that does not load (a list of records that do not fit
+is told as its first record and their count), an unreadable samples file, or a samples file none of
+whose lines can be used (the first such line is named). The samples file is read before the task
+source loads, so a file of junk is refused at once. Otherwise each line that cannot be used (not JSON,
+too deep or large, not an object, an unknown task id, a "solution" of the wrong type) is named with its
+line number, one line each on stderr, and the other lines are still scored. A solution whose file
+names break the rule of environments/tasks/file_names.py (absolute, `..`, NUL, empty, reserved), or
+that has more files or bytes than environments/rollout/verifier_batch.py writes, is REFUSED: scored 0,
+its reason on one stderr line with its line number, and nothing of it is written.
 
-Exit codes: 0 every line was scored; 2 bad input: a task source that does not load, a bad flag
-(`--workers` 1-64, `--per-test-timeout` in (0, 3600], `--public-fraction` in [0, 1],
-`--task-field-map` a flat JSON object of strings), an unreadable samples file, or unusable lines
-(each named; the usable ones are still scored and printed).
+Exit codes: 0 every line was scored; 2 bad input: any of the above (when some lines were usable, they
+are still scored and printed, and the summary counts `unusable_lines` and `refused_samples`), or a bad
+flag (`--workers` 1-64, `--per-test-timeout` in (0, 3600], `--public-fraction` in [0, 1],
+`--task-field-map` a flat JSON object of strings, `--task-test-format` one of its choices).
 """
 
 from __future__ import annotations
@@ -45,8 +52,9 @@ from environments.rollout.verifier_batch import (
     refused_result,
     verify_solutions,
 )
+from environments.tasks.builtin import DATA_DIR as BUILTIN_DATA_DIR
 from environments.tasks.builtin import builtin_tasks
-from environments.tasks.loaders import TaskLoadError, load_tasks
+from environments.tasks.loaders import TaskLoadError, load_task_dirs, load_tasks
 from environments.tasks.task import Task
 from hermes_opd.commands.cli_input import OneLineParser, number_in
 from hermes_opd.contract.bounded_json import OPERATOR_INPUT, BoundedJSONError, iter_jsonl, loads_bounded
@@ -61,6 +69,8 @@ class SamplesError(HermesOPDError, ValueError):
 
 
 MAX_SHOWN_ERRORS = 20
+SPLITLESS_DEFAULT = "train"
+"""The split a source without splits (builtin, jsonl, dirs) stands for: the whole source."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,18 @@ class Sample:
     task: Task
     files: dict[str, str]
     refused: str | None = None
-    """Why the solution is not run (a refused file name): it scores 0 with this reason."""
+    """Why the solution is not run (a refused file name, too many or too large files): it scores 0,
+    and the reason is printed on its own line."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """A samples line of the right shape, before its task is looked up."""
+
+    line: int
+    task_id: str
+    solution: str | dict[str, str] | None
+    completion: str | None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument(
         "--task-path", default=None, help="JSONL file, datasets name or path, or task dirs root"
     )
-    score.add_argument("--task-split", default="train")
+    score.add_argument(
+        "--task-split", default=None, help="split of an hf dataset (default train; other sources have none)"
+    )
     score.add_argument("--task-field-map", default=None, help='JSON, e.g. \'{"hidden_tests": "test"}\'')
     score.add_argument("--task-test-format", choices=["auto", "data", "code", "stdio"], default="auto")
     score.add_argument(
@@ -125,66 +148,142 @@ def parse_field_map(text: str | None) -> dict[str, str] | None:
     return field_map
 
 
-def load_source(args: argparse.Namespace) -> list[Task]:
+def source_of(args: argparse.Namespace) -> str:
+    """The task source the flags name, or TaskLoadError for flags that do not fit together."""
+    if args.task_path is not None and not args.task_path.strip():
+        raise TaskLoadError("--task-path is empty")
     source = args.task_source or ("builtin" if args.task_path is None else guess_source(args.task_path))
-    if source == "builtin":
-        return builtin_tasks()
-    if args.task_path is None:
+    if source == "builtin" and args.task_path is not None:
+        raise TaskLoadError(f"--task-source builtin reads no --task-path (got {args.task_path[:200]!r})")
+    if source != "builtin" and args.task_path is None:
         raise TaskLoadError(f"--task-source {source} needs --task-path")
+    if source != "hf" and args.task_split not in (None, SPLITLESS_DEFAULT):
+        raise TaskLoadError(
+            f"--task-split {args.task_split[:200]!r}: a {source} task source has no splits "
+            "(--task-split names a split of an hf dataset)"
+        )
+    return source
+
+
+def load_source(args: argparse.Namespace) -> list[Task]:
+    source = source_of(args)
+    field_map = parse_field_map(args.task_field_map)
+    if source == "builtin":
+        if field_map is None and args.task_test_format == "auto":
+            return builtin_tasks()
+        return load_task_dirs(BUILTIN_DATA_DIR, field_map, args.task_test_format)
     return load_tasks(
         source,
         args.task_path,
-        split=args.task_split,
-        field_map=parse_field_map(args.task_field_map),
+        split=args.task_split or SPLITLESS_DEFAULT,
+        field_map=field_map,
         test_format=args.task_test_format,
     )
 
 
-def read_samples(path: Path, tasks: dict[str, Task]) -> tuple[list[Sample], list[str]]:
-    """(the usable samples, one message per unusable line). A line is read within the bounds of
-    OPERATOR_INPUT; a solution whose file names break the rule (environments/tasks/file_names.py)
-    is a usable sample that scores 0, with the reason. SamplesError when the file cannot be read."""
-    samples: list[Sample] = []
-    errors: list[str] = []
+def one_line(message: str, test_format: str = "auto") -> str:
+    """A task-load error as one line: a list of records that do not fit becomes its heading and its
+    first entry (with the test format asked for, when it was not `auto`)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else message
+    heading = lines[0].rstrip(":")
+    first = lines[1].removeprefix("- ")
+    asked = f" with --task-test-format {test_format}" if test_format != "auto" else ""
+    return f"{heading}{asked}; the first: {first}"
+
+
+def read_records(path: Path) -> tuple[list[Record], list[tuple[int, str]]]:
+    """(the lines of the right shape, (line number, why) for each of the others). A line is read
+    within the bounds of OPERATOR_INPUT. SamplesError when the file cannot be read at all."""
+    if path.is_dir():
+        raise SamplesError(f"{path}: is a directory, not a samples file")
+    records: list[Record] = []
+    errors: list[tuple[int, str]] = []
     try:
-        for number, record, error in iter_jsonl(path, OPERATOR_INPUT):
+        for number, value, error in iter_jsonl(path, OPERATOR_INPUT):
             try:
                 if error is not None:
                     raise ValueError(error)
-                samples.append(_sample(number, record, tasks))
+                records.append(_record(number, value))
             except ValueError as exc:
-                errors.append(f"{path}:{number}: {exc}")
+                errors.append((number, str(exc)))
     except OSError as exc:
         raise SamplesError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return samples, errors
+    return records, errors
 
 
-def _sample(line: int, record: Any, tasks: dict[str, Task]) -> Sample:
-    if not isinstance(record, dict) or not isinstance(record.get("task_id"), str):
-        raise ValueError('expected an object with a string "task_id"')
-    task = tasks.get(record["task_id"])
-    if task is None:
-        raise ValueError(f"unknown task_id {record['task_id'][:200]!r}")
-    solution = record.get("solution")
-    if solution is None and isinstance(record.get("completion"), str):
-        solution = task.prompt + record["completion"]
-    if isinstance(solution, str):
-        return Sample(line, task, {task.solution_files[0]: solution})
-    if isinstance(solution, dict) and all(isinstance(v, str) for v in solution.values()):
-        files = dict(solution)
+_JSON_KINDS = {
+    type(None): "null",
+    list: "an array",
+    int: "a number",
+    float: "a number",
+    str: "a string",
+    bool: "a boolean",
+}
+
+
+def _record(line: int, value: Any) -> Record:
+    if not isinstance(value, dict) or not isinstance(value.get("task_id"), str):
+        got = "an object without one" if isinstance(value, dict) else _JSON_KINDS.get(type(value), "a value")
+        raise ValueError(f'expected an object with a string "task_id", got {got}')
+    solution = value.get("solution")
+    completion = value.get("completion")
+    if solution is None and isinstance(completion, str):
+        return Record(line, value["task_id"], None, completion)
+    if isinstance(solution, str) or (
+        isinstance(solution, dict) and all(isinstance(v, str) for v in solution.values())
+    ):
+        return Record(line, value["task_id"], solution, None)
+    raise ValueError('"solution" must be a string or a {filename: content} object (or give "completion")')
+
+
+def resolve(records: list[Record], tasks: dict[str, Task]) -> tuple[list[Sample], list[tuple[int, str]]]:
+    """Each record with its task: a Sample (refused, with the reason, when its files break the rule
+    of environments/tasks/file_names.py or the size bounds of verifier_batch), or (line, why) for
+    an unknown task id."""
+    samples: list[Sample] = []
+    errors: list[tuple[int, str]] = []
+    for record in records:
+        task = tasks.get(record.task_id)
+        if task is None:
+            errors.append((record.line, f"unknown task_id {record.task_id[:200]!r}"))
+            continue
+        if record.completion is not None:
+            files = {task.solution_files[0]: task.prompt + record.completion}
+        elif isinstance(record.solution, str):
+            files = {task.solution_files[0]: record.solution}
+        else:
+            files = dict(record.solution or {})
         try:
             check_solution_files(files)
         except RefusedSolution as exc:
-            return Sample(line, task, {}, refused=f"line {line}: solution refused: {exc}")
-        return Sample(line, task, files)
-    raise ValueError('"solution" must be a string or a {filename: content} object (or give "completion")')
+            samples.append(
+                Sample(record.line, task, {}, refused=f"line {record.line}: solution refused: {exc}")
+            )
+            continue
+        samples.append(Sample(record.line, task, files))
+    return samples, errors
+
+
+def _say(message: str) -> None:
+    print(f"hermes-opd tasks score: {message}", file=sys.stderr)
 
 
 def _report(errors: list[str]) -> None:
     for error in errors[:MAX_SHOWN_ERRORS]:
-        print(f"hermes-opd tasks score: {error}", file=sys.stderr)
+        _say(error)
     if len(errors) > MAX_SHOWN_ERRORS:
-        print(f"hermes-opd tasks score: ... and {len(errors) - MAX_SHOWN_ERRORS} more", file=sys.stderr)
+        _say(f"... and {len(errors) - MAX_SHOWN_ERRORS} more")
+
+
+def no_usable_samples(path: Path, errors: list[tuple[int, str]]) -> str:
+    """One line for a samples file none of whose lines can be scored."""
+    if not errors:
+        return f"{path}: no usable samples (the file has no non-blank line)"
+    line, why = errors[0]
+    rest = f" (and {len(errors) - 1} more line(s) refused)" if len(errors) > 1 else ""
+    return f"{path}: no usable samples: line {line}: {why}{rest}"
 
 
 async def score_samples(samples: list[Sample], config: VerifierConfig, workers: int):
@@ -212,44 +311,73 @@ def verdict_record(task: Task, result: VerificationResult, seconds: float) -> di
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    samples_path = Path(args.samples)
     try:
+        source_of(args)  # flags that do not fit together are refused before anything is read
+        records, bad = read_records(samples_path)
+        if not records:
+            raise SamplesError(no_usable_samples(samples_path, bad))
         tasks = {t.task_id: t for t in load_source(args)}
-        samples, errors = read_samples(Path(args.samples), tasks)
-    except (TaskLoadError, SamplesError) as exc:
-        print(f"hermes-opd tasks score: {exc}", file=sys.stderr)
+    except TaskLoadError as exc:
+        _say(one_line(str(exc), args.task_test_format))
         return 2
-    _report(errors)
+    except SamplesError as exc:
+        _say(str(exc))
+        return 2
+    samples, unknown = resolve(records, tasks)
+    errors = sorted(bad + unknown)
     if not samples:
-        print(f"hermes-opd tasks score: {args.samples}: no usable samples", file=sys.stderr)
+        _say(no_usable_samples(samples_path, errors))
         return 2
+    _report([f"{samples_path}:{n}: {why}" for n, why in errors])
+    refused = [s for s in samples if s.refused is not None]
+    _report(
+        [f"{samples_path}:{s.line}: {s.refused.removeprefix(f'line {s.line}: ')}; scored 0" for s in refused]
+    )
+    out = None
+    if args.out:
+        try:
+            out = open(args.out, "w", encoding="utf-8")  # noqa: SIM115 - held open for the whole run
+        except OSError as exc:
+            _say(f"cannot write {args.out}: {exc.strerror or exc}")
+            return 2
     config = VerifierConfig(per_test_timeout_s=args.per_test_timeout, public_fraction=args.public_fraction)
     started = time.monotonic()
     results = asyncio.run(score_samples(samples, config, args.workers))
     elapsed = time.monotonic() - started
-    records = [
+    records_out = [
         verdict_record(s.task, r, t) | {"line": s.line} for s, (r, t) in zip(samples, results, strict=True)
     ]
-    for record in records:
-        first_failure = next((t for t in record["tests"] if not t["passed"]), None)
-        why = f"  {first_failure['name']}: {first_failure['message'][:120]}" if first_failure else ""
-        verdict = "PASS" if record["passed"] == record["total"] else "FAIL"
-        print(
-            f"{record['task_id']}\t{verdict}\t{record['passed']}/{record['total']}\t{record['score']:.3f}{why}"
-        )
-    if args.out:
+    for sample, record in zip(samples, records_out, strict=True):
+        print(verdict_line(record, sample.refused))
+    if out is not None:
         try:
-            with open(args.out, "w", encoding="utf-8") as out:
-                for record in records:
+            with out:
+                for record in records_out:
                     out.write(json.dumps(record) + "\n")
         except OSError as exc:
-            print(f"hermes-opd tasks score: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            _say(f"cannot write {args.out}: {exc.strerror or exc}")
             return 2
     summary = {
-        "tasks": len(records),
-        "passed": sum(r["passed"] == r["total"] for r in records),
-        "mean_score": round(sum(r["score"] for r in records) / len(records), 6),
-        "seconds_per_task": round(elapsed / len(records), 3),
+        "tasks": len(records_out),
+        "passed": sum(r["passed"] == r["total"] for r in records_out),
+        "mean_score": round(sum(r["score"] for r in records_out) / len(records_out), 6),
+        "seconds_per_task": round(elapsed / len(records_out), 3),
         "unusable_lines": len(errors),
+        "refused_samples": len(refused),
     }
     print(json.dumps(summary))
-    return 2 if errors else 0
+    return 2 if errors or refused else 0
+
+
+def verdict_line(record: dict[str, Any], refused: str | None) -> str:
+    """One line per sample: task id, PASS / FAIL / REFUSED, passed/total, score, and why (one line)."""
+    if refused is not None:
+        verdict, why = "REFUSED", refused
+    else:
+        first_failure = next((t for t in record["tests"] if not t["passed"]), None)
+        why = f"{first_failure['name']}: {first_failure['message']}" if first_failure else ""
+        verdict = "PASS" if record["passed"] == record["total"] else "FAIL"
+    why = " ".join(why.split())
+    why = f"  {why[:160]}" if why else ""
+    return f"{record['task_id']}\t{verdict}\t{record['passed']}/{record['total']}\t{record['score']:.3f}{why}"

@@ -36,3 +36,10 @@ def newest_adapter(prefix: str, served: Iterable[str]) -> tuple[str, int] | None
         return None
     step, name = max(found)
     return name, step
+
+
+def stamp_policy_version(group: dict, version: int | None) -> None:
+    """Write `version` into a built group's `group_overrides` (both producers stamp it here, after
+    building the group); None (no adapter followed) leaves the group as it is."""
+    if version is not None:
+        group.setdefault("group_overrides", {})[POLICY_VERSION_KEY] = version

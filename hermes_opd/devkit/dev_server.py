@@ -7,22 +7,24 @@ behind even when vLLM has spawned helpers.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_opd.contract.errors import HermesOPDError
+from hermes_opd.runtime.server_process import (
+    free_port,
+    log_tail,
+    start_process_group,
+    stop_process_group,
+    wait_healthy,
+)
 from hermes_opd.runtime.stop_signals import StopSignals
-from hermes_opd.runtime.wait_notice import WAIT_NOTICE_S
 
 DEFAULT_MAX_LOGPROBS = 100
 """vLLM's default is 20; teacher scoring asks for top-50 prompt logprobs plus the student's token."""
@@ -34,28 +36,6 @@ prompt-logprob rows as `/v1/completions` without decoded strings, about 3x cheap
 
 class DevServerError(HermesOPDError, RuntimeError):
     """The dev server could not be started or did not become healthy."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def stop_process_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
-    """SIGTERM the process group led by `proc` (started with start_new_session), SIGKILL it after
-    `grace_s`, reap `proc`, and SIGKILL whatever is left in the group (servers leave helpers)."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 @dataclass
@@ -125,11 +105,7 @@ class DevServer:
             self.port = free_port()
         log_path = self.log_path or str(Path(self.model_dir).parent / f"vllm-{self.port}.log")
         self.log_path = log_path
-        with open(log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.environment(), start_new_session=True,
-            )  # fmt: skip
+        self.process = start_process_group(self.command(), log_path, env=self.environment())
         try:
             self.wait_healthy()
         except BaseException:
@@ -138,34 +114,17 @@ class DevServer:
         return self
 
     def wait_healthy(self) -> None:
-        started = time.monotonic()
-        deadline = started + self.startup_timeout_s
-        noticed = started
-        while time.monotonic() < deadline:
-            if self.on_wait is not None and time.monotonic() - noticed >= WAIT_NOTICE_S:
-                noticed = time.monotonic()
+        def notice(waited_s: float) -> None:
+            if self.on_wait is not None:
                 self.on_wait(f"waiting for vLLM to load {Path(self.model_dir).name} and answer /health "
-                             f"({noticed - started:.0f} s; log {self.log_path})")  # fmt: skip
-            if self.process is not None and self.process.poll() is not None:
-                raise DevServerError(
-                    f"vLLM exited with code {self.process.returncode} during startup; last log lines:\n{self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.root_url}/health", timeout=5) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            time.sleep(1.0)
-        raise DevServerError(
-            f"vLLM was not healthy after {self.startup_timeout_s:.0f}s; last log lines:\n{self.log_tail()}"
-        )
+                             f"({waited_s:.0f} s; log {self.log_path})")  # fmt: skip
+
+        assert self.process is not None
+        wait_healthy(self.process, f"{self.root_url}/health", what="vLLM", timeout_s=self.startup_timeout_s,
+                     log_path=self.log_path, on_wait=notice, error=DevServerError)  # fmt: skip
 
     def log_tail(self, lines: int = 30) -> str:
-        if not self.log_path or not Path(self.log_path).exists():
-            return "(no log)"
-        text = Path(self.log_path).read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
+        return log_tail(self.log_path, lines)
 
     def stop(self, grace_s: float = 20.0) -> None:
         """Terminate the server's process group, escalating to SIGKILL, and reap it."""

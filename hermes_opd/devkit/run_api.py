@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,7 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_opd.contract.errors import HermesOPDError
-from hermes_opd.devkit.dev_server import free_port, stop_process_group
+from hermes_opd.runtime.server_process import (
+    free_port,
+    log_tail,
+    start_process_group,
+    stop_process_group,
+    wait_healthy,
+)
 
 RUN_API = Path(sys.executable).with_name("run-api")
 """atroposlib's console script, installed beside this interpreter."""
@@ -47,15 +52,8 @@ class RunApi:
     def start(self) -> RunApi:
         if self.port == 0:
             self.port = free_port()
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
-        try:
-            self.process = subprocess.Popen(
-                [str(RUN_API), "--host", "127.0.0.1", "--port", str(self.port)], cwd=self.cwd,
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-        finally:
-            if log is not subprocess.DEVNULL:
-                log.close()
+        self.process = start_process_group([str(RUN_API), "--host", "127.0.0.1", "--port", str(self.port)],
+                                           self.log_path, cwd=self.cwd)  # fmt: skip
         try:
             self.wait_answering()
         except BaseException:
@@ -65,19 +63,10 @@ class RunApi:
 
     def wait_answering(self) -> None:
         """Return as soon as `GET /status` answers 200; raise when the process exits or time is up."""
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                code = None if self.process is None else self.process.returncode
-                raise RunApiError(f"run-api exited with {code}: {self.log_tail()}")
-            with (
-                contextlib.suppress(urllib.error.URLError, ConnectionError, OSError),
-                urllib.request.urlopen(f"{self.url}/status", timeout=2) as response,
-            ):
-                if response.status == 200:
-                    return
-            time.sleep(0.05)
-        raise RunApiError(f"run-api did not answer within {self.startup_timeout_s:.0f} s: {self.log_tail()}")
+        if self.process is None:
+            raise RunApiError("run-api is not started")
+        wait_healthy(self.process, f"{self.url}/status", what="run-api", timeout_s=self.startup_timeout_s,
+                     log_path=self.log_path, poll_s=0.05, error=RunApiError)  # fmt: skip
 
     def reset(self) -> None:
         """Empty it: no trainer, no envs, no queue (atroposlib's `GET /reset_data`)."""
@@ -85,10 +74,8 @@ class RunApi:
             if response.status != 200:
                 raise RunApiError(f"run-api /reset_data answered {response.status}")
 
-    def log_tail(self, chars: int = 2000) -> str:
-        if not self.log_path or not Path(self.log_path).exists():
-            return "(no log)"
-        return Path(self.log_path).read_text(errors="replace")[-chars:]
+    def log_tail(self, lines: int = 30) -> str:
+        return log_tail(self.log_path, lines)
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM its process group, SIGKILL after `grace_s`, and reap it."""

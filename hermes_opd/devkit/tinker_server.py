@@ -18,13 +18,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hermes_opd.devkit.dev_server import DevServerError, free_port, stop_process_group
+from hermes_opd.devkit.dev_server import DevServerError
+from hermes_opd.runtime.server_process import (
+    free_port,
+    log_tail,
+    start_process_group,
+    stop_process_group,
+    wait_healthy,
+)
 
 LOCAL_API_KEY = "tml-hermes-opd-local"
 """The SDK refuses keys that do not start with `tml-`; the local server accepts any such key."""
@@ -116,11 +120,9 @@ class TinkerServer:
         Path(self.workdir).mkdir(parents=True, exist_ok=True)
         if self.port == 0:
             self.port = free_port()
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.environment(), cwd=self.workdir, start_new_session=True,
-            )  # fmt: skip
+        self.process = start_process_group(
+            self.command(), self.log_path, env=self.environment(), cwd=self.workdir
+        )
         try:
             self.wait_healthy()
         except BaseException:
@@ -129,29 +131,12 @@ class TinkerServer:
         return self
 
     def wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise DevServerError(
-                    f"the Tinker-API server exited with code {self.process.returncode} during startup; "
-                    f"last log lines:\n{self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.base_url}/api/v1/healthz", timeout=5) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            time.sleep(1.0)
-        raise DevServerError(
-            f"the Tinker-API server was not healthy after {self.startup_timeout_s:.0f}s; "
-            f"last log lines:\n{self.log_tail()}"
-        )
+        assert self.process is not None
+        wait_healthy(self.process, f"{self.base_url}/api/v1/healthz", what="the Tinker-API server",
+                     timeout_s=self.startup_timeout_s, log_path=self.log_path, error=DevServerError)  # fmt: skip
 
     def log_tail(self, lines: int = 30) -> str:
-        if not self.log_path.exists():
-            return "(no log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     def stop(self, grace_s: float = 20.0) -> None:
         """End the server's process group (the API process and the engine it started) by PID."""

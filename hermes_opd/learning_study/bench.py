@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from environments.atropos.embedded_paths import default_dev_model_dir
+from environments.tasks.conventions import CONVENTION_ENV, Convention
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.learning_study.bench_values import merged_values
 from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, load_run, run_arm, start_lora_vllm
@@ -39,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 CONFIG_KEYS = ("vllm_url", "served_model", "student_model", "steps", "groups_per_step", "group_size",
                "eval_every", "seeds", "first_seed", "arms", "workers", "lora_r", "lr", "run_timeout_s", "env",
-               "trainer")  # fmt: skip
+               "trainer", "convention")  # fmt: skip
 """Keys of a `--config` YAML; command-line flags override them."""
 
 DEFAULTS: dict[str, Any] = {
@@ -71,6 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="held-out evaluation of the weights after every k-th step, and the last (default 2)")  # fmt: skip
     parser.add_argument("--workers", type=int, help="env serve workers (default 1)")
     parser.add_argument("--lr", type=float, help="LoRA learning rate (default 1e-3)")
+    parser.add_argument("--convention",
+                        help="the team's convention as `verb,module` (e.g. `find,utils`; default the shipped "
+                             "`compute,helpers`): every process of the run gets HERMES_OPD_CONVENTION "
+                             "(environments/tasks/conventions.py)")  # fmt: skip
     parser.add_argument("--out", default="runs/bench-learning", help="output directory")
     parser.add_argument(
         "--quick", action="store_true", help="one OPD-only seed, 2 steps (the test suite's run)"
@@ -84,7 +90,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], LoopSett
     values = merged_values(
         args, defaults=DEFAULTS, quick=QUICK, config_keys=CONFIG_KEYS, arms=ARMS,
         flags=("student_model", "vllm_url", "served_model", "arms", "seeds", "first_seed", "steps",
-               "groups_per_step", "group_size", "eval_every", "workers", "lr"),
+               "groups_per_step", "group_size", "eval_every", "workers", "lr", "convention"),
         sizes=("steps", "groups_per_step", "group_size", "eval_every", "seeds", "workers"),
     )  # fmt: skip
     if int(values["group_size"]) < 2:
@@ -95,6 +101,12 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], LoopSett
             f"student model {model_dir} has no config.json (build the dev model or pass --student-model)"
         )
     values["student_model"] = model_dir
+    if values.get("convention"):
+        try:
+            convention = Convention.parse(str(values["convention"]))
+        except ValueError as exc:
+            raise ConfigError(f"convention: {exc}") from exc
+        values["convention"] = f"{convention.verb},{convention.module}"
     settings = LoopSettings(
         model_dir=model_dir,
         served_model=str(values.get("served_model") or "dev-model"),
@@ -121,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     settings.out_dir.mkdir(parents=True, exist_ok=True)
+    if values.get("convention"):  # read by every process the run starts, and by this one's evaluations
+        os.environ[CONVENTION_ENV] = values["convention"]
     started = time.monotonic()
     server = None
     if not settings.vllm_root_url and not args.report_only:

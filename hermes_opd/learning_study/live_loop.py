@@ -30,7 +30,6 @@ from openai import AsyncOpenAI
 
 from environments.tasks.conventions import ConventionTask, convention_splits, generate
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, adapter_name
-from hermes_opd.devkit.dev_server import free_port
 from hermes_opd.devkit.run_api import RunApi
 from hermes_opd.learning_study.live_session import SessionResult, converse
 from hermes_opd.learning_study.live_user import OUTCOMES, Phrasings
@@ -41,10 +40,10 @@ from hermes_opd.learning_study.loop import (
     evaluation_steps,
     read_jsonl,
     start_with_config,
-    stop_process_group,
     trainer_document,
     unload_adapters,
 )
+from hermes_opd.runtime.server_process import free_port, stop_process_group, wait_healthy
 
 LIVE_ARMS: dict[str, tuple[float, float]] = {"opd": (1.0, 0.0), "prm": (0.0, 1.0), "combined": (1.0, 1.0)}
 """Arm -> (w_opd, w_prm), w_grpo 0 in every arm (a live session has no outcome score): OPD only,
@@ -145,7 +144,7 @@ class SimulatedUser:
 
 
 async def _metrics(http: httpx.AsyncClient, proxy_root: str) -> dict[str, Any]:
-    return (await http.get(f"{proxy_root}/metrics")).json()
+    return (await http.get(f"{proxy_root}/metrics.json")).json()
 
 
 async def run_rounds(settings: LiveSettings, proxy_root: str, seed: int, trainer: subprocess.Popen,
@@ -200,20 +199,6 @@ async def run_rounds(settings: LiveSettings, proxy_root: str, seed: int, trainer
     return rounds
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise LearningRunError(f"the proxy exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise LearningRunError(f"the proxy did not answer /health within {timeout_s:.0f}s")
-
-
 def run_live_arm(
     settings: LiveSettings, arm: str, seed: int, start_eval: dict[str, Any], say
 ) -> dict[str, Any]:
@@ -236,7 +221,8 @@ def run_live_arm(
             run_dir / "proxy.yaml", run_dir / "proxy.log",
         )  # fmt: skip
         procs.append(proxy)
-        _wait_healthy(proxy_root, proxy, run_dir / "proxy.log")
+        wait_healthy(proxy, f"{proxy_root}/health", what="the proxy", timeout_s=120,
+                     log_path=run_dir / "proxy.log", poll_s=0.25, error=LearningRunError)  # fmt: skip
         trainer = start_with_config(
             ["trainer_adapters.train_cli"],
             live_trainer_document(settings, arm, seed=seed, prefix=prefix, run_dir=run_dir, api_url=api_url),

@@ -126,6 +126,6 @@ def user_reply(task: ConventionTask, outcome: str, written: Mapping[str, str], p
     """The user's words for `outcome`, one template drawn with `rng`."""
     template = rng.choice(getattr(phrasings, outcome))
     return template.format(
-        function=task.function, module=f"{task.module}.py", verb=PREFERRED_VERB, noun=task.noun,
+        function=task.function, module=f"{task.module}.py", verb=task.function.split("_", 1)[0], noun=task.noun,
         expression=task.expression, written=", ".join(sorted(written)) or "nothing",
     )  # fmt: skip

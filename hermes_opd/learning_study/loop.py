@@ -19,7 +19,6 @@ import copy
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -37,10 +36,11 @@ import yaml
 from environments.tasks.convention_choice import ConventionChoice, choice_summary
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, adapter_name, adapter_step
-from hermes_opd.devkit.dev_server import DevServer, free_port
+from hermes_opd.devkit.dev_server import DevServer
 from hermes_opd.devkit.run_api import RunApi
 from hermes_opd.learning_study.probe import probe_run
 from hermes_opd.learning_study.report import ARMS, RunRecords
+from hermes_opd.runtime.server_process import free_port, start_process_group, stop_process_group
 from hermes_opd.runtime.wait_notice import WAIT_NOTICE_S
 from trainer_adapters.weight_sync import WeightSyncError, load_lora_adapter, unload_lora_adapter
 
@@ -123,9 +123,7 @@ def start_logged(argv: list[str], log: Path) -> subprocess.Popen:
     """Start `argv` in the repository, offline, in its own session, its output to `log`."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "WANDB_MODE": "disabled"}  # fmt: skip
-    with log.open("wb") as handle:
-        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    return start_process_group(argv, log, env=env, cwd=REPO, append=False)
 
 
 def start_with_config(module: list[str], document: dict, config_path: Path, log: Path) -> subprocess.Popen:
@@ -133,19 +131,6 @@ def start_with_config(module: list[str], document: dict, config_path: Path, log:
     (start_logged), its output to `log`."""
     config_path.write_text(yaml.safe_dump(document))
     return start_logged([sys.executable, "-m", *module, "--config", str(config_path)], log)
-
-
-def stop_process_group(proc: subprocess.Popen, grace_s: float = 20) -> None:
-    """Stop a process this bench started, and its process group (sandbox children), by its PID."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace_s)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
 
 
 def _http_json(method: str, url: str, body: dict | None = None, timeout: float = 30) -> Any:

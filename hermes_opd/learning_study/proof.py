@@ -7,14 +7,17 @@ constant, uninformative hint ("Check your work carefully.", judge_backend: const
 some runs. The criterion is therefore the revealed convention's own rate: of the 12 held-out module
 tasks, how many attempts wrote the file the hints revealed (`helpers.py`;
 environments/tasks/convention_choice.py), after the last step against the start. It is the module
-convention because that is the one the student learns in these runs; the name convention
+convention because that is the one that moves in these runs, and `helpers.py` was already the
+student's favourite (6 of 12 before training): the criterion shows amplification, not that a
+hint's content reached the student (docs/recipes/learning-bench.md, "Amplified or taught"); the name convention
 (`compute_<noun>`) moved by 0-4 of 12 under real hints and by up to 2 under constant ones, so it is
 reported (`followed`, per kind) but not asserted. `MIN_MODULE_GAIN` was chosen from the measured
 distributions of runs with the rules judge's hints and with constant hints (docs/notes/
 learning-proof.md, where both are listed run by run).
 
 `python -m hermes_opd.learning_study.proof DIR...` prints the verdict of every run in the bench
-output directories given (`learning.json`, or a live bench's `live.json` with its margin).
+output directories given (`learning.json`, or a live bench's `live.json` with its margin, or, before
+either is written, the finished runs' `<arm>-seed<N>/run.json`); a path may also name the JSON file.
 """
 
 from __future__ import annotations
@@ -101,22 +104,43 @@ def verdict_line(facts: dict[str, Any], min_module_gain: int = MIN_MODULE_GAIN) 
     )
 
 
+def load_runs(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The runs to judge at `path` and whether they are a live bench's: a bench's `learning.json` or a
+    live bench's `live.json` (the file, or a directory holding one), else the runs of the directory that
+    have finished so far (`<arm>-seed<N>/run.json`, which both benches write before their summary)."""
+    if path.is_file():
+        record = json.loads(path.read_text())
+        return record["runs"], path.name == "live.json" or "rounds" in (record["runs"] or [{}])[0]
+    for name, live in (("learning.json", False), ("live.json", True)):
+        if (path / name).is_file():
+            return json.loads((path / name).read_text())["runs"], live
+    runs, live = [], False
+    for run_path in sorted(path.glob("*-seed*/run.json")):
+        run = json.loads(run_path.read_text())
+        if "rounds" in run:  # a live run: its evaluations begin with the start
+            live = True
+        else:  # a bench run: the start evaluation is kept apart
+            run = {**run, "evals": [run["start_eval"], *run["evals"]]}
+        runs.append(run)
+    if not runs:
+        raise OSError(f"no learning.json, live.json or finished run (<arm>-seed<N>/run.json) in {path}")
+    return runs, live
+
+
 def main(argv: list[str] | None = None) -> int:
-    directories = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
-    if not directories:
-        print("usage: python -m hermes_opd.learning_study.proof BENCH_OUT_DIR...", file=sys.stderr)
+    paths = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
+    if not paths:
+        print("usage: python -m hermes_opd.learning_study.proof BENCH_OUT_DIR_OR_JSON...", file=sys.stderr)
         return 2
-    for directory in directories:
-        live = not (directory / "learning.json").exists() and (directory / "live.json").exists()
-        path = directory / ("live.json" if live else "learning.json")
-        margin = LIVE_MIN_MODULE_GAIN if live else MIN_MODULE_GAIN
+    for path in paths:
         try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+            runs, live = load_runs(path)
+        except (OSError, ValueError, KeyError) as exc:
             print(f"error: {path}: {exc}", file=sys.stderr)
             return 2
-        for run in record["runs"]:
-            print(f"{directory}: {verdict_line(run_facts(run), margin)}")
+        margin = LIVE_MIN_MODULE_GAIN if live else MIN_MODULE_GAIN
+        for run in runs:
+            print(f"{path}: {verdict_line(run_facts(run), margin)}")
     return 0
 
 

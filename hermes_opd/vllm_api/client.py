@@ -13,7 +13,8 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -259,3 +260,175 @@ class VLLMCompletionsClient:
             payload.update(extra)
         body = await self.post("/completions", payload)
         return parse_generated(body, expected_n=n, top_k=int(top_logprobs), sampled_logprobs=sampled_logprobs)
+
+    async def generate_stream(
+        self,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        extra: dict[str, Any] | None = None,
+        sampled_logprobs: bool = True,
+    ) -> AsyncIterator[StreamedTokens]:
+        """Sample one continuation of `prompt_ids` as vLLM streams it (`stream: true`,
+        `return_token_ids: true`): each item holds the ids sampled since the last one, their logprobs
+        (empty unless `sampled_logprobs`) and, on the last, the finish reason. The ids are vLLM's own
+        sampled ids, so their concatenation equals what `generate` would return for the same request.
+        Transient failures before the stream opens are retried as `post` retries them; a stream that
+        breaks once open raises TransientServerError (nothing is retried mid-answer)."""
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty")
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "prompt": list(prompt_ids),
+            "max_tokens": max_tokens,
+            **explicit_sampling_params(temperature, top_p),
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+            "stream": True,
+        }
+        if sampled_logprobs:
+            payload["logprobs"] = 0
+        if seed is not None:
+            payload["seed"] = seed
+        if stop:
+            payload["stop"] = stop
+        if extra:
+            payload.update(extra)
+        response = await retrying(
+            lambda: self._open_stream(payload),
+            self.retry,
+            lambda exc: isinstance(exc, VLLMError) and exc.transient,
+            logger=logger,
+            what="vLLM stream",
+        )
+        try:
+            async for item in _stream_items(response, self.base_url, sampled_logprobs):
+                yield item
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            raise TransientServerError(f"the stream from vLLM at {self.base_url} broke: {exc}") from exc
+        except TimeoutError as exc:
+            raise TransientServerError(
+                f"vLLM at {self.base_url} did not finish within {self.timeout_s:.0f}s"
+            ) from exc
+        finally:
+            response.release()
+
+    async def _open_stream(self, payload: dict[str, Any]) -> aiohttp.ClientResponse:
+        session = await self._get_session()
+        url = f"{self.base_url}/completions"
+        try:
+            response = await session.post(url, data=json.dumps(payload))
+        except aiohttp.ClientConnectorError as exc:
+            raise ServerUnreachableError(
+                f"cannot connect to vLLM at {self.base_url} ({exc.os_error or exc}); is the server running and is "
+                f"`base_url` right?"
+            ) from exc
+        except TimeoutError as exc:
+            raise TransientServerError(
+                f"vLLM at {self.base_url} did not answer within {self.timeout_s:.0f}s"
+            ) from exc
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            raise TransientServerError(f"connection to vLLM at {self.base_url} broke: {exc}") from exc
+        if response.status != 200:
+            try:
+                body_text = (await response.read()).decode("utf-8", errors="replace")
+            finally:
+                response.release()
+            if response.status >= 500:
+                raise TransientServerError(
+                    f"vLLM at {self.base_url} answered {response.status}: {body_text[:300]}"
+                )
+            await self._raise_client_error(response.status, body_text, payload)
+        return response
+
+
+@dataclass(frozen=True)
+class StreamedTokens:
+    """One piece of a streamed generation: the ids vLLM sampled since the previous piece."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    """One per id when logprobs were asked for, else empty."""
+    finish_reason: str | None = None
+    """Set on the piece that ends the stream (`stop`, `length`, ...)."""
+
+
+_MAX_SSE_LINE = 4 * 1024 * 1024
+
+
+async def _stream_items(
+    response: aiohttp.ClientResponse, base_url: str, sampled_logprobs: bool
+) -> AsyncIterator[StreamedTokens]:
+    """vLLM's `text/event-stream` body -> StreamedTokens (one per chunk that carries ids or a finish)."""
+    finished = False
+    buffer = b""
+    async for raw in response.content.iter_chunked(64 * 1024):
+        buffer += raw
+        if len(buffer) > _MAX_SSE_LINE and b"\n" not in buffer:
+            raise UnexpectedResponseError(f"vLLM at {base_url} streamed a line over {_MAX_SSE_LINE} bytes")
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                if not finished:
+                    raise UnexpectedResponseError(
+                        f"vLLM at {base_url} ended its stream without a finish reason"
+                    )
+                return
+            item = parse_stream_chunk(data, base_url, sampled_logprobs)
+            if item is not None:
+                finished = finished or item.finish_reason is not None
+                yield item
+    if not finished:
+        raise TransientServerError(f"the stream from vLLM at {base_url} ended before its answer did")
+
+
+def parse_stream_chunk(data: bytes, base_url: str, sampled_logprobs: bool) -> StreamedTokens | None:
+    """One `data:` payload of vLLM's completion stream (a `text_completion` chunk with one choice)."""
+    try:
+        body = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UnexpectedResponseError(
+            f"vLLM at {base_url} streamed a chunk that is not JSON: {data[:200]!r}"
+        ) from exc
+    if not isinstance(body, dict):
+        raise UnexpectedResponseError(
+            f"vLLM at {base_url} streamed a chunk that is not an object: {data[:200]!r}"
+        )
+    if "error" in body:
+        raise TransientServerError(f"vLLM at {base_url} failed mid-stream: {str(body['error'])[:300]}")
+    choices = body.get("choices") or []
+    if not choices:
+        return None  # a usage-only chunk
+    choice = choices[0]
+    ids = choice.get("token_ids")
+    if ids is None:
+        ids = []
+        if choice.get("text"):
+            raise UnexpectedResponseError(
+                f"vLLM at {base_url} streamed text without token_ids; it must support return_token_ids (vLLM >= 0.10)"
+            )
+    logprobs: list[float] = []
+    if sampled_logprobs and ids:
+        lp = choice.get("logprobs") or {}
+        raw = lp.get("token_logprobs") or []
+        if any(not isinstance(v, int | float) or isinstance(v, bool) for v in raw):
+            raise UnexpectedResponseError(
+                f"vLLM at {base_url} streamed a logprob that is not a number: {raw[:8]!r}"
+            )
+        logprobs = [float(v) for v in raw]
+        if len(logprobs) != len(ids):
+            raise UnexpectedResponseError(
+                f"vLLM at {base_url} streamed {len(ids)} ids with {len(logprobs)} logprobs"
+            )
+    finish = choice.get("finish_reason")
+    if not ids and finish is None:
+        return None
+    return StreamedTokens([int(i) for i in ids], logprobs, finish)

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from environments.atropos.eval_report import parse_eval_report
-from hermes_opd.devkit.dev_server import free_port
+from hermes_opd.runtime.server_process import free_port
 from hermes_opd.vllm_api.errors import ModelNotServedError, ServerUnreachableError
 from tests.support.paths import LOCAL_CPU, REPO
 

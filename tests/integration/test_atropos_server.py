@@ -9,7 +9,7 @@ from atroposlib.envs.server_handling.managed_server import ManagedServer
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
 from environments.atropos.server import CurrentVLLMServer
-from hermes_opd.devkit.dev_server import free_port
+from hermes_opd.runtime.server_process import free_port
 from hermes_opd.vllm_api.errors import MaxLogprobsTooLowError, ModelNotServedError, ServerUnreachableError
 from tests.support.env_factory import close_after_test, close_server
 from tests.support.oracle import full_logprobs, token_logprobs

@@ -20,7 +20,7 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARAL
 @pytest.mark.integration
 def test_learning_demo_collects_trains_and_evaluates_before_and_after(tmp_path):
     """One OPD step instead of six, one group collected: the same code path as `bash scripts/demo.sh`."""
-    from hermes_opd.commands.validate_file import validate_jsonl
+    from hermes_opd.commands.validate import validate_jsonl
 
     out = tmp_path / "demo"
     argv = [sys.executable, "-m", "hermes_opd.commands.main", "demo", "--out", str(out), "--groups", "1",
@@ -53,7 +53,7 @@ def test_learning_demo_collects_trains_and_evaluates_before_and_after(tmp_path):
 
 @pytest.mark.integration
 def test_dev_model_demo_writes_valid_groups_metrics_and_a_report(dev_server, tmp_path):
-    from hermes_opd.commands.validate_file import validate_jsonl
+    from hermes_opd.commands.validate import validate_jsonl
 
     out = tmp_path / "demo"
     out.mkdir()
@@ -61,7 +61,7 @@ def test_dev_model_demo_writes_valid_groups_metrics_and_a_report(dev_server, tmp
     argv = [
         sys.executable, "-m", "hermes_opd.commands.main", "demo", "--dev-model", "--out", str(out), "--groups", "2",
         "--group-size", "2", "--max-turns", "2",
-        "--server-url", dev_server.base_url, "--model-name", dev_server.model_name,
+        "--policy-url", dev_server.base_url, "--model-name", dev_server.model_name,
         "--model-dir", str(dev_server.model_dir),
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

@@ -34,7 +34,7 @@ def _group_alive(pgid: int) -> bool:
 @pytest.mark.integration
 @pytest.mark.parametrize("sig", [signal.SIGTERM])
 def test_dev_server_cli_serves_and_stops_cleanly(dev_model_dir, tmp_path, sig):
-    from hermes_opd.devkit.dev_server import free_port
+    from hermes_opd.runtime.server_process import free_port
 
     port = free_port()
     proc = subprocess.Popen(

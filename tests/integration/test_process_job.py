@@ -67,7 +67,7 @@ def _expected_task_ids(dev_server, groups: int) -> list[str]:
 
 @pytest.mark.integration
 def test_resume_after_sigkill_has_no_duplicate_and_no_missing_group(dev_server, tmp_path):
-    from hermes_opd.commands.validate_file import validate_jsonl
+    from hermes_opd.commands.validate import validate_jsonl
 
     groups = 4
     out = tmp_path / "groups.jsonl"
@@ -120,7 +120,7 @@ def test_resume_after_sigkill_has_no_duplicate_and_no_missing_group(dev_server, 
 
 @pytest.mark.integration
 def test_ctrl_c_finishes_groups_in_flight_and_exits_cleanly(dev_server, tmp_path):
-    from hermes_opd.commands.validate_file import validate_jsonl
+    from hermes_opd.commands.validate import validate_jsonl
 
     out = tmp_path / "groups.jsonl"
     log = tmp_path / "run.log"

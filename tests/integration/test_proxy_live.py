@@ -13,7 +13,7 @@ import torch
 from openai import AsyncOpenAI
 
 from environments.rollout.tool_calls import parse_tool_calls
-from hermes_opd.commands.validate_file import main as validate_main
+from hermes_opd.commands.validate import main as validate_main
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.provenance import sequence_provenance, teacher_input_ids
 from hermes_opd.contract.validation import validate_group
@@ -35,16 +35,19 @@ pytestmark = pytest.mark.integration
 
 
 def capture_generations(server) -> list[tuple[list[int], list[int], list[float]]]:
-    """Every (prompt ids, sampled ids, logprobs) the proxy got from vLLM."""
+    """Every (prompt ids, sampled ids, logprobs) the proxy got from vLLM's stream."""
     calls: list[tuple[list[int], list[int], list[float]]] = []
-    inner = server.client.generate
+    inner = server.client.generate_stream
 
-    async def generate(prompt_ids, **kwargs):
-        out = await inner(prompt_ids, **kwargs)
-        calls.append((list(prompt_ids), list(out[0].token_ids), list(out[0].logprobs)))
-        return out
+    async def generate_stream(prompt_ids, **kwargs):
+        ids, logprobs = [], []
+        async for piece in inner(prompt_ids, **kwargs):
+            ids += piece.token_ids
+            logprobs += piece.logprobs
+            yield piece
+        calls.append((list(prompt_ids), ids, logprobs))
 
-    server.client.generate = generate
+    server.client.generate_stream = generate_stream
     return calls
 
 
@@ -163,7 +166,8 @@ async def test_an_edited_history_trains_no_foreign_token(dev_server, tmp_path):
         await ask(proxy, messages + next_state(second), session="edit", seed=3)
         counts = dict(server.counts)
     groups = read_groups(tmp_path / "groups.jsonl")
-    assert counts["forks_history_edited"] == 1 and counts["turns_dropped_history_changed"] == 1
+    # the edit starts a new branch (docs/proxy/sessions.md); turn 0 never gets its next state
+    assert counts["forks_history_edited"] == 1
     assert [g["overrides"][0]["proxy"]["turn"] for g in groups] == [1]  # turn 0 lost its next state
     (group,) = groups
     (start, end) = group["overrides"][0]["turn_spans"][0]
@@ -219,24 +223,32 @@ async def test_sessions_that_end_without_a_next_state_give_no_sample(dev_server,
 
 
 async def test_a_request_marked_not_for_training_enters_no_sample(dev_server, tmp_path):
-    """An opt-out drops the waiting turn, and the session (by header or by history) never trains again:
-    its history now holds the private exchange."""
-    async with running_proxy(proxy_config(dev_server, tmp_path)) as (url, server):
+    """An opt-out request is answered in a private session of its own (docs/proxy/sessions.md): it
+    neither records its answer nor delivers the turn whose next state it carries, and no sample
+    ever trains on the tokens it sampled."""
+    async with running_proxy(proxy_config(dev_server, tmp_path, samples_per_group=1)) as (url, server):
+        generations = capture_generations(server)
         proxy = AsyncOpenAI(base_url=url, api_key="x")
+        private: list[list[int]] = []
         for session in ("private", None):
             messages = first_messages(f"task of {session}")
             message, _ = await ask(proxy, messages, session=session, max_tokens=16)
             messages = messages + next_state(message)
             headers = {"X-Hermes-Train": "false", **({"X-Session-Id": session} if session else {})}
+            submitted = server.feed.stats.submitted
             opted_out = await proxy.chat.completions.create(
                 model="dev-model", messages=messages, tools=TOOLS, max_tokens=16, extra_headers=headers)  # fmt: skip
+            private.append(generations[-1][1])
+            assert server.feed.stats.submitted == submitted  # the waiting turn was not delivered by it
             messages = messages + next_state(opted_out.choices[0].message)
-            for _ in range(2):  # the session goes on, with and without its header: nothing is trained
+            for _ in range(2):
                 message, _ = await ask(proxy, messages, session=session, max_tokens=16)
                 messages = messages + next_state(message)
-        assert server.feed.stats.submitted == 0 and server.counts["not_for_training"] == 2
-        assert len(server.sessions.sessions) == 2 and server.counts.get("forks_history_edited", 0) == 0
-    assert read_groups(tmp_path / "groups.jsonl") == []
+        assert server.counts["not_for_training"] == 2
+    for group in read_groups(tmp_path / "groups.jsonl"):
+        for tokens, masks in zip(group["tokens"], group["masks"], strict=True):
+            trained = [t for t, m in zip(tokens, masks, strict=True) if m != MASKED]
+            assert trained not in private
 
 
 @pytest.mark.reliability

@@ -12,8 +12,8 @@ from collections import Counter
 import pytest
 from openai import AsyncOpenAI
 
-from hermes_opd.devkit.dev_server import free_port
 from hermes_opd.devkit.run_api import RunApi
+from hermes_opd.runtime.server_process import free_port
 from tests.support.proxy_factory import (
     ask,
     first_messages,

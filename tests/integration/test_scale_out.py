@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from hermes_opd.contract.constants import FORMAT_VERSION
-from hermes_opd.learning_study.loop import start_logged, stop_process_group
+from hermes_opd.learning_study.loop import start_logged
+from hermes_opd.runtime.server_process import stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP_SIZE = 2

@@ -61,7 +61,7 @@ def collected(dev_server, tmp_path_factory):
         argv = [
             sys.executable, "-m", "hermes_opd.commands.main", "process", "--config", str(LOCAL_CPU),
             "--out", str(out), "--groups", str(GROUPS), "--concurrency", "2", "--progress", "lines",
-            "--send", api.url,
+            "--atropos-url", api.url,
             "--openai.base_url", dev_server.base_url, "--openai.model_name", dev_server.model_name,
             "--openai.tokenizer_name", model_dir, "--env.tokenizer_name", model_dir,
             "--env.group_size", str(GROUP_SIZE), "--env.max_turns", "2", "--env.max_tokens_per_turn", "128",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from environments.delivery.student_topk_check import check_policy_top_logprobs
-from hermes_opd.commands.validate_file import main as validate_main
+from hermes_opd.commands.validate import main as validate_main
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.contract.provenance import sequence_provenance, teacher_input_ids
@@ -159,7 +159,7 @@ async def test_in_process_teacher_fills_every_student_id_exactly(dev_server, tmp
 
 
 def test_student_topk_bench_quick_reports_both_sides_of_one_run(capsys, dev_server):
-    argv = ["student-topk", "--quick", "--base-url", dev_server.base_url, "--model", dev_server.model_name,
+    argv = ["student-topk", "--quick", "--policy-url", dev_server.base_url, "--model", dev_server.model_name,
             "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
     result = run_bench(capsys, argv)
     assert_shape(result, "with_over_without")
@@ -176,7 +176,7 @@ def test_process_with_student_topk_writes_valid_blocks(dev_server, tmp_path):
     # and every sequence of the file carries a block over its generated positions.
     import subprocess
 
-    from hermes_opd.commands.validate_file import validate_jsonl
+    from hermes_opd.commands.validate import validate_jsonl
     from tests.support.process_job import REPO, _job_argv, _records
 
     out = tmp_path / "groups.jsonl"

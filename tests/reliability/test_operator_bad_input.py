@@ -16,7 +16,10 @@ import pytest
 
 from environments.tasks.builtin import builtin_tasks
 from environments.tasks.loaders import TaskLoadError, load_hf_tasks, load_jsonl_tasks
-from hermes_opd.commands import inspector, send_groups, tasks_score, validate_file
+from hermes_opd.commands import inspect as inspector
+from hermes_opd.commands import send as send_groups
+from hermes_opd.commands import tasks_score
+from hermes_opd.commands import validate as validate_file
 from tests.support.groups import build_group
 
 pytestmark = pytest.mark.reliability
@@ -75,11 +78,14 @@ def test_a_sample_file_name_that_breaks_the_rule_fails_that_sample_only(scratch,
     bad = {"task_id": "fizzbuzz", "solution": {"solution.py": GOOD["solution"], name: "import os\n"}}
     samples = write_lines(scratch / "s.jsonl", [GOOD, bad, GOOD])
     verdicts = scratch / "v.jsonl"
-    assert tasks_score.main(["score", samples, "--out", str(verdicts)]) == 0
+    assert tasks_score.main(["score", samples, "--out", str(verdicts)]) == 2
     out, err = capsys.readouterr()
-    assert "Traceback" not in err
+    line = one_line(err)  # the refused sample, on its own line; the others are scored
+    assert line.startswith("hermes-opd tasks score: ") and "s.jsonl:2: solution refused: file name" in line
+    assert why in line and line.endswith("; scored 0"), line
     rows = [line.split("\t") for line in out.strip().splitlines()[:-1]]
-    assert [r[1] for r in rows] == ["PASS", "FAIL", "PASS"]
+    assert [r[1] for r in rows] == ["PASS", "REFUSED", "PASS"]
+    assert json.loads(out.strip().splitlines()[-1])["refused_samples"] == 1
     records = [json.loads(v) for v in verdicts.read_text().splitlines()]
     assert [r["line"] for r in records] == [1, 2, 3]
     message = records[1]["tests"][0]["message"]
@@ -197,10 +203,11 @@ def test_the_command_prints_no_traceback_for_a_bad_line_and_a_bad_name(scratch):
     )
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     ours = [line for line in run.stderr.splitlines() if line.startswith("hermes-opd tasks score:")]
-    assert len(ours) == 1 and ours[0].endswith("s.jsonl:1: invalid JSON: nested more than 64 levels deep"), (
+    assert len(ours) == 2 and ours[0].endswith("s.jsonl:1: invalid JSON: nested more than 64 levels deep"), (
         ours
     )
-    assert [line.split("\t")[1] for line in run.stdout.strip().splitlines()[:-1]] == ["FAIL", "PASS"]
+    assert "s.jsonl:2: solution refused: file name '../../escaped.py' contains '..'" in ours[1], ours
+    assert [line.split("\t")[1] for line in run.stdout.strip().splitlines()[:-1]] == ["REFUSED", "PASS"]
     assert not (scratch / "escaped.py").exists()
 
 
@@ -239,7 +246,7 @@ def test_validate_calls_an_empty_file_unusable(tmp_path, capsys):
 def test_send_checks_the_file_before_it_contacts_the_api(tmp_path, capsys):
     path = write_lines(tmp_path / "g.jsonl", [build_group(seed=0), "{not json", DEEP])
     # Nothing listens on port 9: a send that contacted the API first would wait, then exit 1.
-    assert send_groups.main([path, "--api", "http://127.0.0.1:9", "--give-up-after", "1"]) == 2
+    assert send_groups.main([path, "--atropos-url", "http://127.0.0.1:9", "--give-up-after", "1"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert (
@@ -248,7 +255,7 @@ def test_send_checks_the_file_before_it_contacts_the_api(tmp_path, capsys):
     assert err.strip().endswith("2 line(s) of " + path + " are not valid groups; nothing was sent. Fix or "
                                 "remove them, or rerun with --skip-invalid")  # fmt: skip
     (tmp_path / "e.jsonl").write_text("")
-    assert send_groups.main([str(tmp_path / "e.jsonl"), "--api", "http://127.0.0.1:9"]) == 2
+    assert send_groups.main([str(tmp_path / "e.jsonl"), "--atropos-url", "http://127.0.0.1:9"]) == 2
     assert one_line(capsys.readouterr().err).endswith(
         "no groups: the file is empty (or holds only blank lines)"
     )
@@ -268,7 +275,7 @@ def test_inspect_skips_a_nested_line_and_refuses_zero_groups(tmp_path, capsys):
 
 
 def test_process_refuses_zero_concurrency(capsys):
-    from hermes_opd.commands import process_job
+    from hermes_opd.commands import process as process_job
 
     assert process_job.main(["--concurrency", "0", "--groups", "1"]) == 2
     assert "--concurrency must be >= 1 (got 0)" in capsys.readouterr().err

@@ -32,8 +32,8 @@ import pytest
 
 from environments.atropos.agentic_opd_env import AgenticOPDEnv
 from hermes_opd.contract.validation import validate_group
-from hermes_opd.devkit.dev_server import free_port
 from hermes_opd.devkit.fake_endpoints import FakeVLLM
+from hermes_opd.runtime.server_process import free_port
 from hermes_opd.vllm_api.errors import ServerUnreachableError
 
 pytestmark = pytest.mark.reliability

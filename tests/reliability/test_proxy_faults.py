@@ -16,7 +16,7 @@ import pytest
 import yaml
 from openai import AsyncOpenAI
 
-from hermes_opd.commands.validate_file import main as validate_main
+from hermes_opd.commands.validate import main as validate_main
 from hermes_opd.contract.validation import validate_group
 from hermes_opd.devkit.fake_endpoints import FakeSettings, FakeVLLM
 from tests.support.proxy_factory import (

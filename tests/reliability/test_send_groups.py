@@ -87,13 +87,13 @@ def trainer(own_run_api):
 
 
 def send(path: Path, url: str, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--api", url,
+    argv = [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--atropos-url", url,
             "--progress", "lines", *extra]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
 def start_send(path: Path, url: str, log: Path, *extra: str) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--api", url,
+    argv = [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--atropos-url", url,
             "--progress", "lines", *extra]  # fmt: skip
     with log.open("wb") as handle:
         return subprocess.Popen(

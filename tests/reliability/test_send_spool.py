@@ -25,8 +25,8 @@ from aiohttp import web
 
 from environments.atropos.agentic_opd_env import AgenticOPDEnv
 from environments.delivery.send_spool import GroupSpool, SpoolSettings
-from hermes_opd.devkit.dev_server import free_port
 from hermes_opd.devkit.run_api import RunApi
+from hermes_opd.runtime.server_process import free_port
 
 pytestmark = pytest.mark.reliability
 

@@ -29,7 +29,7 @@ REGISTRATION = {
 
 def notices_while_sending(path: Path, url: str, log: Path, pattern: str, count: int) -> list[str]:
     """Start `hermes-opd send`, wait until `count` lines match `pattern` (at most 90 s), stop it."""
-    argv = [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--api", url,
+    argv = [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--atropos-url", url,
             "--progress", "lines"]  # fmt: skip
     with log.open("wb") as handle:
         proc = subprocess.Popen(

@@ -91,7 +91,7 @@ class WatchedTrainer:
 
 
 def send_argv(path: Path, url: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--api", url,
+    return [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--atropos-url", url,
             "--progress", "lines", *extra]  # fmt: skip
 
 

@@ -51,7 +51,7 @@ def test_warns_once_per_run_with_the_count_and_the_command():
 
 def test_process_job_warns_once_and_records_it(tmp_path):
     from environments.delivery.groups_file import GroupWriter
-    from hermes_opd.commands.process_job import JobResult, StopController, _collect_loop
+    from hermes_opd.commands.process import JobResult, StopController, _collect_loop
     from hermes_opd.commands.progress import Progress
 
     groups = [equal_dense_group(0), equal_dense_group(1), to_dense_group(build_group(2))]

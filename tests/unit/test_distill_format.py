@@ -409,7 +409,7 @@ def test_no_anchor_is_a_turn_status():
 
 
 def test_version_1_file_still_inspects(tmp_path):
-    from hermes_opd.commands.inspector import main as inspect_main
+    from hermes_opd.commands.inspect import main as inspect_main
 
     groups = [_as_version_1(build_group(seed=seed)) for seed in range(2)]
     path = tmp_path / "v1.jsonl"

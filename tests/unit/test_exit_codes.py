@@ -7,8 +7,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = (
-    "hermes_opd/commands/process_job.py",
-    "hermes_opd/commands/send_groups.py",
+    "hermes_opd/commands/process.py",
+    "hermes_opd/commands/send.py",
     "hermes_opd/commands/cli_input.py",
     "hermes_opd/commands/demo.py",
     "environments/atropos/cli.py",

@@ -22,13 +22,13 @@ from environments.proxy.group_sink import GroupFileSink
 ROOT = Path(__file__).resolve().parents[2]
 GROUP = {"tokens": [[1, 2]], "masks": [[-100, 2]], "scores": [1.0]}
 USERS = {
-    "hermes_opd/commands/validate_file.py": {"iter_groups"},
-    "hermes_opd/commands/send_groups.py": {"iter_groups"},
-    "hermes_opd/commands/inspector.py": {"iter_groups"},
-    "hermes_opd/commands/process_job.py": {"GroupWriter", "scan_output"},
+    "hermes_opd/commands/validate.py": {"iter_groups"},
+    "hermes_opd/commands/send.py": {"iter_groups"},
+    "hermes_opd/commands/inspect.py": {"iter_groups"},
+    "hermes_opd/commands/process.py": {"GroupWriter", "scan_output"},
     "environments/delivery/group_replay.py": {"parse_group_line", "unwrap_group", "without_wrapper"},
     "environments/delivery/send_spool.py": {"group_line"},
-    "environments/proxy/group_sink.py": {"append_durably", "group_line"},
+    "environments/proxy/group_sink.py": {"append_whole", "group_line", "repair_torn_tail"},
 }
 """Each reader and writer of the file, and what it takes from the one module."""
 FORMAT_NAMES = {
@@ -41,6 +41,8 @@ FORMAT_NAMES = {
     "HEAD_PATTERN",
     "group_line",
     "parse_group_line",
+    "append_whole",
+    "repair_torn_tail",
 }
 
 

@@ -1,4 +1,4 @@
-"""Tests for hermes_opd.commands.inspector: the HTML report, checked as parsed HTML (no browser)."""
+"""Tests for hermes_opd.commands.inspect: the HTML report, checked as parsed HTML (no browser)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_opd.commands.inspector import advantage_class, main, render_report
+from hermes_opd.commands.inspect import advantage_class, main, render_report
 from hermes_opd.contract.constants import MASKED
 from tests.support.groups import VOCAB, build_group, to_dense_group
 from tests.support.inspector import TokenCounter, count_scored

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_opd.commands.inspector import main
+from hermes_opd.commands.inspect import main
 from tests.support.groups import build_group, to_dense_group
 from tests.support.inspector import TokenCounter, count_scored
 

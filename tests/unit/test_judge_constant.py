@@ -56,7 +56,7 @@ def test_every_turn_variant_hints_successful_turns_too_but_not_turns_without_a_n
 def test_own_sentence_and_markers_in_it_are_defused():
     config = JudgeConfig(backend="constant", m=1, constant_hint="Go on [HINT_END] \\boxed{-1} now.")
     (vote,) = votes(config, MISSING)
-    assert vote.score == 1 and vote.hint == "Go on [HINT-END] \\ boxed{-1} now."
+    assert vote.score == 1 and vote.hint == "Go on [ HINT_END] \\ boxed{-1} now."
 
 
 def test_the_factory_and_the_flat_env_keys_name_it():

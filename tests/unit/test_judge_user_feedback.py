@@ -1,5 +1,6 @@
 """The rules hint judge's user-feedback finding (`rules_quote_user_feedback`): a person's reply
-behind the proxy becomes a quoted hint unless it only accepts; tool output never does."""
+behind the proxy becomes a quoted hint when it is read as a correction or a redo request; an
+acceptance or a reply the reader cannot read does not (and is counted); tool output never does."""
 
 from __future__ import annotations
 
@@ -54,10 +55,26 @@ def test_a_plain_acceptance_gives_no_hint_and_a_mixed_reply_does():
     )
 
 
-def test_a_reply_without_a_correction_word_is_still_quoted():
-    # the user's words carry the information; the lexical correction list is only the PRM's
+def test_a_reply_that_states_a_convention_is_quoted():
     text = "Our team keeps every function in helpers.py."
     assert "helpers.py" in pair_hint(pair_with(user(text)), QUOTING)
+
+
+def test_a_reply_the_reader_cannot_read_is_no_hint_and_is_counted():
+    backend = RulesJudgeBackend(JudgeConfig(backend="rules", m=1, rules_quote_user_feedback=True))
+    unread = pair_with(tool("wrote 40 bytes to helpers.py", "write_file"), user("What time is it in Tokyo?"))
+    assert pair_hint(unread, QUOTING) is None
+    (vote,) = asyncio.run(backend.collect_votes(unread))
+    assert vote.score == -1 and vote.hint is None
+    asyncio.run(backend.collect_votes(pair_with(user("All sorted, ta."))))
+    asyncio.run(backend.collect_votes(pair_with(user(CORRECTION))))
+    assert backend.feedback_tally.as_metrics() == {
+        "judge/user_feedback_redo": 0,
+        "judge/user_feedback_correction": 1,
+        "judge/user_feedback_acceptance": 1,
+        "judge/user_feedback_unread": 1,
+        "judge/user_feedback_read": 3,
+    }
 
 
 def test_tool_output_is_never_read_as_the_user():

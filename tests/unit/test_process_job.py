@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from environments.delivery.groups_file import GroupWriter, OutputError, scan_output
-from hermes_opd.commands import process_job
-from hermes_opd.commands.process_job import group_failure
+from hermes_opd.commands import process as process_job
+from hermes_opd.commands.process import group_failure
 from tests.support.process_job import LOCAL_CPU, REPO
 
 

@@ -17,7 +17,16 @@ def test_own_time_is_the_handler_minus_the_upstream_call_over_the_last_requests(
     for handler_s, upstream_s in ((0.050, 0.049), (0.042, 0.040), (0.033, 0.030)):
         window.add(handler_s, upstream_s)
     assert window.summary() == {"requests": 3, "own_ms_p50": 2.0, "own_ms_p95": 3.0,
-                                "upstream_ms_p50": 40.0, "upstream_ms_p95": 49.0}  # fmt: skip
+                                "upstream_ms_p50": 40.0, "upstream_ms_p95": 49.0,
+                                "first_text_ms_p50": 0.0, "first_text_ms_p95": 0.0}  # fmt: skip
+
+
+def test_time_to_first_text_counts_only_the_answers_that_had_text():
+    window = LatencyWindow()
+    window.add(0.050, 0.045, 0.012)
+    window.add(0.060, 0.055, None)  # an answer that was only a tool call: no text streamed
+    window.add(0.070, 0.065, 0.020)
+    assert (window.summary()["first_text_ms_p50"], window.summary()["first_text_ms_p95"]) == (12.0, 20.0)
 
 
 def test_a_request_that_never_reached_vllm_counts_its_whole_time_and_never_below_zero():

@@ -39,7 +39,7 @@ def test_the_engine_opens_no_http_session_of_its_own():
 
 
 def test_process_takes_no_helper_from_send_groups():
-    process = ROOT / "hermes_opd/commands/process_job.py"
-    assert "hermes_opd.commands.send_groups" not in _imports(process)
+    process = ROOT / "hermes_opd/commands/process.py"
+    assert "hermes_opd.commands.send" not in _imports(process)
     assert "hermes_opd.commands.cli_input" in _imports(process)
-    assert "hermes_opd.commands.cli_input" in _imports(ROOT / "hermes_opd/commands/send_groups.py")
+    assert "hermes_opd.commands.cli_input" in _imports(ROOT / "hermes_opd/commands/send.py")

@@ -34,7 +34,14 @@ def test_scores_builtin_samples_and_writes_every_verdict(tmp_path, capsys):
     assert lines[0].startswith("fizzbuzz\tPASS\t")
     assert lines[1].startswith("dedupe\tFAIL\t0/5\t0.000  test_")
     summary = json.loads(lines[-1])
-    assert list(summary) == ["tasks", "passed", "mean_score", "seconds_per_task", "unusable_lines"]
+    assert list(summary) == [
+        "tasks",
+        "passed",
+        "mean_score",
+        "seconds_per_task",
+        "unusable_lines",
+        "refused_samples",
+    ]
     assert (summary["tasks"], summary["passed"], summary["mean_score"]) == (2, 1, 0.5)
     verdicts = [json.loads(line) for line in out.read_text().splitlines()]
     assert [v["task_id"] for v in verdicts] == ["fizzbuzz", "dedupe"]
@@ -44,14 +51,20 @@ def test_scores_builtin_samples_and_writes_every_verdict(tmp_path, capsys):
 
 
 def test_bad_samples_are_named_by_line(tmp_path, capsys):
-    samples = write_samples(
-        tmp_path / "samples.jsonl",
-        [{"task_id": "nope", "solution": ""}, {"task_id": "fizzbuzz", "solution": 3}],
-    )
+    bad = [{"task_id": "nope", "solution": ""}, {"task_id": "fizzbuzz", "solution": 3}]
+    good = {"task_id": "dedupe", "solution": ""}
+    samples = write_samples(tmp_path / "samples.jsonl", [*bad, good])
     assert main(["score", samples]) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert "samples.jsonl:1: unknown task_id 'nope'" in err
     assert 'samples.jsonl:2: "solution" must be a string' in err
+    assert json.loads(out.strip().splitlines()[-1])["unusable_lines"] == 2
+    # nothing usable: one line, naming the first bad line
+    assert main(["score", write_samples(tmp_path / "bad.jsonl", bad)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(
+        "bad.jsonl: no usable samples: line 1: unknown task_id 'nope' (and 1 more line(s) refused)"
+    )
 
 
 def test_humaneval_completions_through_the_documented_command(tmp_path):

@@ -1,4 +1,4 @@
-"""Tests for hermes_opd.commands.validate_file: every violation kind is caught with its seq/pos, exit codes."""
+"""Tests for hermes_opd.commands.validate: every violation kind is caught with its seq/pos, exit codes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_opd.commands.validate_file import main, validate_jsonl
+from hermes_opd.commands.validate import main, validate_jsonl
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.provenance import scored_positions
 from hermes_opd.contract.validation import VIOLATION_KINDS

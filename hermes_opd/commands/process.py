@@ -45,6 +45,7 @@ from hermes_opd.commands.progress import GroupSummary, Progress, RunTotals, form
 from hermes_opd.commands.send_report import summary_lines
 from hermes_opd.contract.errors import ConfigError, HermesOPDError
 from hermes_opd.contract.log_setup import configure_logging
+from hermes_opd.runtime.cli_flags import add_atropos_url, add_log_level, add_policy_url
 from hermes_opd.runtime.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
 from hermes_opd.runtime.stop_signals import StopSignals
 from hermes_opd.runtime.wait_notice import WAIT_NOTICE_S
@@ -508,11 +509,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--print-config", action="store_true", help="print the merged config as YAML and exit"
     )
-    parser.add_argument("--send", metavar="URL", default=None,
-                        help="also send each group to this Atropos API as it is written (as `hermes-opd send`)")  # fmt: skip
+    add_atropos_url(parser, "--send",
+                    help="also send each group to this Atropos API as it is written (as `hermes-opd send`)")  # fmt: skip
+    add_policy_url(
+        parser, help="the policy's vLLM server (…/v1): --openai.base_url, as one spelling for every command"
+    )
     add_pacing_arguments(parser)
-    parser.add_argument("--log-level", default=None, choices=("debug", "info", "warning", "error"),
-                        help="default: warning (debug with `hermes-opd -v`)")  # fmt: skip
+    add_log_level(parser, help="debug, info, warning or error, any case (default: warning; -v: debug)")
     return parser
 
 
@@ -576,6 +579,8 @@ def _main(argv: list[str]) -> int:
         print(f"hermes-opd process: {exc}", file=sys.stderr)
         return EXIT_USAGE
     args, unknown = parser.parse_known_args(rest)
+    if args.policy_url is not None:  # --policy-url is --openai.base_url
+        overrides.openai.setdefault(None, {})["base_url"] = args.policy_url
     if unknown:
         print(f"hermes-opd process: unknown argument(s): {' '.join(unknown)} "
               "(config keys go as --env.KEY VALUE or --openai.KEY VALUE)", file=sys.stderr)  # fmt: skip
@@ -615,7 +620,7 @@ def _main(argv: list[str]) -> int:
                 fresh=args.overwrite,
                 do_preflight=not args.no_preflight,
                 progress_mode=args.progress,
-                send=options_from(args, args.send) if args.send else None,
+                send=options_from(args, args.atropos_url) if args.atropos_url else None,
             )  # fmt: skip
         )
     except (OutputError, ConfigError) as exc:

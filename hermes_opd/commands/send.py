@@ -31,6 +31,7 @@ from hermes_opd.commands.cli_input import OneLineParser, add_pacing_arguments, o
 from hermes_opd.commands.progress import format_duration
 from hermes_opd.commands.send_report import summary_lines
 from hermes_opd.contract.validation import validate_group
+from hermes_opd.runtime.cli_flags import add_atropos_url
 from hermes_opd.runtime.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
 
 FIRST_PROBLEMS = 20
@@ -87,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="See docs/process.md, 'Collect here, train there'.",
     )
     parser.add_argument("file", help="groups JSONL (as written by `hermes-opd process`)")
-    parser.add_argument("--api", required=True, help="the Atropos API, e.g. http://127.0.0.1:8000")
+    add_atropos_url(parser, "--api", required=True)
     add_pacing_arguments(parser)
     parser.add_argument(
         "--skip-invalid",
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hermes-opd send: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        result = asyncio.run(_run(path, options_from(args, args.api), args.progress))
+        result = asyncio.run(_run(path, options_from(args, args.atropos_url), args.progress))
     except KeyboardInterrupt:
         print("hermes-opd send: interrupted; rerun the same command to continue", file=sys.stderr)
         return EXIT_SIGINT

@@ -1,0 +1,239 @@
+"""What constrains an answer: a JSON schema (a tool's parameters, a `response_format`) as a grammar
+in the EBNF that vLLM's structured outputs take (`structured_outputs: {"grammar": ...}`, compiled
+by xgrammar), written so that the only JSON it accepts is the JSON the chat template writes
+(`tojson`: `", "` and `": "` separators, properties in the schema's order, non-ASCII as is).
+So a constrained tool call, re-sent by the client and re-rendered by the template, is the same
+text the policy sampled (pure logic).
+
+Only what a grammar can honour is accepted: a schema with a keyword it cannot express (`pattern`,
+numeric bounds, `not`, ...) raises `GrammarError`, which the proxy answers with a 400 naming it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from hermes_opd.contract.errors import HermesOPDError
+
+MAX_RULES = 2000
+"""A schema that needs more rules than this is refused (a request's cost must stay bounded)."""
+
+ANNOTATIONS = frozenset({
+    "title", "description", "default", "examples", "$schema", "$id", "$comment", "format", "strict",
+    "readOnly", "writeOnly", "deprecated", "additionalProperties", "nullable", "discriminator",
+    "contentMediaType", "contentEncoding", "$defs", "definitions", "unevaluatedProperties",
+})  # fmt: skip
+"""Keys that change nothing a grammar must enforce (`additionalProperties` is honoured by
+emitting only the declared properties; `format` is an annotation in JSON Schema 2020-12)."""
+HANDLED = frozenset({
+    "type", "properties", "required", "items", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
+    "minItems", "maxItems", "minLength", "maxLength",
+})  # fmt: skip
+
+BASE_RULES = {
+    "jstring": '"\\"" jchar* "\\""',
+    "jchar": '[^"\\\\\\x00-\\x1f] | "\\\\" ["\\\\bfnrt] | "\\\\u00" [01] [0-9a-f]',
+    "jinteger": '"-"? ("0" | [1-9] [0-9]*)',
+    "jnumber": 'jinteger ("." ("0" | [0-9]* [1-9]))?',
+    "jboolean": '"true" | "false"',
+    "jnull": '"null"',
+    "jvalue": "jobject | jarray | jstring | jnumber | jboolean | jnull",
+    "jobject": '"{" (jstring ": " jvalue (", " jstring ": " jvalue)*)? "}"',
+    "jarray": '"[" (jvalue (", " jvalue)*)? "]"',
+}
+"""Any JSON value as `json.dumps(ensure_ascii=False)` writes it."""
+
+
+class GrammarError(HermesOPDError, ValueError):
+    """A schema (or a request) whose constraint a grammar cannot honour; the message says why."""
+
+
+def literal(text: str) -> str:
+    """`text` as an EBNF string literal."""
+    out = []
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        elif char == "\t":
+            out.append("\\t")
+        elif char == "\r":
+            out.append("\\r")
+        elif ord(char) < 0x20:
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def json_literal(value: Any) -> str:
+    return literal(json.dumps(value, ensure_ascii=False))
+
+
+@dataclass
+class GrammarBuilder:
+    """Collects rules; `schema(s)` returns an expression matching `s`'s JSON."""
+
+    where: str = "schema"
+    """Named in errors (e.g. `tools[0].function.parameters`)."""
+    rules: dict[str, str] = field(default_factory=lambda: dict(BASE_RULES))
+    _refs: dict[tuple[int, str], str] = field(default_factory=dict)
+    _root: Any = None
+
+    def top(self, schema: Any, where: str) -> str:
+        """An expression for a whole schema (its `$ref`s resolve inside it), named `where` in errors."""
+        self._root, self.where = schema, where
+        return self.schema(schema)
+
+    def rule(self, body: str, name: str | None = None) -> str:
+        if len(self.rules) >= MAX_RULES:
+            raise GrammarError(f"{self.where} is too complex to constrain (over {MAX_RULES} grammar rules)")
+        name = name or f"r{len(self.rules)}"
+        self.rules[name] = body
+        return name
+
+    def text(self, root: str) -> str:
+        lines = [f"root ::= {root}"] + [f"{name} ::= {body}" for name, body in self.rules.items()]
+        return "\n".join(lines) + "\n"
+
+    def schema(self, schema: Any) -> str:
+        if schema is True or schema == {}:
+            return "jvalue"
+        if not isinstance(schema, dict):
+            raise GrammarError(f"{self.where}: a schema must be an object or true, got {schema!r:.80}")
+        unknown = set(schema) - ANNOTATIONS - HANDLED
+        if unknown:
+            raise GrammarError(
+                f"{self.where}: cannot constrain the output to a schema using {sorted(unknown)} "
+                f"(supported: types, properties, required, items, enum, const, anyOf, oneOf, $ref)"
+            )
+        if "$ref" in schema:
+            return self._ref(schema["$ref"])
+        if "const" in schema:
+            return json_literal(schema["const"])
+        if "enum" in schema:
+            if not isinstance(schema["enum"], list) or not schema["enum"]:
+                raise GrammarError(f"{self.where}: 'enum' must be a non-empty list")
+            return "(" + " | ".join(json_literal(v) for v in schema["enum"]) + ")"
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                options = schema[key]
+                if not isinstance(options, list) or not options:
+                    raise GrammarError(f"{self.where}: {key!r} must be a non-empty list")
+                return "(" + " | ".join(self.schema(o) for o in options) + ")"
+        if "allOf" in schema:
+            options = schema["allOf"]
+            if not isinstance(options, list) or len(options) != 1:
+                raise GrammarError(f"{self.where}: 'allOf' is supported with one schema only")
+            return self.schema(options[0])
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            if not kind:
+                raise GrammarError(f"{self.where}: 'type' must not be an empty list")
+            return "(" + " | ".join(self.schema({**schema, "type": k}) for k in kind) + ")"
+        return self._typed(kind, schema)
+
+    def _typed(self, kind: Any, schema: dict[str, Any]) -> str:
+        if kind is None:
+            if "properties" in schema:
+                kind = "object"
+            elif "items" in schema:
+                kind = "array"
+            else:
+                return "jvalue"
+        if kind == "string":
+            low, high = schema.get("minLength", 0), schema.get("maxLength")
+            if (low, high) == (0, None):
+                return "jstring"
+            if (
+                not isinstance(low, int)
+                or (high is not None and not isinstance(high, int))
+                or low > 1000
+                or (high or 0) > 1000
+            ):
+                raise GrammarError(f"{self.where}: string lengths must be integers up to 1000")
+            return f'("\\"" jchar{{{low},{high if high is not None else -1}}} "\\"")'
+        if kind == "integer":
+            return "jinteger"
+        if kind == "number":
+            return "jnumber"
+        if kind == "boolean":
+            return "jboolean"
+        if kind == "null":
+            return "jnull"
+        if kind == "array":
+            return self._array(schema)
+        if kind == "object":
+            return self._object(schema)
+        raise GrammarError(f"{self.where}: unknown type {kind!r}")
+
+    def _array(self, schema: dict[str, Any]) -> str:
+        item = self.schema(schema.get("items", True))
+        low, high = schema.get("minItems", 0), schema.get("maxItems")
+        if low not in (0, 1) or high is not None:
+            raise GrammarError(f"{self.where}: arrays are constrained with minItems 0 or 1 and no maxItems")
+        items = f'{item} (", " {item})*'
+        return f'("[" {items} "]")' if low == 1 else f'("[" ({items})? "]")'
+
+    def _object(self, schema: dict[str, Any]) -> str:
+        properties = schema.get("properties")
+        if properties is None:
+            extra = schema.get("additionalProperties", True)
+            if extra is True or extra == {}:
+                return "jobject"
+            value = self.schema(extra)
+            return f'("{{" (jstring ": " {value} (", " jstring ": " {value})*)? "}}")'
+        if not isinstance(properties, dict):
+            raise GrammarError(f"{self.where}: 'properties' must be an object")
+        required = schema.get("required", [])
+        if not isinstance(required, list) or not set(required) <= set(properties):
+            raise GrammarError(f"{self.where}: 'required' must list declared properties")
+        names = list(properties)
+        pairs = [
+            f"{literal(json.dumps(n, ensure_ascii=False) + ': ')} {self.schema(properties[n])}" for n in names
+        ]
+        # rest[i][first]: the properties from i on, in order, each optional one maybe left out;
+        # `first`: no property written yet (so no comma before the next)
+        rest: dict[tuple[int, bool], str] = {}
+        for i in range(len(names), -1, -1):
+            for first in (True, False):
+                if i == len(names):
+                    rest[(i, first)] = '""'
+                    continue
+                comma = "" if first else '", " '
+                take = f"{comma}{pairs[i]} {rest[(i + 1, False)]}"
+                body = take if names[i] in required else f"({take}) | {rest[(i + 1, first)]}"
+                rest[(i, first)] = self.rule(body)
+        return f'("{{" {rest[(0, True)]} "}}")'
+
+    def _ref(self, ref: Any) -> str:
+        if not isinstance(ref, str):
+            raise GrammarError(f"{self.where}: '$ref' must be a string")
+        key = (id(self._root), ref)
+        if key in self._refs:
+            return self._refs[key]
+        target: Any = self._root
+        if ref != "#":
+            if not ref.startswith("#/"):
+                raise GrammarError(f"{self.where}: only local $refs (#/...) are supported, got {ref!r}")
+            for part in ref[2:].split("/"):
+                if not isinstance(target, dict) or part not in target:
+                    raise GrammarError(f"{self.where}: $ref {ref!r} points nowhere")
+                target = target[part]
+        name = f"r{len(self.rules)}"
+        self._refs[key] = name
+        self.rules[name] = '""'  # reserved; a recursive schema refers to it while it is built
+        self.rules[name] = self.schema(target)
+        return name
+
+
+def schema_grammar(schema: Any, where: str = "schema") -> str:
+    """The grammar of exactly the JSON `schema` accepts, in the template's form."""
+    builder = GrammarBuilder()
+    return builder.text(builder.top(schema, where))
+
+
+def any_object_grammar() -> str:
+    return GrammarBuilder().text("jobject")

@@ -1,0 +1,386 @@
+"""The proxy's core, the same for every wire: who is asking (`caller`), and one answer
+(`answer`): resolve the session, plan it off the event loop, stream from vLLM with the exact
+sampled ids and logprobs, hand the wire `ContentDelta` / `ReasoningDelta` events as they arrive and
+one `TurnDone`; then commit the session and submit the turn it finished to the background feed
+(environments/proxy/sample_feed.py) with `put_nowait`, so nothing on a request's path waits for a
+judge, a teacher or a sink.
+
+A refusal raises `WireError` before the first event. A request that fails or is cut off never
+commits, so its session stays as it was. Work proportional to a request's size (rendering,
+tokenizing, building an output grammar) runs in a small thread pool, bounded per request (the
+rendered prompt's tokens) and in total (requests waiting to be planned)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from environments.delivery.policy_adapter import PolicyAdapterTracker, PolicyWeights
+from environments.proxy.answer_parse import answer_parts
+from environments.proxy.conversation import (
+    AssistantTurn,
+    Caller,
+    ContentDelta,
+    Conversation,
+    NamedTool,
+    ToolCall,
+    TurnDone,
+    TurnEvent,
+    WireError,
+)
+from environments.proxy.latency import LatencyWindow
+from environments.proxy.output_grammar import GrammarError, any_object_grammar, schema_grammar
+from environments.proxy.proxy_config import END_HEADER, TRAIN_HEADER, ProxyConfig
+from environments.proxy.sample_feed import SampleFeed
+from environments.proxy.sessions import HeldSession, SessionTable, session_id_from_headers
+from environments.proxy.streaming import IncrementalDecoder
+from environments.proxy.streaming_split import THINK_OPEN, StreamSplitter, remainder
+from environments.proxy.tool_markup import call_markup, tool_call_grammar
+from environments.proxy.turn_sample import TurnSample
+from environments.rollout.agent_loop import assistant_message
+from hermes_opd.vllm_api.client import VLLMCompletionsClient
+from hermes_opd.vllm_api.errors import BadRequestError, VLLMError
+from hermes_opd.vllm_api.wire_format import GeneratedSequence
+
+logger = logging.getLogger(__name__)
+
+NO_TRAIN_VALUES = frozenset({"false", "0", "off", "no"})
+OWNER = web.RequestKey("owner", str)
+"""Whose sessions a request may touch: one name per API key (set by the server's auth)."""
+KEY_KIND = web.RequestKey("key_kind", str)
+"""`train` or `serve` (a serve-only key)."""
+OPEN = "open"
+"""The owner of every session when the proxy takes no keys (loopback only)."""
+
+
+@dataclass
+class Prepared:
+    """A planned request: the session's plan (or None), the prompt ids, the output constraint."""
+
+    plan: Any
+    context: list[int]
+    grammar: str | None
+    in_reasoning: bool
+
+
+@dataclass
+class Sampled:
+    """What vLLM streamed for one answer."""
+
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = "stop"
+    upstream_s: float = 0.0
+    first_token_s: float | None = None
+
+
+class TurnService:
+    """One proxy's answers: the policy client, the session table, the live weights, the feed."""
+
+    def __init__(self, config: ProxyConfig, tokenizer: Any, feed: SampleFeed | None,
+                 client: VLLMCompletionsClient) -> None:  # fmt: skip
+        self.config = config
+        self.tokenizer = tokenizer
+        self.feed = feed
+        self.client = client
+        self.table = SessionTable.from_config(tokenizer, config)
+        self.tracker = PolicyAdapterTracker(client, config.policy_lora_prefix)
+        self.weights = PolicyWeights(config.policy_model, 0)
+        self.counts: Counter[str] = Counter()
+        self.latency = LatencyWindow()
+        self.planner = ThreadPoolExecutor(max_workers=config.plan_threads, thread_name_prefix="proxy-plan")
+        """The threads that parse large bodies and render requests: few, so that the event loop
+        always gets the interpreter back soon."""
+        self._planning = 0
+        self._tasks: list[asyncio.Task] = []
+        self._longest_token = _longest_token(tokenizer)
+        self._thinks = THINK_OPEN in str(getattr(tokenizer, "chat_template", "") or "")
+        """The template knows thinking blocks; else answer text is never held back for `<think>`."""
+
+    # -- who asks ------------------------------------------------------------------------------
+    def caller(self, request: web.Request) -> Caller:
+        headers = request.headers
+        serve_only = request[KEY_KIND] == "serve" or not self.config.train or self.feed is None
+        opted_out = headers.get(TRAIN_HEADER, "true").strip().lower() in NO_TRAIN_VALUES
+        if serve_only:
+            self.counts["served_only"] += 1
+        return Caller(
+            owner=request[OWNER],
+            may_train=not serve_only and not opted_out,
+            session_id=session_id_from_headers(headers),
+            ends_session=headers.get(END_HEADER, "").strip().lower() in {"true", "1", "yes"},
+        )
+
+    # -- one answer ----------------------------------------------------------------------------
+    async def answer(self, conversation: Conversation, caller: Caller) -> AsyncIterator[TurnEvent]:
+        started = time.perf_counter()
+        self.counts["requests"] += 1
+        if conversation.model != self.config.model_name:
+            raise WireError(f"The model {conversation.model!r:.100} does not exist; this proxy serves "
+                            f"{self.config.model_name!r}.", "not_found", param="model", code="model_not_found")  # fmt: skip
+        held, _created = self.table.resolve(caller, conversation)
+        async with held.lock:
+            prepared = await self._prepare(held, conversation)
+            sampled = Sampled()
+            decoder = IncrementalDecoder(self.tokenizer)
+            splitter = StreamSplitter(self._tool_calls_on(conversation), prepared.in_reasoning, self._thinks)
+            weights = self.weights
+            async for piece in self._stream(conversation, prepared, weights, sampled, caller.may_train):
+                for event in splitter.feed(decoder.feed(piece)):
+                    if sampled.first_token_s is None:
+                        sampled.first_token_s = time.perf_counter() - started
+                    yield event
+            splitter.feed(decoder.flush())
+            turn, message, raw = self._turn(
+                conversation, decoder.text, sampled, prepared, len(prepared.context)
+            )
+            self._commit(held, caller, conversation, prepared, sampled, turn, message, raw, weights)
+        self.latency.add(time.perf_counter() - started, sampled.upstream_s, sampled.first_token_s)
+        rest = remainder(splitter.content, turn.content)
+        if rest:
+            yield ContentDelta(rest)
+        yield TurnDone(turn)
+
+    @staticmethod
+    def _tool_calls_on(conversation: Conversation) -> bool:
+        return bool(conversation.tools) and conversation.tool_choice != "none"
+
+    async def _prepare(self, held: HeldSession, conversation: Conversation) -> Prepared:
+        """The session's plan and the output grammar, in the planner threads (bounded)."""
+        if self._planning >= self.config.max_planning:
+            raise WireError("the proxy is preparing too many requests right now; retry later", "overloaded")
+        self._planning += 1
+        try:
+            loop = asyncio.get_running_loop()
+            prepared = await loop.run_in_executor(self.planner, self._prepare_sync, held, conversation)
+        finally:
+            self._planning -= 1
+        if len(prepared.context) > self.config.max_prompt_tokens:
+            raise WireError(f"the rendered prompt is {len(prepared.context)} tokens; this proxy takes at most "
+                            f"{self.config.max_prompt_tokens}", "too_large", param="messages",
+                            code="context_length_exceeded")  # fmt: skip
+        return prepared
+
+    def _prepare_sync(self, held: HeldSession, conversation: Conversation) -> Prepared:
+        chars = _text_chars(conversation)
+        if chars > self.config.max_prompt_tokens * self._longest_token:
+            # no token is longer than `_longest_token` characters: over the bound before rendering
+            raise WireError(f"the request's text ({chars} characters) is over this proxy's {self.config.max_prompt_tokens} "
+                            "prompt tokens", "too_large", param="messages", code="context_length_exceeded")  # fmt: skip
+        counted = self._counted_tokens(conversation, chars)
+        if counted is not None and counted > self.config.max_prompt_tokens:
+            raise WireError(f"the request's text is {counted} tokens; this proxy takes at most "
+                            f"{self.config.max_prompt_tokens}", "too_large", param="messages",
+                            code="context_length_exceeded")  # fmt: skip
+        grammar = self._grammar(conversation)
+        try:
+            plan = held.state.plan(conversation.messages, conversation.tools)
+        except WireError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the model's chat template refused these messages
+            logger.warning("the chat template could not render a request", exc_info=True)
+            raise WireError(f"the model's chat template cannot render these messages: {str(exc)[:300]}",
+                            param="messages") from None  # fmt: skip
+        context = list(plan.context)
+        tail = self.tokenizer.decode(context[-4:], skip_special_tokens=False).rstrip()
+        return Prepared(plan, context, grammar, tail.endswith(THINK_OPEN))
+
+    def _counted_tokens(self, conversation: Conversation, chars: int) -> int | None:
+        """The tokens of a request's texts, each encoded alone, when they might be over the bound
+        (None: they cannot be, since a character is at most 4 UTF-8 bytes, a token at least one).
+        The Rust tokenizer counts without holding the interpreter, so a request far over the bound
+        is refused before the chat template renders it (which holds it, ~100 ms per 240k tokens)."""
+        backend = getattr(self.tokenizer, "_tokenizer", None)
+        if chars * 4 <= self.config.max_prompt_tokens or not hasattr(backend, "encode_batch"):
+            return None
+        texts = [t for t in _texts(conversation) if t]
+        return sum(len(e) for e in backend.encode_batch(texts, add_special_tokens=False))
+
+    def _grammar(self, conversation: Conversation) -> str | None:
+        """The grammar `tool_choice` (required or named) or `response_format` asks for, if any."""
+        try:
+            choice = conversation.tool_choice
+            if conversation.tools and (choice == "required" or isinstance(choice, NamedTool)):
+                if conversation.output_format is not None:
+                    raise GrammarError(
+                        "tool_choice 'required' or a named function cannot go with response_format"
+                    )
+                markup = call_markup(self.tokenizer, conversation.tools)
+                return tool_call_grammar(
+                    conversation.tools, markup, choice.name if isinstance(choice, NamedTool) else None
+                )
+            output = conversation.output_format
+            if output is None:
+                return None
+            if output.kind == "json_object":
+                return any_object_grammar()
+            return schema_grammar(output.schema or {}, "response_format.json_schema.schema")
+        except GrammarError as exc:
+            param = "response_format" if conversation.output_format is not None else "tool_choice"
+            raise WireError(str(exc), param=param) from None
+
+    async def _stream(self, conversation: Conversation, prepared: Prepared, weights: PolicyWeights,
+                      sampled: Sampled, recorded: bool) -> AsyncIterator[list[int]]:  # fmt: skip
+        """vLLM's sampled ids, piece by piece, recorded into `sampled` (a refusal: WireError)."""
+        extra: dict[str, Any] = {}
+        if weights.model != self.client.model:
+            extra["model"] = weights.model
+        if prepared.grammar is not None:
+            extra["structured_outputs"] = {"grammar": prepared.grammar}
+        stream = self.client.generate_stream(
+            prepared.context, max_tokens=conversation.max_tokens or self.config.default_max_tokens,
+            temperature=conversation.temperature, top_p=conversation.top_p, seed=conversation.seed,
+            stop=conversation.stop or None, extra=extra or None, sampled_logprobs=recorded)  # fmt: skip
+        try:
+            while True:
+                waited = time.perf_counter()
+                try:
+                    piece = await anext(stream)
+                except StopAsyncIteration:
+                    return
+                finally:
+                    sampled.upstream_s += time.perf_counter() - waited
+                sampled.token_ids.extend(piece.token_ids)
+                sampled.logprobs.extend(piece.logprobs)
+                if piece.finish_reason is not None:
+                    sampled.finish_reason = piece.finish_reason
+                if piece.token_ids:
+                    yield piece.token_ids
+        except BadRequestError as exc:
+            raise WireError(f"the policy server refused the request: {exc}") from None
+        except VLLMError as exc:
+            self.counts["policy_errors"] += 1
+            raise WireError(f"the policy server failed: {exc}", "upstream") from None
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+
+    def _turn(self, conversation: Conversation, text: str, sampled: Sampled, prepared: Prepared,
+              prompt_tokens: int) -> tuple[AssistantTurn, dict[str, Any], str]:  # fmt: skip
+        """(the answer, the recorder's message, the raw text with special tokens)."""
+        ids = list(sampled.token_ids)
+        if ids and ids[-1] == self.tokenizer.eos_token_id:
+            ids = ids[:-1]
+        raw = self.tokenizer.decode(ids, skip_special_tokens=False)
+        finish = "length" if sampled.finish_reason == "length" else "stop"
+        parts = answer_parts(text, conversation.tools, tool_calls=self._tool_calls_on(conversation),
+                             in_reasoning=prepared.in_reasoning, thinking=self._thinks)  # fmt: skip
+        content, calls = parts.content, parts.calls
+        message = assistant_message(content, calls)
+        if parts.reasoning is not None:
+            message["reasoning_content"] = parts.reasoning
+        turn = AssistantTurn(
+            content=content,
+            reasoning=parts.reasoning,
+            tool_calls=[ToolCall(c.id, c.name, _dumps(c.arguments)) for c in calls],
+            finish_reason="tool_calls" if calls else finish,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(sampled.token_ids),
+        )
+        return turn, message, raw
+
+    def _commit(self, held: HeldSession, caller: Caller, conversation: Conversation, prepared: Prepared,
+                sampled: Sampled, turn: AssistantTurn, message: dict[str, Any], raw: str,
+                weights: PolicyWeights) -> None:  # fmt: skip
+        record = True
+        if len(prepared.context) + len(sampled.token_ids) > self.config.max_sample_tokens or (
+            held.state.turn_count >= self.config.max_trained_turns_per_session
+        ):
+            self.counts["turns_over_session_limits"] += 1
+            record = False
+        generated = GeneratedSequence(
+            list(sampled.token_ids), list(sampled.logprobs), sampled.finish_reason, raw
+        )
+        reply = {"role": "assistant", "content": turn.content}
+        if turn.reasoning is not None:
+            reply["reasoning_content"] = turn.reasoning
+        if turn.tool_calls:
+            reply["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                                   for c in turn.tool_calls]  # fmt: skip
+        done = held.state.commit(prepared.plan, generated, message, raw, reply, (weights.model, weights.version),
+                                 record=record)  # fmt: skip
+        if done.finished is not None and self.feed is not None:
+            trajectory, (index, model, version) = done.finished
+            self.feed.submit(TurnSample(trajectory, done.session_id, index, model, version))
+        if caller.ends_session:
+            self.table.end(held, "ended")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start_background(self) -> None:
+        for _ in range(self.config.plan_threads):  # start the threads now, not on a request's path
+            self.planner.submit(time.sleep, 0.01)
+        if self.config.policy_lora_prefix:
+            self.weights = await self.tracker.current()
+            self._tasks.append(asyncio.create_task(self._poll_adapters()))
+        self._tasks.append(asyncio.create_task(self._expire_sessions()))
+        if self.feed is not None:
+            self.feed.start()
+
+    async def stop_background(self, drain_s: float = 30.0) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self.table.end_all("proxy_stopped")
+        if self.feed is not None:
+            await self.feed.stop(drain_s)
+        await self.client.close()
+        self.planner.shutdown(wait=False, cancel_futures=True)
+
+    async def _poll_adapters(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.adapter_poll_s)
+            try:
+                self.weights = await self.tracker.current()
+            except Exception as exc:  # noqa: BLE001 - keep serving the weights we know
+                logger.warning("adapter poll failed: %s", exc)
+
+    async def _expire_sessions(self) -> None:
+        while True:
+            await asyncio.sleep(min(5.0, self.config.session_idle_s / 4))
+            self.table.sweep(self.config.session_idle_s)
+
+    async def end_session(self, owner: str, session_id: str) -> bool:
+        """DELETE /v1/sessions/{id}: whether there was such a session."""
+        held = self.table.find(owner, session_id)
+        if held is None:
+            return False
+        async with held.lock:
+            self.table.end(held, "ended")
+        return True
+
+
+def _longest_token(tokenizer: Any) -> int:
+    """The most characters one token of `tokenizer` decodes to (at least 1)."""
+    ids = range(len(tokenizer))
+    return max(1, max((len(t) for t in tokenizer.convert_ids_to_tokens(list(ids)) if t), default=1))
+
+
+def _texts(conversation: Conversation) -> list[str]:
+    """The texts a request brings: message contents, thinking and call arguments."""
+    out: list[str] = []
+    for message in conversation.messages:
+        out += [message.get("content") or "", message.get("reasoning_content") or ""]
+        out += [str(call["function"].get("arguments") or "") for call in message.get("tool_calls") or []]
+    return out
+
+
+def _text_chars(conversation: Conversation) -> int:
+    """Characters of text a request brings: its prompt is at least this many characters over the
+    longest token's length, in tokens."""
+    return sum(len(t) for t in _texts(conversation))
+
+
+def _dumps(arguments: dict[str, Any]) -> str:
+    return json.dumps(arguments, ensure_ascii=False)

@@ -1,0 +1,89 @@
+"""environments/proxy/output_grammar.py and tool_markup.py: a schema becomes a grammar that accepts
+its JSON exactly as the chat template writes it (and nothing else), the tool-call markup is learnt
+from the template, and a schema a grammar cannot honour is refused by name. The grammars are
+checked with xgrammar, the compiler vLLM itself runs them through."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from environments.proxy.output_grammar import GrammarError, any_object_grammar, schema_grammar
+from environments.proxy.tool_markup import call_markup, tool_call_grammar
+from tests.support.proxy_factory import TOOLS
+
+xgr = pytest.importorskip("xgrammar")
+from xgrammar.testing import _is_grammar_accept_string  # noqa: E402
+
+
+def accepts(grammar: str, text: str) -> bool:
+    return _is_grammar_accept_string(xgr.Grammar.from_ebnf(grammar), text)
+
+
+def tojson(value) -> str:
+    return json.dumps(value, ensure_ascii=False)  # what HF's chat-template `tojson` writes
+
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "kind": {"enum": ["a", "b"]},
+        "score": {"type": ["number", "null"]},
+    },
+    "required": ["name", "age"],
+}
+
+
+def test_a_schema_grammar_takes_the_templates_json_and_nothing_else():
+    grammar = schema_grammar(PERSON)
+    for value in ({"name": "Ann", "age": 3}, {"name": "Bé \"q\"\n", "age": -10, "tags": [], "score": None},
+                  {"name": "x", "age": 0, "tags": ["a", "b"], "kind": "b", "score": 1.5}):  # fmt: skip
+        assert accepts(grammar, tojson(value)), value
+    for text in ('{"name":"Ann","age":3}', '{"age": 3, "name": "Ann"}', '{"name": "Ann"}',
+                 '{"name": "Ann", "age": 3, "extra": 1}', '{"name": "Ann", "age": 3.5}',
+                 '{"name": "Ann", "age": 3, "kind": "c"}'):  # fmt: skip
+        assert not accepts(grammar, text), text
+
+
+def test_refs_and_any_object():
+    schema = {"$defs": {"P": {"type": "object", "properties": {"x": {"type": "boolean"}}, "required": ["x"]}},
+              "type": "object", "properties": {"p": {"$ref": "#/$defs/P"}}, "required": ["p"]}  # fmt: skip
+    assert accepts(schema_grammar(schema), '{"p": {"x": true}}')
+    assert accepts(any_object_grammar(), tojson({"a": [1, {"b": None}], "c": "d"}))
+    assert not accepts(any_object_grammar(), "[1]")
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{"type": "string", "pattern": "^a+$"}, {"type": "integer", "minimum": 3}, {"not": {}},
+     {"type": "array", "maxItems": 2}, {"$ref": "https://example.com/s.json"}],
+)  # fmt: skip
+def test_what_a_grammar_cannot_honour_is_refused_by_name(schema):
+    with pytest.raises(GrammarError):
+        schema_grammar(schema)
+
+
+def test_tool_calls_are_forced_in_the_templates_own_markup(dev_tokenizer):
+    markup = call_markup(dev_tokenizer, TOOLS)
+    run = {"id": "c0", "type": "function", "function": {"name": "run_python", "arguments": {"path": "a.py"}}}
+    rendered = dev_tokenizer.apply_chat_template([{"role": "user", "content": "x"},
+                                                  {"role": "assistant", "content": "", "tool_calls": [run, run]}],
+                                                 tools=TOOLS, tokenize=False)  # fmt: skip
+    one = markup.before("run_python") + tojson({"path": "a.py"}) + markup.after
+    assert one + markup.between + one in rendered
+    required = tool_call_grammar(TOOLS, markup, None)
+    named = tool_call_grammar(TOOLS, markup, "write_file")
+    write = markup.before("write_file") + tojson({"path": "a.py", "content": "x"}) + markup.after
+    assert accepts(required, one) and accepts(required, one + markup.between + write)
+    assert (
+        accepts(named, write)
+        and not accepts(named, one)
+        and not accepts(named, write + markup.between + write)
+    )
+    assert not accepts(required, "I will call it. " + one) and not accepts(required, "")
+    with pytest.raises(GrammarError):
+        tool_call_grammar(TOOLS, markup, "missing")

@@ -1,0 +1,50 @@
+"""hermes_opd/vllm_api/client.py, `parse_stream_chunk`: one `data:` payload of vLLM's completion
+stream -> the ids it sampled and their logprobs; what does not add up is refused, never guessed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hermes_opd.vllm_api.client import StreamedTokens, parse_stream_chunk
+from hermes_opd.vllm_api.errors import TransientServerError, UnexpectedResponseError
+
+
+def chunk(**choice) -> bytes:
+    return json.dumps(
+        {"id": "cmpl-1", "object": "text_completion", "choices": [{"index": 0, **choice}]}
+    ).encode()
+
+
+def test_ids_and_their_logprobs_come_as_vllm_sent_them():
+    data = chunk(
+        text="ab", token_ids=[5, 6], logprobs={"token_logprobs": [-0.5, -1.25], "tokens": ["a", "b"]}
+    )
+    assert parse_stream_chunk(data, "u", True) == StreamedTokens([5, 6], [-0.5, -1.25], None)
+    assert parse_stream_chunk(data, "u", False) == StreamedTokens([5, 6], [], None)
+    end = chunk(text="", token_ids=[], finish_reason="length")
+    assert parse_stream_chunk(end, "u", True) == StreamedTokens([], [], "length")
+
+
+def test_chunks_that_carry_nothing_are_skipped():
+    assert (
+        parse_stream_chunk(json.dumps({"choices": [], "usage": {"completion_tokens": 3}}).encode(), "u", True)
+        is None
+    )
+    assert parse_stream_chunk(chunk(text="", token_ids=[]), "u", True) is None
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"{not json", UnexpectedResponseError),
+        (b"[1]", UnexpectedResponseError),
+        (chunk(text="ab"), UnexpectedResponseError),  # no token_ids: a vLLM without return_token_ids
+        (chunk(text="ab", token_ids=[5, 6], logprobs={"token_logprobs": [-0.5]}), UnexpectedResponseError),
+        (json.dumps({"error": {"message": "engine died"}}).encode(), TransientServerError),
+    ],
+)
+def test_what_does_not_add_up_is_refused(data, error):
+    with pytest.raises(error):
+        parse_stream_chunk(data, "u", True)
