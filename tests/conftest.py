@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.support.fake_openai", "tests.support.torch_trainer"]
+pytest_plugins = ["tests.support.fake_openai", "tests.support.torch_trainer", "tests.support.agent_model"]
 """Fixtures that tests in several folders use: `fake_server` (a fake OpenAI judge server) and
-`tiny_model_dir` (a tiny model for the reference torch trainer)."""
+`tiny_model_dir` (a tiny model for the reference torch trainer), and the agent dev model's
+`agent_model_dir`, `agent_tokenizer` and `agent_server` (one 64k-context vLLM for the whole session)."""
 
 
 @pytest.fixture(scope="session")

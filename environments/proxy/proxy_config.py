@@ -97,7 +97,10 @@ class ProxyConfig(BaseModel):
         default=32, ge=1, description="Later turns are served, not trained."
     )
     max_sample_tokens: int = Field(
-        default=8192, ge=16, description="A turn whose context is longer is not trained."
+        default=65536,
+        ge=16,
+        description="A turn whose context is longer is served, not trained (coding agents' first "
+        "prompts are 10k-30k tokens).",
     )
     queue_size: int = Field(default=256, ge=1, description="Finished turns waiting for the pipeline.")
     workers: int = Field(default=4, ge=1, description="Turns in the pipeline at once.")

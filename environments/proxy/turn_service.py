@@ -296,6 +296,10 @@ class TurnService:
         if len(prepared.context) + len(sampled.token_ids) > self.config.max_sample_tokens or (
             held.state.turn_count >= self.config.max_trained_turns_per_session
         ):
+            if not self.counts["turns_over_session_limits"]:
+                logger.warning("a turn over max_sample_tokens (%d) or max_trained_turns_per_session (%d) is "
+                               "served, not trained (counted as turns_over_session_limits)",
+                               self.config.max_sample_tokens, self.config.max_trained_turns_per_session)  # fmt: skip
             self.counts["turns_over_session_limits"] += 1
             record = False
         generated = GeneratedSequence(

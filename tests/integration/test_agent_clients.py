@@ -29,11 +29,9 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from tests.support import agent_model
 from tests.support.agent_clients import (
     ANSWER,
     capture_exchanges,
-    capture_generations,
     check_trained,
     config,
     install_agent_clients,
@@ -43,13 +41,10 @@ from tests.support.agent_clients import (
     tool_results_after,
     written,
 )
-from tests.support.proxy_factory import running_proxy
+from tests.support.proxy_factory import capture_generations, running_proxy
 
 pytestmark = pytest.mark.integration
 
-agent_model_dir = agent_model.agent_model_dir
-agent_server = agent_model.agent_server
-"""The session's one agent-model vLLM (tests/support/agent_model.py), shared with every test that uses it."""
 
 WEATHER = "Sunny, 21 C, light wind from the west."
 """What the client's tool returns: the text the next request must carry."""
@@ -209,8 +204,8 @@ async def test_langchain_structured_output_returns_a_valid_object(agent_server, 
 
 TASK = "List the files in this folder."
 LONG = {"max_sample_tokens": 65536}
-"""These CLIs' first prompts are 10k (Codex) to 25k (Claude Code) tokens: over the default
-`max_sample_tokens` (8192), whose turns are served but never trained."""
+"""These CLIs' first prompts are 10k (Codex) to 25k (Claude Code) tokens: the default
+`max_sample_tokens` (65536) trains them; said here so a lower default cannot silently drop them."""
 
 
 @pytest.fixture(scope="module")

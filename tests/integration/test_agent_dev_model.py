@@ -18,15 +18,11 @@ from openai import AsyncOpenAI
 from environments.rollout.tool_calls import parse_tool_calls
 from judge.parsing import parse_vote
 from judge.prompt import SYSTEM_PROMPT
-from tests.support import agent_model
 from tests.support.proxy_factory import proxy_config, read_groups, running_proxy
 from tests.support.waiting import wait_for
 from tests.unit.test_agent_chat_template import CLAUDE_CODE, CODEX
 
 pytestmark = pytest.mark.integration
-agent_model_dir = agent_model.agent_model_dir
-agent_tokenizer = agent_model.agent_tokenizer
-agent_server = agent_model.agent_server
 
 
 def _post(url: str, body: dict, timeout: float = 600) -> dict:

@@ -18,9 +18,9 @@ from openai import AsyncOpenAI
 
 from environments.proxy.tool_fit import fits
 from hermes_opd.contract.validation import validate_group
-from tests.integration.test_proxy_live import capture_generations
 from tests.support.proxy_factory import (
     TOOLS,
+    capture_generations,
     first_messages,
     next_state,
     proxy_config,

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from environments.proxy.openai_wire import RequestError, parse_request
+from environments.proxy.chat_completions.request import parse_request
+from environments.proxy.conversation import NamedTool, WireError
 from tests.support.proxy_session import body
+
+TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object"}}}]
 
 
 @pytest.mark.reliability
@@ -31,16 +34,39 @@ from tests.support.proxy_session import body
         (body(n=2), "only n=1 is supported", "n"),
         (body(temperature=3), "'temperature' must be a number in [0.0, 2.0], got 3", "temperature"),
         (body(max_tokens=0), "'max_tokens' must be an integer >= 1, got 0", "max_tokens"),
-        (body(tool_choice="required"), "tool_choice must be 'auto' or 'none', got 'required'", "tool_choice"),
+        (body(tool_choice="sometimes"),
+         "tool_choice must be one of ['auto', 'none', 'required'] or a function, got 'sometimes'", "tool_choice"),
+        (body(tool_choice="required"), "tool_choice 'required' needs tools", "tool_choice"),
+        (body(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "read_file"}}),
+         "tool_choice names 'read_file', which is not among the tools", "tool_choice"),
         (body(tools=[{"type": "function"}]), "tools[0] must be {'type': 'function', 'function': {...}}", "tools[0]"),
         (body(stream="yes"), "'stream' must be a boolean", "stream"),
         (body(stop=[1]), "'stop' must be a string or a list of strings", "stop"),
     ],
 )  # fmt: skip
 def test_malformed_requests_are_refused_with_the_openai_fields(request_body, message, param):
-    with pytest.raises(RequestError) as caught:
+    with pytest.raises(WireError) as caught:
         parse_request(request_body)
     assert (str(caught.value), caught.value.param, caught.value.status) == (message, param, 400)
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize(
+    ("tool_choice", "expected"),
+    [
+        ("required", "required"),
+        ({"type": "function", "function": {"name": "write_file"}}, NamedTool("write_file")),
+    ],
+)
+def test_required_and_named_tool_choices_are_accepted_with_tools(tool_choice, expected):
+    chat, _ = parse_request(body(tools=TOOLS, tool_choice=tool_choice))
+    assert chat.tool_choice == expected
+
+
+@pytest.mark.reliability
+def test_unknown_and_unused_parameters_are_ignored():
+    chat, _ = parse_request(body(parallel_tool_calls=False, logprobs=True, user="u", not_a_field={"x": 1}))
+    assert chat.messages == [{"role": "user", "content": "hi"}]
 
 
 @pytest.mark.reliability

@@ -218,24 +218,6 @@ def tool_results_after(exchanges: list[Exchange], index: int) -> dict[str, str]:
     }
 
 
-def capture_generations(server) -> list[tuple[list[int], list[int], list[float]]]:
-    """Every (prompt ids, sampled ids, logprobs) the proxy got from vLLM, in order: the ground truth a
-    trained sample is compared with."""
-    calls: list[tuple[list[int], list[int], list[float]]] = []
-    inner = server.client.generate_stream
-
-    async def generate_stream(prompt_ids, **kwargs):
-        ids, logprobs = [], []
-        async for piece in inner(prompt_ids, **kwargs):
-            ids += piece.token_ids
-            logprobs += piece.logprobs
-            yield piece
-        calls.append((list(prompt_ids), ids, logprobs))
-
-    server.client.generate_stream = generate_stream
-    return calls
-
-
 def samples(groups: list[dict]) -> list[tuple[dict, int]]:
     return [(g, s) for g in groups for s in range(len(g["tokens"]))]
 

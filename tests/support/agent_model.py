@@ -1,10 +1,8 @@
 """The agent dev model (hermes_opd/devkit/agent_dev_model.py) for tests: built once into the
 artefact cache, and served by one session-scoped vLLM with a 64k context.
 
-Use it by naming the fixtures in a test module:
-
-    from tests.support import agent_model
-    agent_model_dir, agent_server = agent_model.agent_model_dir, agent_model.agent_server
+tests/conftest.py loads this module as a plugin, so any test names `agent_model_dir`,
+`agent_tokenizer` or `agent_server` as a fixture and every module shares the one server.
 
 `agent_server` has `.base_url`, `.model_name` and `.model_dir` like the `dev_server` fixture."""
 

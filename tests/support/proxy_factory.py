@@ -89,3 +89,21 @@ async def ask(client, messages, *, stream=False, session=None, **kwargs):
             calls += [c.model_dump() for c in choice.delta.tool_calls or []]
             finish = choice.finish_reason or finish
     return {"content": content, "tool_calls": calls}, finish
+
+
+def capture_generations(server) -> list[tuple[list[int], list[int], list[float]]]:
+    """Every (prompt ids, sampled ids, logprobs) the proxy got from vLLM, in order: the ground truth a
+    trained sample is compared with."""
+    calls: list[tuple[list[int], list[int], list[float]]] = []
+    inner = server.client.generate_stream
+
+    async def generate_stream(prompt_ids, **kwargs):
+        ids, logprobs = [], []
+        async for piece in inner(prompt_ids, **kwargs):
+            ids += piece.token_ids
+            logprobs += piece.logprobs
+            yield piece
+        calls.append((list(prompt_ids), ids, logprobs))
+
+    server.client.generate_stream = generate_stream
+    return calls

@@ -218,6 +218,7 @@ def test_an_assistant_turn_of_several_items_is_one_message():
         ({**BASE, "instructions": 5}, "instructions"),
         ({**BASE, "tools": {"type": "function"}}, "tools"),
         ({**BASE, "tools": [{"name": "x"}]}, "tools[0]"),
+        ({**BASE, "tools": [{"type": "auto", "name": "x"}]}, "tools[0]"),
         ({**BASE, "tools": [{"type": "function"}]}, "tools[0].name"),
         ({**BASE, "tools": [{"type": "function", "name": "f", "parameters": "x"}]}, "tools[0].parameters"),
         ({**BASE, "tools": [TOOL, TOOL]}, "tools[1].name"),

@@ -9,7 +9,8 @@ import copy
 
 import pytest
 
-from environments.proxy.openai_wire import comparable, parse_request, template_messages
+from environments.proxy.chat_completions.request import parse_request
+from environments.proxy.history import comparable, template_form
 from environments.proxy.session import SessionState
 from environments.proxy.turn_sample import cut_turn
 from hermes_opd.contract.constants import MASKED
@@ -20,25 +21,30 @@ TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {
 
 
 def test_a_valid_request_is_read_with_openai_defaults():
-    chat = parse_request(body(tools=TOOLS, max_completion_tokens=7, stop="END", seed=3))
+    chat, include_usage = parse_request(body(tools=TOOLS, max_completion_tokens=7, stop="END", seed=3))
     assert (chat.temperature, chat.top_p, chat.max_tokens, chat.stop, chat.seed, chat.tool_names) == (
         1.0, 1.0, 7, ["END"], 3, {"write_file"},
     )  # fmt: skip
+    assert (chat.tool_choice, chat.output_format, chat.stream, include_usage) == ("auto", None, False, False)
 
 
-def test_template_messages_name_tool_results_and_parse_arguments():
+def test_template_form_names_tool_results_and_parses_arguments():
     messages = [
         {"role": "developer", "content": "sys"},
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "write_file", "arguments": '{"path": "a"}'}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "ok"},
     ]  # fmt: skip
-    assert template_messages(messages) == [
+    expected = [
         {"role": "system", "content": "sys"},
         {"role": "assistant", "content": "", "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "write_file", "arguments": {"path": "a"}}}]},
         {"role": "tool", "content": "ok", "tool_call_id": "c1", "name": "write_file"},
     ]  # fmt: skip
+    assert template_form(messages) == expected
+    # the live path: the wire's Conversation form (arguments as JSON text), then the template form
+    chat, _ = parse_request(body(messages=messages))
+    assert template_form(chat.messages) == expected
 
 
 def test_comparable_ignores_sdk_extras_and_argument_formatting():

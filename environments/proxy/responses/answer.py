@@ -29,6 +29,7 @@ from environments.proxy.responses.request import (
     FormatJsonObject,
     FormatJsonSchema,
     FunctionChoice,
+    FunctionTool,
     ResponsesRequest,
 )
 
@@ -112,7 +113,9 @@ class ResponseStream:
             "tool_choice": {"type": "function", "name": choice.name}
             if isinstance(choice, FunctionChoice)
             else choice,
-            "tools": [t.model_dump(exclude_none=False) for t in request.tools or []],
+            "tools": [
+                t.model_dump(exclude_none=False) for t in request.tools or [] if isinstance(t, FunctionTool)
+            ],
             "top_p": 1.0 if request.top_p is None else request.top_p,
             "truncation": "disabled",
             "usage": _usage(turn) if turn is not None else None,

@@ -131,9 +131,21 @@ class HostedTool(_Part):
     type: str = Field(min_length=1, max_length=64)
 
 
+HOSTED_TOOLS = frozenset({
+    "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
+    "file_search", "code_interpreter", "image_generation", "computer", "computer_use_preview", "mcp",
+    "local_shell", "shell", "apply_patch", "custom", "tool_search",
+})  # fmt: skip
+"""The provider-run tool types of OpenAI's Responses API (left out of what the model sees); any
+other type is a 400."""
+
+
 def _tool_type(value: Any) -> str | None:
     if isinstance(value, dict) and isinstance(value.get("type"), str):
-        return value["type"] if value["type"] in ("function", "namespace") else "hosted"
+        kind = value["type"]
+        if kind in ("function", "namespace"):
+            return kind
+        return "hosted" if kind in HOSTED_TOOLS else None
     return None
 
 
@@ -144,7 +156,8 @@ Tool = Annotated[
     Discriminator(
         _tool_type,
         custom_error_type="unsupported_tool",
-        custom_error_message="a tool must be an object with a string 'type'",
+        custom_error_message="a tool must be an object whose type is 'function', 'namespace' or a hosted "
+        "tool's type ('web_search', 'file_search', ...)",
     ),
 ]
 
