@@ -63,8 +63,14 @@ JUDGE_KINDS: dict[str, tuple[PromptBuilder, AnswerParser]] = {
 hint) and `prm`, the process-reward judge (judge/prm_prompt.py, a +1 / 0 / -1 verdict)."""
 
 
-__all__ = ["LLMJudgeBackend", "LLMJudgeStats", "MalformedResponseError", "backoff_seconds", "retry_after_seconds",
-           "retry_delay"]  # fmt: skip
+__all__ = [
+    "LLMJudgeBackend",
+    "LLMJudgeStats",
+    "MalformedResponseError",
+    "backoff_seconds",
+    "retry_after_seconds",
+    "retry_delay",
+]
 
 
 @dataclass

@@ -304,8 +304,10 @@ class RulePatterns:
 
     @classmethod
     def from_config(cls, config: JudgeConfig) -> RulePatterns:
-        return cls(exit_code=re.compile(config.rules_exit_code_pattern),
-                   quote_user_feedback=config.rules_quote_user_feedback)  # fmt: skip
+        return cls(
+            exit_code=re.compile(config.rules_exit_code_pattern),
+            quote_user_feedback=config.rules_quote_user_feedback,
+        )
 
 
 def find_failures(text: str, patterns: RulePatterns) -> list[Finding]:

@@ -116,8 +116,10 @@ class TeacherScorer:
                 self.choice = choice
                 # A fallback of `auto` to the slow path is worth a warning: it names the flag that fixes it.
                 fell_back = self.configured_path == "auto" and choice.path == "completions"
-                logger.log(logging.WARNING if fell_back else logging.INFO,
-                           choice.log_line(f"model {self.client.model!r} at {self.client.base_url}"))  # fmt: skip
+                logger.log(
+                    logging.WARNING if fell_back else logging.INFO,
+                    choice.log_line(f"model {self.client.model!r} at {self.client.base_url}"),
+                )
         return self.choice
 
     async def score_turn(
@@ -183,10 +185,14 @@ class TeacherScorer:
                 rows, exact = await asyncio.to_thread(self.local.score_shared_prefix_on, inputs, extra)
             latency = time.perf_counter() - started
             return [
-                TurnScore(r[0], r[1], TeacherCallStats(latency, len(ids), choice.path),
-                          None if exact is None else exact[b])
+                TurnScore(
+                    r[0],
+                    r[1],
+                    TeacherCallStats(latency, len(ids), choice.path),
+                    None if exact is None else exact[b],
+                )
                 for b, (r, (ids, _)) in enumerate(zip(rows, inputs, strict=True))
-            ], latency  # fmt: skip
+            ], latency
         scores = await asyncio.gather(
             *(self.score_turn(ids, p, student_ids, student_topk_ids) for ids, p in inputs)
         )
@@ -211,14 +217,22 @@ class TeacherScorer:
         local, sample = _policy_probe(tokenizer)
         key = self.client.api_key
         try:
-            answer = await http.request("POST", f"{base}/tokenize", api_key=key, payload={
-                "model": self.client.model, "prompt": TOKENIZER_PROBE, "add_special_tokens": False})  # fmt: skip
+            answer = await http.request(
+                "POST",
+                f"{base}/tokenize",
+                api_key=key,
+                payload={"model": self.client.model, "prompt": TOKENIZER_PROBE, "add_special_tokens": False},
+            )
             if answer.status == 404:
                 logger.warning("teacher at %s has no /tokenize route; tokenizer not verified", base)
                 return
             remote = answer.json().get("tokens")
-            answer = await http.request("POST", f"{base}/detokenize", api_key=key,
-                                        payload={"model": self.client.model, "tokens": sample})  # fmt: skip
+            answer = await http.request(
+                "POST",
+                f"{base}/detokenize",
+                api_key=key,
+                payload={"model": self.client.model, "tokens": sample},
+            )
             detok = answer.json().get("prompt")
         except (ServerUnreachableError, TransientServerError, ValueError, AttributeError) as exc:
             raise TeacherTokenizerMismatchError(

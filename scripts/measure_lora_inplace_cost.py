@@ -41,8 +41,12 @@ def main(model_dir: str, work: Path) -> dict[str, dict[str, float]]:
                 param.normal_(0, 0.02)  # a non-trivial adapter
     adapter = str(work / "adapter")
     peft_model.save_pretrained(adapter)
-    server = DevServer(model_dir, enable_scale_out=False, log_path=str(work / "vllm.log"),
-                       extra_args=["--enable-lora", "--max-lora-rank", "8", "--max-loras", "3"])  # fmt: skip
+    server = DevServer(
+        model_dir,
+        enable_scale_out=False,
+        log_path=str(work / "vllm.log"),
+        extra_args=["--enable-lora", "--max-lora-rank", "8", "--max-loras", "3"],
+    )
     server.start()
     try:
         with httpx.Client(timeout=120) as http:
@@ -62,8 +66,17 @@ def main(model_dir: str, work: Path) -> dict[str, dict[str, float]]:
             for i in range(43):
                 for name in times:
                     started = time.perf_counter()
-                    post("/v1/completions", {"model": name, "prompt": prompt, "max_tokens": 16, "temperature": 1.0,
-                                             "seed": i, "ignore_eos": True})  # fmt: skip
+                    post(
+                        "/v1/completions",
+                        {
+                            "model": name,
+                            "prompt": prompt,
+                            "max_tokens": 16,
+                            "temperature": 1.0,
+                            "seed": i,
+                            "ignore_eos": True,
+                        },
+                    )
                     if i >= 3:  # the first three rounds warm up
                         times[name].append(time.perf_counter() - started)
     finally:

@@ -42,8 +42,9 @@ async def main() -> None:
     digests = {}
     with FakeEndpoints(settings) as fake:
         for mode in ("topk", "dense_k1"):
-            b = await build_backend(cfg, tokenizer, fake.base_url, fake.base_url, "fake-teacher", "completions",
-                                    distill_mode=mode)  # fmt: skip
+            b = await build_backend(
+                cfg, tokenizer, fake.base_url, fake.base_url, "fake-teacher", "completions", distill_mode=mode
+            )
             opd = b.opd_config
             distills = [await b.pipeline.process(t) for t in trajectories]
             await b.aclose()

@@ -56,18 +56,37 @@ SYSTEM_PROMPT = AgenticOPDConfig.model_fields["system_prompt"].default
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for name, default in (("steps", 600), ("conv", 0), ("choice", 16), ("drill", 16), ("induct", 0),
-                          ("induct-len", 16), ("pseudo", 0), ("hidden", 128), ("layers", 3), ("heads", 4),
-                          ("kv-heads", 2), ("seed", 0)):  # fmt: skip
+    for name, default in (
+        ("steps", 600),
+        ("conv", 0),
+        ("choice", 16),
+        ("drill", 16),
+        ("induct", 0),
+        ("induct-len", 16),
+        ("pseudo", 0),
+        ("hidden", 128),
+        ("layers", 3),
+        ("heads", 4),
+        ("kv-heads", 2),
+        ("seed", 0),
+    ):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--constant-lr", action="store_true", help="no cosine decay after the warmup")
-    p.add_argument("--induct-pool", choices=("words", "pieces"), default="words",
-                   help="tokens of the name pool, or every 1-4 letter token of the vocabulary")  # fmt: skip
+    p.add_argument(
+        "--induct-pool",
+        choices=("words", "pieces"),
+        default="words",
+        help="tokens of the name pool, or every 1-4 letter token of the vocabulary",
+    )
     p.add_argument("--fixed-offset", action="store_true")
     p.add_argument("--verbatim", action="store_true")
-    p.add_argument("--hint-rate", type=float, default=0.6,
-                   help="share of conversations with an open value that name it in an instruction")  # fmt: skip
+    p.add_argument(
+        "--hint-rate",
+        type=float,
+        default=0.6,
+        help="share of conversations with an open value that name it in an instruction",
+    )
     p.add_argument("--previous-token-head", action="store_true")
     p.add_argument("--probe", action="store_true", help="probe the held-out tasks at the end")
     p.add_argument("--probe-only", default="", help="a saved model: probe it and stop")
@@ -78,16 +97,33 @@ def parse_args() -> argparse.Namespace:
 
 
 def phase_from(args: argparse.Namespace) -> Phase:
-    return Phase(name="experiment", steps=args.steps, conv=args.conv, choice=args.choice, drill=args.drill,
-                 induct=args.induct, induct_len=args.induct_len, induct_pool=args.induct_pool,
-                 fixed_offset=args.fixed_offset, pseudo=args.pseudo, verbatim=args.verbatim,
-                 hint_rate=args.hint_rate, lr=args.lr,
-                 constant_lr=args.constant_lr, seed=args.seed)  # fmt: skip
+    return Phase(
+        name="experiment",
+        steps=args.steps,
+        conv=args.conv,
+        choice=args.choice,
+        drill=args.drill,
+        induct=args.induct,
+        induct_len=args.induct_len,
+        induct_pool=args.induct_pool,
+        fixed_offset=args.fixed_offset,
+        pseudo=args.pseudo,
+        verbatim=args.verbatim,
+        hint_rate=args.hint_rate,
+        lr=args.lr,
+        constant_lr=args.constant_lr,
+        seed=args.seed,
+    )
 
 
 def corpus_from(args: argparse.Namespace) -> RecipeCorpus:
-    return recipe_corpus(dev_tokenizer(DevModelSpec()), TOOL_SCHEMAS, SYSTEM_PROMPT,
-                         frozenset(convention_values()), phase_from(args))  # fmt: skip
+    return recipe_corpus(
+        dev_tokenizer(DevModelSpec()),
+        TOOL_SCHEMAS,
+        SYSTEM_PROMPT,
+        frozenset(convention_values()),
+        phase_from(args),
+    )
 
 
 def install_previous_token_head(model, amplitude: float = 6.0, pairs: int = 8) -> None:
@@ -112,11 +148,15 @@ def install_previous_token_head(model, amplitude: float = 6.0, pairs: int = 8) -
 def rules_hint(task) -> str:
     """The rules judge's text for a wrong attempt at `task` (judge/rules_backend.py)."""
     if task.kind == "name":
-        return (f"The tests could not import the name `{task.function}` from the module `{task.module}`. "
-                f"These tests fail: test_0, test_1, test_2. Define `{task.function}` in `{task.module}.py`, "
-                "with exactly that name.")  # fmt: skip
-    return (f"The checker looks for `{task.module}.py`, and that file does not exist. These tests fail: "
-            f"test_0, test_1, test_2, test. Write the solution to `{task.module}.py`.")  # fmt: skip
+        return (
+            f"The tests could not import the name `{task.function}` from the module `{task.module}`. "
+            f"These tests fail: test_0, test_1, test_2. Define `{task.function}` in `{task.module}.py`, "
+            "with exactly that name."
+        )
+    return (
+        f"The checker looks for `{task.module}.py`, and that file does not exist. These tests fail: "
+        f"test_0, test_1, test_2, test. Write the solution to `{task.module}.py`."
+    )
 
 
 @torch.no_grad()
@@ -137,16 +177,25 @@ def probe(model, corpus: RecipeCorpus, samples: int = 2) -> dict[str, str]:
                 ]
                 ids = torch.tensor([corpus.encode(messages, TOOL_SCHEMAS, generation_prompt=True)])
                 for _ in range(1 if temperature == 0 else samples):
-                    gen = model.generate(ids, max_new_tokens=60, do_sample=temperature > 0,
-                                         temperature=temperature or None, top_k=0,
-                                         eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-                                         pad_token_id=tok.pad_token_id)  # fmt: skip
+                    gen = model.generate(
+                        ids,
+                        max_new_tokens=60,
+                        do_sample=temperature > 0,
+                        temperature=temperature or None,
+                        top_k=0,
+                        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+                        pad_token_id=tok.pad_token_id,
+                    )
                     text = tok.decode(gen[0, ids.shape[1] :])
                     path = re.search(r'"path": "([^"]+)"', text)
                     name = re.search(r"def (\w+)\(", text)
                     body = re.search(r"return (x [-+*] \d+)\\n", text)
-                    right = bool(path and name and path.group(1) == f"{task.module}.py"
-                                 and name.group(1) == task.function)  # fmt: skip
+                    right = bool(
+                        path
+                        and name
+                        and path.group(1) == f"{task.module}.py"
+                        and name.group(1) == task.function
+                    )
                     convention += right
                     passed += right and bool(body) and body.group(1) == task.expression
                     n += 1
@@ -187,8 +236,13 @@ def main() -> None:
             "held-out passes:", probe(Qwen2ForCausalLM.from_pretrained(args.probe_only), corpus), flush=True
         )
         return
-    spec = StudentSpec(hidden_size=args.hidden, intermediate_size=3 * args.hidden, num_layers=args.layers,
-                       num_heads=args.heads, num_kv_heads=args.kv_heads)  # fmt: skip
+    spec = StudentSpec(
+        hidden_size=args.hidden,
+        intermediate_size=3 * args.hidden,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        num_kv_heads=args.kv_heads,
+    )
     torch.manual_seed(args.seed)
     model = (
         Qwen2ForCausalLM.from_pretrained(args.init)
@@ -197,8 +251,11 @@ def main() -> None:
     )
     if args.previous_token_head:
         install_previous_token_head(model)
-    print(f"params {sum(p.numel() for p in model.parameters())}, names {len(corpus.words)}, "
-          f"induction pool {len(corpus.pool)}", flush=True)  # fmt: skip
+    print(
+        f"params {sum(p.numel() for p in model.parameters())}, names {len(corpus.words)}, "
+        f"induction pool {len(corpus.pool)}",
+        flush=True,
+    )
     started = time.monotonic()
 
     def progress(step: int, steps: int, parts: dict[str, float]) -> None:

@@ -119,11 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--alpha", type=float, default=32.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target-modules", nargs="+", default=None,
-                        help="LoRA modules (default peft's all-linear; skyrl's server also adapts "
-                        "lm_head and embed_tokens)")  # fmt: skip
-    parser.add_argument("--tinker-atropos-groups", action="store_true",
-                        help="stand-in scores, and drop the equal-score group as tinker-atropos does")  # fmt: skip
+    parser.add_argument(
+        "--target-modules",
+        nargs="+",
+        default=None,
+        help="LoRA modules (default peft's all-linear; skyrl's server also adapts lm_head and embed_tokens)",
+    )
+    parser.add_argument(
+        "--tinker-atropos-groups",
+        action="store_true",
+        help="stand-in scores, and drop the equal-score group as tinker-atropos does",
+    )
     args = parser.parse_args(argv)
     groups = read_groups(args.groups, stand_in_scores=True)
     if args.tinker_atropos_groups:
@@ -156,8 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         trainer.optimizer = torch.optim.SGD(params, lr=args.lr)
         trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, lambda _: 1.0)
     batch = trainer.collate(groups)
-    run = {"objective": args.objective, "lr": args.lr, "optimizer": args.optimizer, "seed": args.seed,
-           "lora": args.target_modules or "all-linear"}  # fmt: skip
+    run = {
+        "objective": args.objective,
+        "lr": args.lr,
+        "optimizer": args.optimizer,
+        "seed": args.seed,
+        "lora": args.target_modules or "all-linear",
+    }
     print(json.dumps({**run, "step": 0, **measure(trainer, batch)}), flush=True)
     for step in range(1, args.steps + 1):
         started = time.perf_counter()

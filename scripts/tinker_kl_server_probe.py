@@ -45,11 +45,26 @@ def main(argv: list[str] | None = None) -> int:
             for lr in args.lr:
                 for reduction in args.reduction:
                     proc = subprocess.run(
-                        [str(Path(args.venv) / "bin" / "python"), str(REPO / "tests" / "support" / "tinker_client_checks.py"),
-                         "train-kl", str(Path(args.groups).resolve()), "--base-model", model,
-                         "--reduction", reduction, "--steps", str(args.steps), "--lr", str(lr)],
-                        cwd=REPO, env=env, capture_output=True, text=True, timeout=1800,
-                    )  # fmt: skip
+                        [
+                            str(Path(args.venv) / "bin" / "python"),
+                            str(REPO / "tests" / "support" / "tinker_client_checks.py"),
+                            "train-kl",
+                            str(Path(args.groups).resolve()),
+                            "--base-model",
+                            model,
+                            "--reduction",
+                            reduction,
+                            "--steps",
+                            str(args.steps),
+                            "--lr",
+                            str(lr),
+                        ],
+                        cwd=REPO,
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=1800,
+                    )
                     if proc.returncode != 0:
                         print(proc.stdout[-2000:] + proc.stderr[-4000:], file=sys.stderr)
                         return proc.returncode

@@ -26,8 +26,11 @@ from trainer_adapters.torch_trainer import TorchTrainer
 from trainer_adapters.trainer_config import parse_trainer_config
 
 SCORE_PATTERN = [1.0, 0.0, 0.0, 0.5]
-CASES = (("exact", "sum", "sum"), ("sdk_custom", "sum", "per_datum_mean"),
-         ("per_datum_mean", "per_datum_mean", "per_datum_mean"))  # fmt: skip
+CASES = (
+    ("exact", "sum", "sum"),
+    ("sdk_custom", "sum", "per_datum_mean"),
+    ("per_datum_mean", "per_datum_mean", "per_datum_mean"),
+)
 """(name, the adapter's server_loss_reduction, the fake service's reduction)."""
 
 
@@ -41,13 +44,17 @@ def main(paths: list[str]) -> int:
                 parse_trainer_config(
                     {
                         "trainer": "torch",
-                        "model": {"path": model_dir, "device": "cpu", "dtype": "float32",
-                                  "lora": {"enabled": True, "r": 8, "alpha": 32.0}},
+                        "model": {
+                            "path": model_dir,
+                            "device": "cpu",
+                            "dtype": "float32",
+                            "lora": {"enabled": True, "r": 8, "alpha": 32.0},
+                        },
                         "loss": {"opd_mode": "token", **loss},
                         "logging": {"metrics_path": None, "stdout": False},
                     }
                 )
-            )  # fmt: skip
+            )
             model = torch_trainer.model
             torch.manual_seed(0)
             with torch.no_grad():
@@ -62,12 +69,15 @@ def main(paths: list[str]) -> int:
                 config = parse_trainer_config(
                     {
                         "trainer": "tinker",
-                        "tinker": {"base_model": model_dir, "server_loss_reduction": reduction,
-                                   "save_every_steps": 100},
+                        "tinker": {
+                            "base_model": model_dir,
+                            "server_loss_reduction": reduction,
+                            "save_every_steps": 100,
+                        },
                         "loss": {"opd_mode": "token", **loss},
                         "logging": {"metrics_path": None, "stdout": False},
                     }
-                )  # fmt: skip
+                )
                 service = FakeTinkerService(
                     lambda ids, model=model: model(input_ids=torch.tensor([ids])).logits[0],
                     reduction=served,

@@ -355,8 +355,11 @@ def validated_sequences(
     checked = _as_trained(raw, fields_, group)
     _raise_first_violation(checked, group)
     if "distill_token_ids" in fields_:  # the rows as trained: dense_k1 copies already dropped
-        fields_ = {**fields_, "distill_token_ids": checked["distill_token_ids"],
-                   "distill_logprobs": checked["distill_logprobs"]}  # fmt: skip
+        fields_ = {
+            **fields_,
+            "distill_token_ids": checked["distill_token_ids"],
+            "distill_logprobs": checked["distill_logprobs"],
+        }
     scores = _group_scores(fields_["scores"], group)
     group_adv = group_advantages(
         scores, eps=options.advantage_eps, normalize_std=options.normalize_advantage_std

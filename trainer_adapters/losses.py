@@ -141,8 +141,16 @@ def grpo_loss(
     `advantages_BT` are the group-relative advantages (constant along a sequence unless the env
     sent per-token advantages); they are read, never modified.
     """
-    return _ppo_term("grpo", logprobs_BT, behaviour_logprobs_BT, advantages_BT, mask_BT,
-                     clip_low=clip_low, clip_high=clip_high, num_tokens=num_tokens)  # fmt: skip
+    return _ppo_term(
+        "grpo",
+        logprobs_BT,
+        behaviour_logprobs_BT,
+        advantages_BT,
+        mask_BT,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        num_tokens=num_tokens,
+    )
 
 
 def prm_loss(
@@ -159,8 +167,16 @@ def prm_loss(
     of every token of the turn, token mean over the effective turns' positions (`prm_mask_BT`; a
     promoted 0 turn counts in the mean and carries no gradient). No groups: the score itself is the
     signal. Metrics under `prm/`, plus the share of positions with a positive / negative score."""
-    term = _ppo_term("prm", logprobs_BT, behaviour_logprobs_BT, prm_advantages_BT, prm_mask_BT,
-                     clip_low=clip_low, clip_high=clip_high, num_tokens=num_tokens)  # fmt: skip
+    term = _ppo_term(
+        "prm",
+        logprobs_BT,
+        behaviour_logprobs_BT,
+        prm_advantages_BT,
+        prm_mask_BT,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        num_tokens=num_tokens,
+    )
     with torch.no_grad():
         denominator = _denominator(prm_mask_BT, num_tokens)
         term.metrics["prm/positive_frac"] = (prm_mask_BT & (prm_advantages_BT > 0)).sum() / denominator

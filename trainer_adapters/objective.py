@@ -47,8 +47,10 @@ def _subset_term(
     student_lps = student.topk_logprobs_BTK
     if student_lps is None or student_lps.shape != entries.ids_BTE.shape:
         got = None if student_lps is None else tuple(student_lps.shape)
-        raise ValueError(f"opd_mode {config.opd_mode!r} needs student logprobs of the OPD entries "
-                         f"{tuple(entries.ids_BTE.shape)} (see opd_entry_ids), got {got}")  # fmt: skip
+        raise ValueError(
+            f"opd_mode {config.opd_mode!r} needs student logprobs of the OPD entries "
+            f"{tuple(entries.ids_BTE.shape)} (see opd_entry_ids), got {got}"
+        )
     subset = vocab_subset_mask(
         entries.in_teacher_BTE, entries.in_student_BTE, entries.known_BTE, config.opd_vocab
     )

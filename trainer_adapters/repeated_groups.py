@@ -35,8 +35,9 @@ class RepeatedGroupFilter:
                     self.dropped += 1
                     logger.warning(
                         "dropped a repeated group (id %s…): it was already trained on (%d repeats so far)",
-                        group_id[:12], self.dropped,
-                    )  # fmt: skip
+                        group_id[:12],
+                        self.dropped,
+                    )
                     continue
                 self.seen.add(group_id)
             kept.append(group)

@@ -267,8 +267,13 @@ class TorchTrainer:
                 stale.extend(dropped)
                 batch_wait_s = time.perf_counter() - waited + stale_wait_s
                 if dropped:
-                    logger.warning("dropped %d group(s) with policy lag %s > max_policy_lag %d at step %d",
-                                   len(dropped), sorted(set(dropped)), atropos.max_policy_lag, self.step)  # fmt: skip
+                    logger.warning(
+                        "dropped %d group(s) with policy lag %s > max_policy_lag %d at step %d",
+                        len(dropped),
+                        sorted(set(dropped)),
+                        atropos.max_policy_lag,
+                        self.step,
+                    )
                 if not groups:  # every group was a repeat or too stale: no step, wait for the next batch
                     stale_wait_s = batch_wait_s
                     continue

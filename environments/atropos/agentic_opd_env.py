@@ -160,8 +160,12 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
             self.policy_tracker = PolicyAdapterTracker(policy_client, self.config.policy_lora_prefix)
             if self.config.student_topk_k and self.check_servers_at_setup:
                 await check_policy_top_logprobs(policy_client, self.config.student_topk_k, self.tokenizer)
-        logger.info("agentic-opd: %d train / %d eval tasks; OPD %s", len(self.train_tasks), len(self.eval_tasks),
-                    "on" if self.pipeline else "off")  # fmt: skip
+        logger.info(
+            "agentic-opd: %d train / %d eval tasks; OPD %s",
+            len(self.train_tasks),
+            len(self.eval_tasks),
+            "on" if self.pipeline else "off",
+        )
         frozen = freeze_startup_heap()  # left out of every later full collection
         logger.debug("start-up heap frozen: %d objects", frozen)
 
@@ -249,8 +253,13 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
         self.groups_built += 1
         return group, []
 
-    async def handle_send_to_api(self, scored_data, item=None, do_send_to_api: bool = True,
-                                 abort_on_any_max_length_exceeded: bool = True):  # fmt: skip
+    async def handle_send_to_api(
+        self,
+        scored_data,
+        item=None,
+        do_send_to_api: bool = True,
+        abort_on_any_max_length_exceeded: bool = True,
+    ):
         for group in scored_data if isinstance(scored_data, list) else [scored_data]:
             self.dense_k1_notice.check(
                 group
@@ -298,9 +307,14 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
         logger.info("evaluate: %s", metrics)
         self._append_metrics({"kind": "eval", "time": time.time(), **metrics})
         if choices:  # which convention each attempt followed (environments/tasks/convention_choice.py)
-            self._append_metrics({"kind": "eval_choices", "time": time.time(),
-                                  "eval/policy_version": metrics["eval/policy_version"],
-                                  "choices": [c.record() for c in choices]})  # fmt: skip
+            self._append_metrics(
+                {
+                    "kind": "eval_choices",
+                    "time": time.time(),
+                    "eval/policy_version": metrics["eval/policy_version"],
+                    "choices": [c.record() for c in choices],
+                }
+            )
         if self.config.data_dir_to_save_evals:
             await self.evaluate_log(metrics=metrics, start_time=started, end_time=time.time())
         return metrics
@@ -411,9 +425,14 @@ class AgenticOPDEnv(CliLifecycleMixin, BaseEnv):
 
         async def sample(context: list[int], max_tokens: int) -> GeneratedSequence:
             result = await self.server.tokens_and_logprobs_completion(
-                input_ids=list(context), n=1, max_tokens=max_tokens, temperature=temperature,
-                top_p=self.config.top_p, split=split, **adapter,
-            )  # fmt: skip
+                input_ids=list(context),
+                n=1,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                top_p=self.config.top_p,
+                split=split,
+                **adapter,
+            )
             _, outputs, logprobs, finish = result[:4]
             top_ids, top_logprobs = result[4][0] if k else (None, None)
             return GeneratedSequence(outputs[0], logprobs[0], str(finish[0]), "", top_ids, top_logprobs)

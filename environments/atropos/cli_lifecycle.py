@@ -74,8 +74,11 @@ class CliLifecycleMixin:
             setup_s = time.monotonic() - started
             metrics = await self.evaluate()
             elapsed = time.monotonic() - started
-            print(format_eval_report(self.eval_report(metrics, elapsed - setup_s)),
-                  file=self.report_stream or sys.stdout, flush=True)  # fmt: skip
+            print(
+                format_eval_report(self.eval_report(metrics, elapsed - setup_s)),
+                file=self.report_stream or sys.stdout,
+                flush=True,
+            )
             return metrics
 
     def eval_report(self, metrics: dict[str, float], elapsed_s: float) -> EvalReport:

@@ -38,8 +38,9 @@ class CurrentVLLMServer(APIServer):
     health_wait_s: float = DEFAULT_HEALTH_WAIT_S
 
     def __init__(self, config: APIServerConfig, reasoning_config: ReasoningConfig | None = None):
-        self.openai = openai.AsyncClient(api_key=config.api_key or "EMPTY", base_url=config.base_url,
-                                         timeout=config.timeout)  # fmt: skip
+        self.openai = openai.AsyncClient(
+            api_key=config.api_key or "EMPTY", base_url=config.base_url, timeout=config.timeout
+        )
         self.client = VLLMCompletionsClient(
             base_url=config.base_url,
             model=config.model_name,

@@ -100,9 +100,15 @@ def build_group(
         else:
             skipped = [turn_provenance((t.start, t.end), t.message_index, "skipped") for t in traj.turns]
             ids_rows, lp_rows, opd_block = sequence_distill(
-                opd.distill_mode, opd.distill_topk, traj.tokens, traj.masks, traj.inference_logprobs,
-                empty_rows(len(traj.tokens)), spans, skipped,
-            )  # fmt: skip
+                opd.distill_mode,
+                opd.distill_topk,
+                traj.tokens,
+                traj.masks,
+                traj.inference_logprobs,
+                empty_rows(len(traj.tokens)),
+                spans,
+                skipped,
+            )
         group["distill_token_ids"].append(ids_rows)
         group["distill_logprobs"].append(lp_rows)
         override = {"turn_spans": spans, "opd": opd_block, **rollout.info}
@@ -124,6 +130,10 @@ def _process_reward(rollout: FinishedRollout, opd: OPDConfig) -> tuple[dict[str,
         return distill.prm, distill.prm_advantages
     traj = rollout.trajectory
     turns = [ProcessTurn((t.start, t.end), "skipped") for t in traj.turns]
-    block = make_prm_block(turns, m=opd.prm.judge.m, backend=opd.prm.judge.backend,
-                           at_least_one_effective=opd.prm.at_least_one_effective)  # fmt: skip
+    block = make_prm_block(
+        turns,
+        m=opd.prm.judge.m,
+        backend=opd.prm.judge.backend,
+        at_least_one_effective=opd.prm.at_least_one_effective,
+    )
     return block, process_advantages(len(traj.tokens), turns)

@@ -215,8 +215,10 @@ class GroupReplayer:
             if said_at is None or time.monotonic() - said_at >= WAIT_NOTICE_S:
                 said_at = time.monotonic()
                 state = "is not reachable" if info is None else "has no registered trainer yet"
-                self.say(f"waiting for a trainer: the Atropos API at {self.options.api_url} {state} "
-                         f"({waited:.0f} s; Ctrl-C to stop, a rerun continues)")  # fmt: skip
+                self.say(
+                    f"waiting for a trainer: the Atropos API at {self.options.api_url} {state} "
+                    f"({waited:.0f} s; Ctrl-C to stop, a rerun continues)"
+                )
             await asyncio.sleep(min(delay, WAIT_NOTICE_S))
             delay = min(self.options.backoff_max_s, delay * 2)
 
@@ -336,9 +338,13 @@ class GroupReplayer:
 
     async def _post_once(self, payload: dict[str, Any]) -> None:
         await post_payload(
-            self.options.api_url, payload, env_id=None, require_trainer=True,
-            timeout_s=self.options.request_timeout_s, session=self._session,
-        )  # fmt: skip
+            self.options.api_url,
+            payload,
+            env_id=None,
+            require_trainer=True,
+            timeout_s=self.options.request_timeout_s,
+            session=self._session,
+        )
 
     # -- the run ---------------------------------------------------------------------------------
     def _load_cursor(self) -> None:
@@ -427,9 +433,13 @@ class GroupReplayer:
                 try:
                     await self._wait_for_room(sequences)
                     await post_with_retries(
-                        self._post_once, payload, self.stats, attempts=options.send_attempts,
-                        backoff_s=options.backoff_s, backoff_max_s=options.backoff_max_s,
-                    )  # fmt: skip
+                        self._post_once,
+                        payload,
+                        self.stats,
+                        attempts=options.send_attempts,
+                        backoff_s=options.backoff_s,
+                        backoff_max_s=options.backoff_max_s,
+                    )
                 except APIRejectedError as exc:
                     self._reject(payload, line, exc)
                     self.cursor.advance(end, line, start, None)
@@ -470,10 +480,15 @@ class GroupReplayer:
                 return True
             if time.monotonic() - said_at >= WAIT_NOTICE_S:
                 said_at = time.monotonic()
-                self.say(self._queue_notice(
-                    "all groups sent; waiting for the trainer to pull the last of them", queued,
-                    self._group_sequences, started,
-                ) + f" (gives up after {self.options.drain_timeout_s:.0f} s without progress)")  # fmt: skip
+                self.say(
+                    self._queue_notice(
+                        "all groups sent; waiting for the trainer to pull the last of them",
+                        queued,
+                        self._group_sequences,
+                        started,
+                    )
+                    + f" (gives up after {self.options.drain_timeout_s:.0f} s without progress)"
+                )
             if queued != last_queued:
                 last_queued, last_change = queued, time.monotonic()
             elif time.monotonic() - last_change > self.options.drain_timeout_s:
@@ -498,9 +513,13 @@ class GroupReplayer:
                 step = int(status.get("current_step", 0))
                 saved_step = self.cursor.api_step
                 if self.options.resend_window or (saved_step is not None and step < saved_step):
-                    reason = "--resend-window" if self.options.resend_window else (
-                        f"its current_step is {step}, {saved_step} when this file was last sent: it restarted"
-                    )  # fmt: skip
+                    reason = (
+                        "--resend-window"
+                        if self.options.resend_window
+                        else (
+                            f"its current_step is {step}, {saved_step} when this file was last sent: it restarted"
+                        )
+                    )
                     lines = self.cursor.rewind_to_window()
                     self.result.resent_lines += lines
                     self.result.restarts += int(not self.options.resend_window)

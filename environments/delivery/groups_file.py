@@ -187,8 +187,12 @@ def repair_torn_tail(path: Path) -> TornTail | None:
         handle.truncate(good_end)
         handle.flush()
         os.fsync(handle.fileno())
-    logger.warning("%s ended in a torn line: cut %d byte(s) back to its last complete line (saved to %s)",
-                   path, len(torn), saved_to)  # fmt: skip
+    logger.warning(
+        "%s ended in a torn line: cut %d byte(s) back to its last complete line (saved to %s)",
+        path,
+        len(torn),
+        saved_to,
+    )
     return TornTail(len(torn), saved_to)
 
 

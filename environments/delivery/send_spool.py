@@ -395,8 +395,9 @@ class SendSpool:
             if self._stats.recovered_from_previous_run:
                 logger.warning(
                     "spool %s holds %d segment(s) from an earlier run; they are resent before new groups",
-                    self._spool.directory, self._stats.recovered_from_previous_run,
-                )  # fmt: skip
+                    self._spool.directory,
+                    self._stats.recovered_from_previous_run,
+                )
         return self._spool
 
     @property
@@ -440,8 +441,11 @@ class SendSpool:
             await self.flush()
         except OSError as exc:
             self.stats.last_error = str(exc)
-            logger.warning("resending the spool in %s failed (%s); it is tried again at the next flush",
-                           self.directory, exc)  # fmt: skip
+            logger.warning(
+                "resending the spool in %s failed (%s); it is tried again at the next flush",
+                self.directory,
+                exc,
+            )
 
     async def flush(self) -> int:
         """Resend spooled segments, oldest first, until the spool is empty or a send fails.
@@ -485,8 +489,10 @@ class SendSpool:
                             stats.last_error = str(exc)
                             logger.warning(
                                 "Atropos API still unavailable (%s); %d spooled segment(s) kept in %s",
-                                exc, len(segments), spool.directory,
-                            )  # fmt: skip
+                                exc,
+                                len(segments),
+                                spool.directory,
+                            )
                             return delivered
                         await asyncio.to_thread(spool.remove, path)
                         delivered += len(groups)
@@ -509,19 +515,23 @@ class SendSpool:
     async def _post_with_retries(self, payload) -> None:
         settings = self.settings
         await post_with_retries(
-            self._post_once, payload, self.stats,
-            attempts=settings.send_attempts, backoff_s=settings.backoff_s,
+            self._post_once,
+            payload,
+            self.stats,
+            attempts=settings.send_attempts,
+            backoff_s=settings.backoff_s,
             backoff_max_s=settings.backoff_max_s,
-        )  # fmt: skip
+        )
 
     async def _post_once(self, payload) -> None:
         await post_payload(
-            self._base_url(), payload,
+            self._base_url(),
+            payload,
             env_id=self._env_id(),
             require_trainer=self.settings.require_trainer,
             timeout_s=self.settings.request_timeout_s,
             post_json=self._post_json,
-        )  # fmt: skip
+        )
 
 
 async def register_again_until_back(register: Callable[[], Awaitable[Any]], max_wait_s: float) -> None:
@@ -529,5 +539,10 @@ async def register_again_until_back(register: Callable[[], Awaitable[Any]], max_
     and at most `max_wait_s` between tries): what `get_status` does after a restarted API forgot the
     env."""
     forever = RetryPolicy(max_attempts=sys.maxsize, base_delay_s=1.0, max_delay_s=max_wait_s)
-    await retrying(register, forever, lambda exc: isinstance(exc, Exception), logger=logger,
-                   what="re-registering with the Atropos API")  # fmt: skip
+    await retrying(
+        register,
+        forever,
+        lambda exc: isinstance(exc, Exception),
+        logger=logger,
+        what="re-registering with the Atropos API",
+    )

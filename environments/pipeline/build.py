@@ -40,10 +40,15 @@ async def build_opd_pipeline(
         timeout_s=opd.teacher.timeout_s,
         retry=RetryPolicy(max_attempts=opd.teacher.max_attempts),
     )
-    teacher = TeacherScorer(teacher_client, k=opd.distill_topk, concurrency=opd.teacher.concurrency,
-                            timeout_s=opd.teacher.timeout_s, path=opd.teacher.path,
-                            max_positions_in_flight=opd.teacher.max_positions_in_flight,
-                            local_model_dir=opd.teacher.local_model_dir)  # fmt: skip
+    teacher = TeacherScorer(
+        teacher_client,
+        k=opd.distill_topk,
+        concurrency=opd.teacher.concurrency,
+        timeout_s=opd.teacher.timeout_s,
+        path=opd.teacher.path,
+        max_positions_in_flight=opd.teacher.max_positions_in_flight,
+        local_model_dir=opd.teacher.local_model_dir,
+    )
     try:
         if opd.teacher.check_tokenizer:
             await teacher.check_tokenizer(tokenizer)

@@ -90,7 +90,7 @@ def process_reward_metrics(sequences: list[SequenceDistill]) -> dict[str, Any]:
         **{
             f"prm/scored_{name}_frac": sum(s == v for s in scores) / len(scores) if scores else 0.0
             for name, v in (("positive", 1), ("negative", -1), ("zero", 0))
-        },  # fmt: skip
+        },
         "prm/effective_turns": sum(1 for t in turns if t["effective"]),
         "prm/tie_frac": sum(1 for t in scored if t["votes"].get("tie")) / len(scored) if scored else 0.0,
         "prm/judge_latency_mean_s": statistics.fmean(latency) if latency else 0.0,

@@ -63,12 +63,20 @@ class TurnResult:
     def provenance(self) -> dict[str, Any]:
         span = self.pair.span
         return turn_provenance(
-            (span.start, span.end), span.message_index, self.status,
-            next_state_role=self.pair.next_state_role, votes=self.votes, hint=self.hint,
-            hint_insert_at=self.hint_insert_at, replaced_range=self.replaced_range,
-            replacement_ids=self.replacement_ids, teacher_prompt_len=self.teacher_prompt_len,
-            teacher_path=self.teacher_path, error=self.error, hint_selection=self.hint_selection,
-        )  # fmt: skip
+            (span.start, span.end),
+            span.message_index,
+            self.status,
+            next_state_role=self.pair.next_state_role,
+            votes=self.votes,
+            hint=self.hint,
+            hint_insert_at=self.hint_insert_at,
+            replaced_range=self.replaced_range,
+            replacement_ids=self.replacement_ids,
+            teacher_prompt_len=self.teacher_prompt_len,
+            teacher_path=self.teacher_path,
+            error=self.error,
+            hint_selection=self.hint_selection,
+        )
 
 
 @dataclass
@@ -161,16 +169,25 @@ class OPDPipeline:
             for j, row in enumerate(result.student_topk_teacher or []):
                 distill.student_topk_teacher[span.start + j] = row
         distill.ids_rows, distill.lp_rows, distill.opd = sequence_distill(
-            self.config.distill_mode, self.config.distill_topk, trajectory.tokens, trajectory.masks,
-            trajectory.inference_logprobs, (ids_rows, lp_rows), [(t.start, t.end) for t in trajectory.turns],
+            self.config.distill_mode,
+            self.config.distill_topk,
+            trajectory.tokens,
+            trajectory.masks,
+            trajectory.inference_logprobs,
+            (ids_rows, lp_rows),
+            [(t.start, t.end) for t in trajectory.turns],
             [r.provenance() for r in results],
-        )  # fmt: skip
+        )
         if trajectory.template_history is not None:
             distill.opd["template_history"] = dict(trajectory.template_history)
         if prm_turns is not None:
             prm = self.config.prm
-            distill.prm = make_prm_block(prm_turns, m=prm.judge.m, backend=getattr(self.prm_judge, "name", "?"),
-                                         at_least_one_effective=prm.at_least_one_effective)  # fmt: skip
+            distill.prm = make_prm_block(
+                prm_turns,
+                m=prm.judge.m,
+                backend=getattr(self.prm_judge, "name", "?"),
+                at_least_one_effective=prm.at_least_one_effective,
+            )
             distill.prm_advantages = process_advantages(len(trajectory.tokens), prm_turns)
         distill.duration_s = time.perf_counter() - started
         return distill
@@ -232,8 +249,10 @@ class OPDPipeline:
         candidates = list(dict.fromkeys(verdict.outcome.candidates)) or [verdict.hint]
         teacher_choice = policy in TEACHER_POLICIES and len(candidates) > 1
         if not teacher_choice:
-            selection = select_by_text(list(verdict.outcome.candidates) or [verdict.hint],
-                                       policy if policy in TEXT_POLICIES else "representative")  # fmt: skip
+            selection = select_by_text(
+                list(verdict.outcome.candidates) or [verdict.hint],
+                policy if policy in TEXT_POLICIES else "representative",
+            )
             result.hint_selection = selection.as_dict()
             candidates = [selection.hint]
         try:

@@ -126,11 +126,16 @@ def policy_role_servers(servers: Sequence[Any]) -> tuple[RoleServer, ...]:
     """The policy roles of Atropos `APIServerConfig`s (`base_url`, `model_name`, `api_key`)."""
     count = len(servers)
     return tuple(
-        RoleServer("policy" if count == 1 else f"policy {i}", s.base_url, s.model_name, s.api_key,
-                   url_setting="openai.base_url" if count == 1 else f"openai[{i}].base_url",
-                   model_setting="openai.model_name" if count == 1 else f"openai[{i}].model_name")
+        RoleServer(
+            "policy" if count == 1 else f"policy {i}",
+            s.base_url,
+            s.model_name,
+            s.api_key,
+            url_setting="openai.base_url" if count == 1 else f"openai[{i}].base_url",
+            model_setting="openai.model_name" if count == 1 else f"openai[{i}].model_name",
+        )
         for i, s in enumerate(servers)
-    )  # fmt: skip
+    )
 
 
 def resolve_roles(
@@ -148,29 +153,49 @@ def resolve_roles(
         teacher = RoleServer("teacher", None, None, note=unused)
     else:
         judge = hint_judge
-        teacher = _own_or_fallback("teacher", opd.teacher.base_url, opd.teacher.model,
-                                   opd.teacher.resolved_api_key(), first, which, names.teacher)  # fmt: skip
+        teacher = _own_or_fallback(
+            "teacher",
+            opd.teacher.base_url,
+            opd.teacher.model,
+            opd.teacher.resolved_api_key(),
+            first,
+            which,
+            names.teacher,
+        )
     prm_judge = None
     if opd.prm.enabled:
         follows = hint_judge if hint_judge.base_url is not None else first
-        prm_judge = _judge_role("prm judge", opd.prm.judge, follows,
-                                "the hint judge's server" if follows is hint_judge else which,
-                                names.prm_judge)  # fmt: skip
+        prm_judge = _judge_role(
+            "prm judge",
+            opd.prm.judge,
+            follows,
+            "the hint judge's server" if follows is hint_judge else which,
+            names.prm_judge,
+        )
     teacher_is_policy = opd.enabled and opd.teacher.base_url is None and opd.teacher.model is None
     return RoleServers(policy, judge, teacher, prm_judge, teacher_is_policy)
 
 
-def _judge_role(role: str, config: JudgeConfig, fallback: RoleServer | None, which: str,
-                prefix: str) -> RoleServer:  # fmt: skip
+def _judge_role(
+    role: str, config: JudgeConfig, fallback: RoleServer | None, which: str, prefix: str
+) -> RoleServer:
     if config.backend != "llm":
         return RoleServer(role, None, None, note=f"{config.backend} backend, offline (no server)")
     key = config.resolved_api_key()
-    return _own_or_fallback(role, config.base_url, config.model, key if has_key(key) else None,
-                            fallback, which, prefix)  # fmt: skip
+    return _own_or_fallback(
+        role, config.base_url, config.model, key if has_key(key) else None, fallback, which, prefix
+    )
 
 
-def _own_or_fallback(role: str, base_url: str | None, model: str | None, own_key: str | None,
-                     fallback: RoleServer | None, which: str, prefix: str) -> RoleServer:  # fmt: skip
+def _own_or_fallback(
+    role: str,
+    base_url: str | None,
+    model: str | None,
+    own_key: str | None,
+    fallback: RoleServer | None,
+    which: str,
+    prefix: str,
+) -> RoleServer:
     """A role's own endpoint where set, else its fallback's URL and key; its own model, else the
     fallback's model name."""
     url_setting, model_setting = prefix + "base_url", prefix + "model"
@@ -237,8 +262,13 @@ async def _list_models(url: str, api_key: str | None, timeout_s: float) -> Listi
     """What `url` serves, or a string saying why the listing is not usable. Raises
     `ServerUnreachableError`/`TransientServerError` when nothing answers."""
     where = f"GET {url}/models"
-    answer = await http.request("GET", f"{url}/models", api_key=api_key, timeout_s=timeout_s,
-                                connect_timeout_s=min(CONNECT_TIMEOUT_S, timeout_s))  # fmt: skip
+    answer = await http.request(
+        "GET",
+        f"{url}/models",
+        api_key=api_key,
+        timeout_s=timeout_s,
+        connect_timeout_s=min(CONNECT_TIMEOUT_S, timeout_s),
+    )
     if answer.status != 200:
         return f"{where} answered {answer.status}"
     try:

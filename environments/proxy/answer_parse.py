@@ -22,8 +22,14 @@ class AnswerParts:
     calls: list[ToolCall]
 
 
-def answer_parts(text: str, tools: list[dict[str, Any]] | None, *, tool_calls: bool,
-                 in_reasoning: bool = False, thinking: bool = True) -> AnswerParts:  # fmt: skip
+def answer_parts(
+    text: str,
+    tools: list[dict[str, Any]] | None,
+    *,
+    tool_calls: bool,
+    in_reasoning: bool = False,
+    thinking: bool = True,
+) -> AnswerParts:
     """`tool_calls`: the answer may hold calls (tools given, tool_choice not "none"); `thinking`:
     the model may open a `<think>` block."""
     split = split_text(text, tool_calls=tool_calls, in_reasoning=in_reasoning, thinking=thinking)

@@ -89,8 +89,9 @@ class AtroposSink:
         self, api_url: str, spool_dir: str | os.PathLike[str], settings: SpoolSettings | None = None
     ) -> None:
         self.api_url = api_url.rstrip("/")
-        self.spool = SendSpool(spool_dir, base_url=lambda: self.api_url, env_id=lambda: None, post_json=None,
-                               settings=settings)  # fmt: skip
+        self.spool = SendSpool(
+            spool_dir, base_url=lambda: self.api_url, env_id=lambda: None, post_json=None, settings=settings
+        )
         self.written = 0
         self._batch_size: int | None = None
 

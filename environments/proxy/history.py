@@ -83,8 +83,16 @@ def template_form(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     continue
                 function = _function(call)
                 names[str(call.get("id"))] = str(function.get("name"))
-                converted["tool_calls"].append({"id": call.get("id"), "type": "function", "function": {
-                    "name": str(function.get("name")), "arguments": _arguments(function.get("arguments"))}})  # fmt: skip
+                converted["tool_calls"].append(
+                    {
+                        "id": call.get("id"),
+                        "type": "function",
+                        "function": {
+                            "name": str(function.get("name")),
+                            "arguments": _arguments(function.get("arguments")),
+                        },
+                    }
+                )
         if role == "tool":
             converted["tool_call_id"] = message.get("tool_call_id")
             converted["name"] = message.get("name") or names.get(str(message.get("tool_call_id")), "tool")

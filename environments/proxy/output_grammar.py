@@ -19,17 +19,50 @@ from hermes_opd.contract.errors import HermesOPDError
 MAX_RULES = 2000
 """A schema that needs more rules than this is refused (a request's cost must stay bounded)."""
 
-ANNOTATIONS = frozenset({
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "format", "strict",
-    "readOnly", "writeOnly", "deprecated", "additionalProperties", "nullable", "discriminator",
-    "contentMediaType", "contentEncoding", "$defs", "definitions", "unevaluatedProperties",
-})  # fmt: skip
+ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$schema",
+        "$id",
+        "$comment",
+        "format",
+        "strict",
+        "readOnly",
+        "writeOnly",
+        "deprecated",
+        "additionalProperties",
+        "nullable",
+        "discriminator",
+        "contentMediaType",
+        "contentEncoding",
+        "$defs",
+        "definitions",
+        "unevaluatedProperties",
+    }
+)
 """Keys that change nothing a grammar must enforce (`additionalProperties` is honoured by
 emitting only the declared properties; `format` is an annotation in JSON Schema 2020-12)."""
-HANDLED = frozenset({
-    "type", "properties", "required", "items", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
-    "minItems", "maxItems", "minLength", "maxLength",
-})  # fmt: skip
+HANDLED = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "$ref",
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+    }
+)
 
 BASE_RULES = {
     "jstring": '"\\"" jchar* "\\""',

@@ -34,16 +34,30 @@ def turn_record(sample: TurnSample) -> dict[str, Any]:
     """A JSON-ready record of `sample` (every field of its trajectory, exactly)."""
     t = sample.trajectory
     trajectory = {
-        "tokens": t.tokens, "masks": t.masks, "inference_logprobs": t.inference_logprobs,
-        "messages": t.messages, "turns": [[s.start, s.end, s.message_index] for s in t.turns],
-        "content_ends": [[k, v] for k, v in t.content_ends.items()], "tools": t.tools,
-        "template_history": t.template_history, "sequence_index": t.sequence_index,
+        "tokens": t.tokens,
+        "masks": t.masks,
+        "inference_logprobs": t.inference_logprobs,
+        "messages": t.messages,
+        "turns": [[s.start, s.end, s.message_index] for s in t.turns],
+        "content_ends": [[k, v] for k, v in t.content_ends.items()],
+        "tools": t.tools,
+        "template_history": t.template_history,
+        "sequence_index": t.sequence_index,
         "sampled_topk": [[p, list(ids), list(lps)] for p, (ids, lps) in t.sampled_topk.items()],
-        "finish_reason": t.finish_reason, "score": t.score, "info": t.info,
-    }  # fmt: skip
-    return {"format": FORMAT, "session": sample.session, "turn": sample.turn, "policy_model": sample.policy_model,
-            "policy_version": sample.policy_version, "attempts": sample.attempts, "info": sample.info,
-            "trajectory": trajectory}  # fmt: skip
+        "finish_reason": t.finish_reason,
+        "score": t.score,
+        "info": t.info,
+    }
+    return {
+        "format": FORMAT,
+        "session": sample.session,
+        "turn": sample.turn,
+        "policy_model": sample.policy_model,
+        "policy_version": sample.policy_version,
+        "attempts": sample.attempts,
+        "info": sample.info,
+        "trajectory": trajectory,
+    }
 
 
 def turn_from_record(record: dict[str, Any]) -> TurnSample:
@@ -52,15 +66,29 @@ def turn_from_record(record: dict[str, Any]) -> TurnSample:
         raise ValueError(f"not a pending turn (format {record.get('format')!r})")
     t = record["trajectory"]
     trajectory = Trajectory(
-        tokens=list(t["tokens"]), masks=list(t["masks"]), inference_logprobs=list(t["inference_logprobs"]),
-        messages=list(t["messages"]), turns=[TurnSpan(int(a), int(b), int(m)) for a, b, m in t["turns"]],
-        content_ends={int(k): int(v) for k, v in t["content_ends"]}, tools=t["tools"],
-        template_history=t["template_history"], sequence_index=int(t["sequence_index"]),
+        tokens=list(t["tokens"]),
+        masks=list(t["masks"]),
+        inference_logprobs=list(t["inference_logprobs"]),
+        messages=list(t["messages"]),
+        turns=[TurnSpan(int(a), int(b), int(m)) for a, b, m in t["turns"]],
+        content_ends={int(k): int(v) for k, v in t["content_ends"]},
+        tools=t["tools"],
+        template_history=t["template_history"],
+        sequence_index=int(t["sequence_index"]),
         sampled_topk={int(p): (list(ids), list(lps)) for p, ids, lps in t["sampled_topk"]},
-        finish_reason=t["finish_reason"], score=float(t["score"]), info=dict(t["info"]),
-    )  # fmt: skip
-    return TurnSample(trajectory, str(record["session"]), int(record["turn"]), str(record["policy_model"]),
-                      int(record["policy_version"]), int(record["attempts"]), dict(record["info"]))  # fmt: skip
+        finish_reason=t["finish_reason"],
+        score=float(t["score"]),
+        info=dict(t["info"]),
+    )
+    return TurnSample(
+        trajectory,
+        str(record["session"]),
+        int(record["turn"]),
+        str(record["policy_model"]),
+        int(record["policy_version"]),
+        int(record["attempts"]),
+        dict(record["info"]),
+    )
 
 
 def save(path: Path, samples: Iterable[TurnSample]) -> int:

@@ -87,8 +87,10 @@ class BodyReader:
                             code="request_too_large",
                         )
                     if size > reserved and self.in_flight + size - reserved > limits.max_bytes_in_flight:
-                        raise WireError("the proxy is reading too many large requests right now; retry later",
-                                        "overloaded")  # fmt: skip
+                        raise WireError(
+                            "the proxy is reading too many large requests right now; retry later",
+                            "overloaded",
+                        )
                     chunks.append(chunk)
         except TimeoutError:
             raise WireError(

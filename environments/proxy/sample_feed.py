@@ -121,11 +121,17 @@ class _Unwritten:
 class SampleFeed:
     """Bounded queue + workers + per-version batching."""
 
-    def __init__(self, pipeline: OPDPipeline | None, opd: OPDConfig, write: Callable[[dict[str, Any]], Awaitable[None]],
-                 settings: FeedSettings, newest_version: Callable[[], int],
-                 before_process: Callable[[], Awaitable[None]] | None = None,
-                 flush_sink: Callable[[], Awaitable[None]] | None = None,
-                 batch_size: Callable[[], Awaitable[int | None]] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        pipeline: OPDPipeline | None,
+        opd: OPDConfig,
+        write: Callable[[dict[str, Any]], Awaitable[None]],
+        settings: FeedSettings,
+        newest_version: Callable[[], int],
+        before_process: Callable[[], Awaitable[None]] | None = None,
+        flush_sink: Callable[[], Awaitable[None]] | None = None,
+        batch_size: Callable[[], Awaitable[int | None]] | None = None,
+    ) -> None:
         self.pipeline = pipeline
         self.opd = opd
         self.write = write
@@ -221,8 +227,12 @@ class SampleFeed:
             self.queue.put_nowait(sample)
         except asyncio.QueueFull:
             self.stats.dropped_queue_full += 1
-            logger.warning("sample queue full (%d): turn %d of session %s not trained",
-                           self.settings.queue_size, sample.turn, sample.session)  # fmt: skip
+            logger.warning(
+                "sample queue full (%d): turn %d of session %s not trained",
+                self.settings.queue_size,
+                sample.turn,
+                sample.session,
+            )
             return False
         self.stats.submitted += 1
         return True
@@ -238,8 +248,11 @@ class SampleFeed:
         if not samples:
             return
         self.stats.reloaded_at_start += len(samples)
-        logger.warning("reloaded %d turn(s) an earlier run could not deliver (%s); they are scored again",
-                       len(samples), path)  # fmt: skip
+        logger.warning(
+            "reloaded %d turn(s) an earlier run could not deliver (%s); they are scored again",
+            len(samples),
+            path,
+        )
         for sample in samples:
             self._requeue(sample, 0.0)
 
@@ -256,15 +269,20 @@ class SampleFeed:
             saved = pending_turns.save(path, samples)
         except OSError as exc:
             self.stats.lost_at_stop += len(samples)
-            logger.error("%d turn(s) not delivered at stop could not be saved to %s (%s): lost",
-                         len(samples), path, exc)  # fmt: skip
+            logger.error(
+                "%d turn(s) not delivered at stop could not be saved to %s (%s): lost",
+                len(samples),
+                path,
+                exc,
+            )
             with contextlib.suppress(OSError):
                 path.unlink()  # its turns were reloaded by this run: never deliver them twice
             return
         self.stats.persisted_at_stop += saved
         if saved:
-            logger.warning("%d turn(s) not delivered at stop saved to %s; the next start delivers them",
-                           saved, path)  # fmt: skip
+            logger.warning(
+                "%d turn(s) not delivered at stop saved to %s; the next start delivers them", saved, path
+            )
 
     # -- work ----------------------------------------------------------------------------------
     async def _worker(self) -> None:
@@ -303,9 +321,17 @@ class SampleFeed:
             self.stats.scored_turns += scored
             self.stats.unscored_turns += len(distill.turns) - scored
         lag = max(0, self.newest_version() - sample.policy_version)
-        info = {PROXY_KEY: {"session": sample.session, "turn": sample.turn, "policy_model": sample.policy_model,
-                            POLICY_VERSION_KEY: sample.policy_version, "policy_lag": lag,
-                            "attempts": sample.attempts + 1, **sample.info}}  # fmt: skip
+        info = {
+            PROXY_KEY: {
+                "session": sample.session,
+                "turn": sample.turn,
+                "policy_model": sample.policy_model,
+                POLICY_VERSION_KEY: sample.policy_version,
+                "policy_lag": lag,
+                "attempts": sample.attempts + 1,
+                **sample.info,
+            }
+        }
         rollout = FinishedRollout(trajectory=sample.trajectory, score=0.0, distill=distill, info=info)
         async with self._batch_lock:
             self._batches.setdefault(sample.policy_version, []).append(
@@ -318,8 +344,12 @@ class SampleFeed:
         first = sample.info.setdefault("first_attempt_at", time.time())
         if time.time() - first > self.settings.retry_window_s:
             self.stats.gave_up += 1
-            logger.warning("turn %d of session %s: judge/teacher still failing after %.0f s; sent unscored",
-                           sample.turn, sample.session, self.settings.retry_window_s)  # fmt: skip
+            logger.warning(
+                "turn %d of session %s: judge/teacher still failing after %.0f s; sent unscored",
+                sample.turn,
+                sample.session,
+                self.settings.retry_window_s,
+            )
             return False
         delay = min(self.settings.retry_backoff_max_s, self.settings.retry_backoff_s * 2**sample.attempts)
         sample.attempts += 1
@@ -360,8 +390,13 @@ class SampleFeed:
         if size != self._group_size_logged:
             self._group_size_logged = size
             if size != wanted:
-                logger.warning("groups of %d samples (samples_per_group %d does not divide the trainer's batch "
-                               "size %d; uneven groups could wait in the API for good)", size, wanted, batch)  # fmt: skip
+                logger.warning(
+                    "groups of %d samples (samples_per_group %d does not divide the trainer's batch "
+                    "size %d; uneven groups could wait in the API for good)",
+                    size,
+                    wanted,
+                    batch,
+                )
         return size
 
     async def flush_batches(self, force: bool = False) -> None:
@@ -441,8 +476,11 @@ class SampleFeed:
         self.stats.groups_written += 1
         self.stats.groups_waiting = len(self._unwritten)
         if self._write_failing:
-            logger.warning("groups are written again after %d failed attempt(s) (%d still queued)",
-                           self.stats.write_failures, len(self._unwritten))  # fmt: skip
+            logger.warning(
+                "groups are written again after %d failed attempt(s) (%d still queued)",
+                self.stats.write_failures,
+                len(self._unwritten),
+            )
             self._write_failing = self.stats.disk_full = False
             self._next_write_at = 0.0
 
@@ -474,9 +512,13 @@ class SampleFeed:
             self._write_delay = self.settings.retry_backoff_s
             stats.write_failure_episodes += 1
             stats.disk_full_episodes += disk_full
-            logger.error("%s: %d group(s) kept in memory and tried again every %g-%g s until it works",
-                         "disk full" if disk_full else f"writing a group failed ({exc})", len(self._unwritten),
-                         self.settings.retry_backoff_s, self.settings.retry_backoff_max_s)  # fmt: skip
+            logger.error(
+                "%s: %d group(s) kept in memory and tried again every %g-%g s until it works",
+                "disk full" if disk_full else f"writing a group failed ({exc})",
+                len(self._unwritten),
+                self.settings.retry_backoff_s,
+                self.settings.retry_backoff_max_s,
+            )
         else:
             self._write_delay = min(self.settings.retry_backoff_max_s, self._write_delay * 2)
         stats.disk_full = disk_full

@@ -37,11 +37,18 @@ ANTHROPIC_PREFIX = "/v1/messages"
 def error_response(path: str, error: WireError) -> web.Response:
     """`error` in the shape of the wire `path` belongs to."""
     if path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/"):
-        kinds = {"authentication": "authentication_error", "permission": "permission_error",
-                 "not_found": "not_found_error", "too_large": "request_too_large", "overloaded": "overloaded_error",
-                 "upstream": "api_error"}  # fmt: skip
-        body: dict[str, Any] = {"type": "error", "error": {"type": kinds.get(error.kind, "invalid_request_error"),
-                                                           "message": error.message}}  # fmt: skip
+        kinds = {
+            "authentication": "authentication_error",
+            "permission": "permission_error",
+            "not_found": "not_found_error",
+            "too_large": "request_too_large",
+            "overloaded": "overloaded_error",
+            "upstream": "api_error",
+        }
+        body: dict[str, Any] = {
+            "type": "error",
+            "error": {"type": kinds.get(error.kind, "invalid_request_error"), "message": error.message},
+        }
         return web.json_response(body, status=error.status)
     return web.json_response(error_body(error), status=error.status)
 
@@ -49,18 +56,24 @@ def error_response(path: str, error: WireError) -> web.Response:
 class ProxyServer:
     """One proxy: its HTTP app in front of its `TurnService`."""
 
-    def __init__(self, config: ProxyConfig, tokenizer: Any, feed: SampleFeed | None,
-                 client: VLLMCompletionsClient) -> None:  # fmt: skip
+    def __init__(
+        self, config: ProxyConfig, tokenizer: Any, feed: SampleFeed | None, client: VLLMCompletionsClient
+    ) -> None:
         self.config = config
         self.service = TurnService(config, tokenizer, feed, client)
         self._keys = {k: "train" for k in config.api_keys} | {k: "serve" for k in config.serve_only_keys}
         self.app = web.Application(
             client_max_size=config.max_request_bytes, middlewares=[self._errors, self._auth]
         )
-        self.app[BODY_READER] = BodyReader(BodyLimits(
-            max_bytes=config.max_request_bytes, max_depth=config.max_request_depth,
-            read_timeout_s=config.body_read_timeout_s, max_bytes_in_flight=config.max_bytes_in_flight),
-            self.service.planner)  # fmt: skip
+        self.app[BODY_READER] = BodyReader(
+            BodyLimits(
+                max_bytes=config.max_request_bytes,
+                max_depth=config.max_request_depth,
+                read_timeout_s=config.body_read_timeout_s,
+                max_bytes_in_flight=config.max_bytes_in_flight,
+            ),
+            self.service.planner,
+        )
         self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_delete("/v1/sessions/{session_id}", self.end_session)
         self.app.router.add_get("/health", self.health)
@@ -115,15 +128,27 @@ class ProxyServer:
         except WireError as exc:
             return error_response(request.path, exc)
         except web.HTTPNotFound:
-            return error_response(request.path, WireError(f"no route {request.method} {request.path[:200]}",
-                                                          "not_found", code="unknown_url"))  # fmt: skip
+            return error_response(
+                request.path,
+                WireError(f"no route {request.method} {request.path[:200]}", "not_found", code="unknown_url"),
+            )
         except web.HTTPMethodNotAllowed as exc:
-            return error_response(request.path, WireError(
-                f"{request.method} is not allowed on {request.path[:200]}; allowed: {', '.join(sorted(exc.allowed_methods))}",
-                "method_not_allowed"))  # fmt: skip
+            return error_response(
+                request.path,
+                WireError(
+                    f"{request.method} is not allowed on {request.path[:200]}; allowed: {', '.join(sorted(exc.allowed_methods))}",
+                    "method_not_allowed",
+                ),
+            )
         except web.HTTPRequestEntityTooLarge:
-            return error_response(request.path, WireError(f"request body over {self.config.max_request_bytes} bytes",
-                                                          "too_large", code="request_too_large"))  # fmt: skip
+            return error_response(
+                request.path,
+                WireError(
+                    f"request body over {self.config.max_request_bytes} bytes",
+                    "too_large",
+                    code="request_too_large",
+                ),
+            )
 
     @web.middleware
     async def _auth(self, request: web.Request, handler):
@@ -149,8 +174,14 @@ class ProxyServer:
 
     # -- routes --------------------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": self.config.model_name, "object": "model", "created": 0, "owned_by": "hermes-opd"}]})  # fmt: skip
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {"id": self.config.model_name, "object": "model", "created": 0, "owned_by": "hermes-opd"}
+                ],
+            }
+        )
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -158,9 +189,14 @@ class ProxyServer:
     def metrics_snapshot(self) -> dict[str, Any]:
         """Everything `/metrics` exposes, as one dict (also served as JSON at `/metrics.json`)."""
         service = self.service
-        body: dict[str, Any] = {"counts": dict(self.counts), "sessions": len(service.table),
-                                "tokens_held": service.table.tokens_held, "policy_model": service.weights.model,
-                                "policy_version": service.weights.version, "latency": service.latency.summary()}  # fmt: skip
+        body: dict[str, Any] = {
+            "counts": dict(self.counts),
+            "sessions": len(service.table),
+            "tokens_held": service.table.tokens_held,
+            "policy_model": service.weights.model,
+            "policy_version": service.weights.version,
+            "latency": service.latency.summary(),
+        }
         if service.feed is not None:
             body["feed"] = {**asdict(service.feed.stats), "pending": service.feed.pending}
             body["counts"].update(service.feed.judge_feedback_counts())

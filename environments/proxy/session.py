@@ -165,15 +165,24 @@ class SessionState:
         ordered = sorted(self.branches, key=lambda b: b.used, reverse=True)
         for branch in ordered:
             n = len(branch.expected)
-            if (tools == branch.tools and len(seen) > n and seen[:n] == branch.expected
-                    and all(c[0] != "assistant" for c in seen_c[n:])):  # fmt: skip
+            if (
+                tools == branch.tools
+                and len(seen) > n
+                and seen[:n] == branch.expected
+                and all(c[0] != "assistant" for c in seen_c[n:])
+            ):
                 return self._continue(branch, rendered, seen, tools)
         for branch in ordered:
             p = len(branch.expected) - 1
-            if (branch.waiting is not None and tools == branch.tools and len(seen) > p + 1
-                    and seen[:p] == branch.expected[:p] and seen[p] != branch.expected[p]
-                    and rerenders(branch.reply, seen_c[p])
-                    and all(c[0] != "assistant" for c in seen_c[p + 1 :])):  # fmt: skip
+            if (
+                branch.waiting is not None
+                and tools == branch.tools
+                and len(seen) > p + 1
+                and seen[:p] == branch.expected[:p]
+                and seen[p] != branch.expected[p]
+                and rerenders(branch.reply, seen_c[p])
+                and all(c[0] != "assistant" for c in seen_c[p + 1 :])
+            ):
                 finished = _with_next_state(branch, rendered[p + 1 :])
                 digest = history_digest(self.owner, seen[: p + 1])
                 return self._fresh(rendered, seen, tools, "history_rerendered", branch, finished, digest)
@@ -194,8 +203,13 @@ class SessionState:
         own = not self.named and bool(self.branches)
         return self._fresh(rendered, seen, tools, reason, own_session=own)
 
-    def _continue(self, branch: Branch, rendered: list[dict[str, Any]], seen: tuple[str, ...],
-                  tools: list[dict[str, Any]] | None) -> Plan:  # fmt: skip
+    def _continue(
+        self,
+        branch: Branch,
+        rendered: list[dict[str, Any]],
+        seen: tuple[str, ...],
+        tools: list[dict[str, Any]] | None,
+    ) -> Plan:
         n = len(branch.expected)
         digest = history_digest(self.owner, branch.expected)
         recorder = _copy(branch.recorder)
@@ -211,9 +225,17 @@ class SessionState:
             finished = (cut_turn(record, len(record.turns) - 1), branch.waiting)
         return Plan(context, None, recorder, seen, tools, branch, finished, False, digest, self.version)
 
-    def _fresh(self, rendered: list[dict[str, Any]], seen: tuple[str, ...], tools: list[dict[str, Any]] | None,
-               reason: str, branch: Branch | None = None, finished: Finished | None = None,
-               continued: str | None = None, own_session: bool = False) -> Plan:  # fmt: skip
+    def _fresh(
+        self,
+        rendered: list[dict[str, Any]],
+        seen: tuple[str, ...],
+        tools: list[dict[str, Any]] | None,
+        reason: str,
+        branch: Branch | None = None,
+        finished: Finished | None = None,
+        continued: str | None = None,
+        own_session: bool = False,
+    ) -> Plan:
         recorder = TranscriptRecorder(self.tokenizer, tools)
         context = recorder.start(rendered)
         return Plan(
@@ -221,8 +243,16 @@ class SessionState:
         )
 
     # -- commit (the only mutation) ------------------------------------------------------------
-    def commit(self, plan: Plan, generated: Any, assistant_message: dict[str, Any], raw_text: str,
-               reply_message: dict[str, Any], policy: tuple[str, int], record: bool = True) -> Committed:  # fmt: skip
+    def commit(
+        self,
+        plan: Plan,
+        generated: Any,
+        assistant_message: dict[str, Any],
+        raw_text: str,
+        reply_message: dict[str, Any],
+        policy: tuple[str, int],
+        record: bool = True,
+    ) -> Committed:
         """Record the answer to a planned request. `record=False`: served, not recorded (the turn
         this request finished is still delivered; the branch it continued ends)."""
         if plan.version != self.version:
@@ -265,8 +295,14 @@ class SessionState:
             _hollow_finished(recorder)
             reply = comparable(reply_message)
             target.tick += 1
-            new = Branch(recorder, (*plan.expected, message_digest(reply)), reply, plan.tools,
-                         (target.turn_count, *policy), target.tick)  # fmt: skip
+            new = Branch(
+                recorder,
+                (*plan.expected, message_digest(reply)),
+                reply,
+                plan.tools,
+                (target.turn_count, *policy),
+                target.tick,
+            )
             target.turn_count += 1
             target.branches.append(new)
             target.version += int(target is not self)
@@ -312,8 +348,9 @@ class SessionState:
         return waiting
 
 
-def _divergence(branch: Branch, seen: tuple[str, ...], seen_c: list[Comparable],
-                tools: list[dict[str, Any]] | None) -> str:  # fmt: skip
+def _divergence(
+    branch: Branch, seen: tuple[str, ...], seen_c: list[Comparable], tools: list[dict[str, Any]] | None
+) -> str:
     """Why the request does not continue the branch it resembles most (the newest)."""
     if tools != branch.tools:
         return "tools_changed"

@@ -62,9 +62,17 @@ class HeldSession:
 class SessionTable:
     """Sessions keyed by (owner, id); `owner` is the API key's name, so keys never share sessions."""
 
-    def __init__(self, tokenizer: Any, *, max_sessions: int = 4096, max_sessions_per_key: int | None = None,
-                 max_branches: int = 4, max_session_tokens: int = 65536, max_held_tokens: int = 8_000_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        max_sessions: int = 4096,
+        max_sessions_per_key: int | None = None,
+        max_branches: int = 4,
+        max_session_tokens: int = 65536,
+        max_held_tokens: int = 8_000_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.tokenizer = tokenizer
         self.max_sessions = max_sessions
         self.max_sessions_per_key = max_sessions_per_key or max_sessions
@@ -93,9 +101,14 @@ class SessionTable:
 
     @classmethod
     def from_config(cls, tokenizer: Any, config: ProxyConfig) -> SessionTable:
-        return cls(tokenizer, max_sessions=config.max_sessions, max_sessions_per_key=config.max_sessions_per_key,
-                   max_branches=config.max_branches_per_session, max_session_tokens=config.max_session_tokens,
-                   max_held_tokens=config.max_held_tokens)  # fmt: skip
+        return cls(
+            tokenizer,
+            max_sessions=config.max_sessions,
+            max_sessions_per_key=config.max_sessions_per_key,
+            max_branches=config.max_branches_per_session,
+            max_session_tokens=config.max_session_tokens,
+            max_held_tokens=config.max_held_tokens,
+        )
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -132,9 +145,12 @@ class SessionTable:
                 if held is not None:
                     self._touch(held)
                     return held, False
-            found = [held for key in self._by_request.get(history_digest(owner, seen[:last]), ())
-                     if (held := self.sessions.get(key)) is not None
-                     and any(_rerendered_by(b, seen, seen_c[last]) for b in held.state.branches)]  # fmt: skip
+            found = [
+                held
+                for key in self._by_request.get(history_digest(owner, seen[:last]), ())
+                if (held := self.sessions.get(key)) is not None
+                and any(_rerendered_by(b, seen, seen_c[last]) for b in held.state.branches)
+            ]
             if len(found) == 1:
                 self._touch(found[0])
                 return found[0], False
@@ -148,10 +164,25 @@ class SessionTable:
     def find(self, owner: str, session_id: str) -> HeldSession | None:
         return self.sessions.get((owner, session_id))
 
-    def _state(self, owner: str, session_id: str, *, named: bool = False, private: bool = False,
-               origin: str | None = None) -> SessionState:  # fmt: skip
-        state = SessionState(session_id, self.tokenizer, owner=owner, named=named, private=private, origin=origin,
-                             max_branches=self.max_branches, max_tokens=self.max_session_tokens)  # fmt: skip
+    def _state(
+        self,
+        owner: str,
+        session_id: str,
+        *,
+        named: bool = False,
+        private: bool = False,
+        origin: str | None = None,
+    ) -> SessionState:
+        state = SessionState(
+            session_id,
+            self.tokenizer,
+            owner=owner,
+            named=named,
+            private=private,
+            origin=origin,
+            max_branches=self.max_branches,
+            max_tokens=self.max_session_tokens,
+        )
         if private:
             state.on_commit = lambda _s, _t, _n, counts: self.counts.update(counts)
         else:
@@ -354,5 +385,10 @@ class SessionTable:
 
 def _rerendered_by(branch: Branch, seen: list[str], assistant: Any) -> bool:
     p = len(branch.expected) - 1
-    return (branch.waiting is not None and len(seen) == p + 1 and tuple(seen[:p]) == branch.expected[:p]
-            and seen[p] != branch.expected[p] and rerenders(branch.reply, assistant))  # fmt: skip
+    return (
+        branch.waiting is not None
+        and len(seen) == p + 1
+        and tuple(seen[:p]) == branch.expected[:p]
+        and seen[p] != branch.expected[p]
+        and rerenders(branch.reply, assistant)
+    )

@@ -52,8 +52,12 @@ def call_markup(tokenizer: Any, tools: list[dict[str, Any]]) -> CallMarkup:
         one = _render(
             tokenizer, [*user, {"role": "assistant", "content": "", "tool_calls": [call(0)]}], tools, False
         )
-        two = _render(tokenizer, [*user, {"role": "assistant", "content": "", "tool_calls": [call(0), call(1)]}],
-                      tools, False)  # fmt: skip
+        two = _render(
+            tokenizer,
+            [*user, {"role": "assistant", "content": "", "tool_calls": [call(0), call(1)]}],
+            tools,
+            False,
+        )
     except Exception as exc:  # noqa: BLE001 - a template's own error: the constraint cannot be built
         raise GrammarError(f"the model's chat template cannot render a tool call ({exc})") from exc
     args = json.dumps(_SENTINEL_ARGS, ensure_ascii=False)

@@ -87,8 +87,9 @@ class Sampled:
 class TurnService:
     """One proxy's answers: the policy client, the session table, the live weights, the feed."""
 
-    def __init__(self, config: ProxyConfig, tokenizer: Any, feed: SampleFeed | None,
-                 client: VLLMCompletionsClient) -> None:  # fmt: skip
+    def __init__(
+        self, config: ProxyConfig, tokenizer: Any, feed: SampleFeed | None, client: VLLMCompletionsClient
+    ) -> None:
         self.config = config
         self.tokenizer = tokenizer
         self.feed = feed
@@ -126,8 +127,13 @@ class TurnService:
         started = time.perf_counter()
         self.counts["requests"] += 1
         if conversation.model != self.config.model_name:
-            raise WireError(f"The model {conversation.model!r:.100} does not exist; this proxy serves "
-                            f"{self.config.model_name!r}.", "not_found", param="model", code="model_not_found")  # fmt: skip
+            raise WireError(
+                f"The model {conversation.model!r:.100} does not exist; this proxy serves "
+                f"{self.config.model_name!r}.",
+                "not_found",
+                param="model",
+                code="model_not_found",
+            )
         held, _created = self.table.resolve(caller, conversation)
         async with held.lock:
             prepared = await self._prepare(held, conversation)
@@ -166,22 +172,35 @@ class TurnService:
         finally:
             self._planning -= 1
         if len(prepared.context) > self.config.max_prompt_tokens:
-            raise WireError(f"the rendered prompt is {len(prepared.context)} tokens; this proxy takes at most "
-                            f"{self.config.max_prompt_tokens}", "too_large", param="messages",
-                            code="context_length_exceeded")  # fmt: skip
+            raise WireError(
+                f"the rendered prompt is {len(prepared.context)} tokens; this proxy takes at most "
+                f"{self.config.max_prompt_tokens}",
+                "too_large",
+                param="messages",
+                code="context_length_exceeded",
+            )
         return prepared
 
     def _prepare_sync(self, held: HeldSession, conversation: Conversation) -> Prepared:
         chars = _text_chars(conversation)
         if chars > self.config.max_prompt_tokens * self._longest_token:
             # no token is longer than `_longest_token` characters: over the bound before rendering
-            raise WireError(f"the request's text ({chars} characters) is over this proxy's {self.config.max_prompt_tokens} "
-                            "prompt tokens", "too_large", param="messages", code="context_length_exceeded")  # fmt: skip
+            raise WireError(
+                f"the request's text ({chars} characters) is over this proxy's {self.config.max_prompt_tokens} "
+                "prompt tokens",
+                "too_large",
+                param="messages",
+                code="context_length_exceeded",
+            )
         counted = self._counted_tokens(conversation, chars)
         if counted is not None and counted > self.config.max_prompt_tokens:
-            raise WireError(f"the request's text is {counted} tokens; this proxy takes at most "
-                            f"{self.config.max_prompt_tokens}", "too_large", param="messages",
-                            code="context_length_exceeded")  # fmt: skip
+            raise WireError(
+                f"the request's text is {counted} tokens; this proxy takes at most "
+                f"{self.config.max_prompt_tokens}",
+                "too_large",
+                param="messages",
+                code="context_length_exceeded",
+            )
         grammar = self._grammar(conversation)
         try:
             plan = held.state.plan(conversation.messages, conversation.tools)
@@ -189,8 +208,9 @@ class TurnService:
             raise
         except Exception as exc:  # noqa: BLE001 - the model's chat template refused these messages
             logger.warning("the chat template could not render a request", exc_info=True)
-            raise WireError(f"the model's chat template cannot render these messages: {str(exc)[:300]}",
-                            param="messages") from None  # fmt: skip
+            raise WireError(
+                f"the model's chat template cannot render these messages: {str(exc)[:300]}", param="messages"
+            ) from None
         context = list(plan.context)
         tail = self.tokenizer.decode(context[-4:], skip_special_tokens=False).rstrip()
         return Prepared(plan, context, grammar, tail.endswith(THINK_OPEN))
@@ -229,8 +249,14 @@ class TurnService:
             param = "response_format" if conversation.output_format is not None else "tool_choice"
             raise WireError(str(exc), param=param) from None
 
-    async def _stream(self, conversation: Conversation, prepared: Prepared, weights: PolicyWeights,
-                      sampled: Sampled, recorded: bool) -> AsyncIterator[list[int]]:  # fmt: skip
+    async def _stream(
+        self,
+        conversation: Conversation,
+        prepared: Prepared,
+        weights: PolicyWeights,
+        sampled: Sampled,
+        recorded: bool,
+    ) -> AsyncIterator[list[int]]:
         """vLLM's sampled ids, piece by piece, recorded into `sampled` (a refusal: WireError)."""
         extra: dict[str, Any] = {}
         if weights.model != self.client.model:
@@ -238,9 +264,15 @@ class TurnService:
         if prepared.grammar is not None:
             extra["structured_outputs"] = {"grammar": prepared.grammar}
         stream = self.client.generate_stream(
-            prepared.context, max_tokens=conversation.max_tokens or self.config.default_max_tokens,
-            temperature=conversation.temperature, top_p=conversation.top_p, seed=conversation.seed,
-            stop=conversation.stop or None, extra=extra or None, sampled_logprobs=recorded)  # fmt: skip
+            prepared.context,
+            max_tokens=conversation.max_tokens or self.config.default_max_tokens,
+            temperature=conversation.temperature,
+            top_p=conversation.top_p,
+            seed=conversation.seed,
+            stop=conversation.stop or None,
+            extra=extra or None,
+            sampled_logprobs=recorded,
+        )
         try:
             while True:
                 waited = time.perf_counter()
@@ -265,16 +297,22 @@ class TurnService:
             with contextlib.suppress(Exception):
                 await stream.aclose()
 
-    def _turn(self, conversation: Conversation, text: str, sampled: Sampled, prepared: Prepared,
-              prompt_tokens: int) -> tuple[AssistantTurn, dict[str, Any], str]:  # fmt: skip
+    def _turn(
+        self, conversation: Conversation, text: str, sampled: Sampled, prepared: Prepared, prompt_tokens: int
+    ) -> tuple[AssistantTurn, dict[str, Any], str]:
         """(the answer, the recorder's message, the raw text with special tokens)."""
         ids = list(sampled.token_ids)
         if ids and ids[-1] == self.tokenizer.eos_token_id:
             ids = ids[:-1]
         raw = self.tokenizer.decode(ids, skip_special_tokens=False)
         finish = "length" if sampled.finish_reason == "length" else "stop"
-        parts = answer_parts(text, conversation.tools, tool_calls=self._tool_calls_on(conversation),
-                             in_reasoning=prepared.in_reasoning, thinking=self._thinks)  # fmt: skip
+        parts = answer_parts(
+            text,
+            conversation.tools,
+            tool_calls=self._tool_calls_on(conversation),
+            in_reasoning=prepared.in_reasoning,
+            thinking=self._thinks,
+        )
         content, calls = parts.content, parts.calls
         message = assistant_message(content, calls)
         if parts.reasoning is not None:
@@ -289,17 +327,29 @@ class TurnService:
         )
         return turn, message, raw
 
-    def _commit(self, held: HeldSession, caller: Caller, conversation: Conversation, prepared: Prepared,
-                sampled: Sampled, turn: AssistantTurn, message: dict[str, Any], raw: str,
-                weights: PolicyWeights) -> None:  # fmt: skip
+    def _commit(
+        self,
+        held: HeldSession,
+        caller: Caller,
+        conversation: Conversation,
+        prepared: Prepared,
+        sampled: Sampled,
+        turn: AssistantTurn,
+        message: dict[str, Any],
+        raw: str,
+        weights: PolicyWeights,
+    ) -> None:
         record = True
         if len(prepared.context) + len(sampled.token_ids) > self.config.max_sample_tokens or (
             held.state.turn_count >= self.config.max_trained_turns_per_session
         ):
             if not self.counts["turns_over_session_limits"]:
-                logger.warning("a turn over max_sample_tokens (%d) or max_trained_turns_per_session (%d) is "
-                               "served, not trained (counted as turns_over_session_limits)",
-                               self.config.max_sample_tokens, self.config.max_trained_turns_per_session)  # fmt: skip
+                logger.warning(
+                    "a turn over max_sample_tokens (%d) or max_trained_turns_per_session (%d) is "
+                    "served, not trained (counted as turns_over_session_limits)",
+                    self.config.max_sample_tokens,
+                    self.config.max_trained_turns_per_session,
+                )
             self.counts["turns_over_session_limits"] += 1
             record = False
         generated = GeneratedSequence(
@@ -309,10 +359,13 @@ class TurnService:
         if turn.reasoning is not None:
             reply["reasoning_content"] = turn.reasoning
         if turn.tool_calls:
-            reply["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                                   for c in turn.tool_calls]  # fmt: skip
-        done = held.state.commit(prepared.plan, generated, message, raw, reply, (weights.model, weights.version),
-                                 record=record)  # fmt: skip
+            reply["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in turn.tool_calls
+            ]
+        done = held.state.commit(
+            prepared.plan, generated, message, raw, reply, (weights.model, weights.version), record=record
+        )
         if done.finished is not None and self.feed is not None:
             trajectory, (index, model, version) = done.finished
             self.feed.submit(TurnSample(trajectory, done.session_id, index, model, version))

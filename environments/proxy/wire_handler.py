@@ -97,8 +97,9 @@ def wire_handler(
     return handle
 
 
-async def _streamed(request: web.Request, stream: WireStream, first: TurnEvent,
-                    events: AsyncIterator[TurnEvent]) -> web.StreamResponse:  # fmt: skip
+async def _streamed(
+    request: web.Request, stream: WireStream, first: TurnEvent, events: AsyncIterator[TurnEvent]
+) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     out = stream.start()

@@ -118,8 +118,14 @@ async def run_rollout(
                 outcome.tool_calls += 1
                 outcome.tool_errors += int(result.is_error)
                 outcome.malformed_calls += int(not isinstance(call, ToolCall))
-                results.append({"role": "tool", "name": result.name, "tool_call_id": result.call_id,
-                                "content": result.content})  # fmt: skip
+                results.append(
+                    {
+                        "role": "tool",
+                        "name": result.name,
+                        "tool_call_id": result.call_id,
+                        "content": result.content,
+                    }
+                )
             # Always record the results: they are the next state of this turn, even if no turn follows.
             context = recorder.extend(results)
         else:

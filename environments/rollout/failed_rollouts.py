@@ -19,8 +19,9 @@ def kept_rollouts(outcomes: Sequence[T | BaseException], what: str) -> list[T]:
         if isinstance(outcome, BaseException):
             if not isinstance(outcome, Exception):
                 raise outcome
-            logger.error("%s failed and is left out: %s: %s", what, type(outcome).__name__, outcome,
-                         exc_info=outcome)  # fmt: skip
+            logger.error(
+                "%s failed and is left out: %s: %s", what, type(outcome).__name__, outcome, exc_info=outcome
+            )
             continue
         kept.append(outcome)
     return kept

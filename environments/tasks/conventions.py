@@ -52,14 +52,49 @@ MODULES = ("helpers", "utils", "tools", "common")
 PREFERRED_MODULE = "helpers"
 
 TRAIN_NOUNS = (
-    "total", "score", "price", "weight", "margin", "budget", "height", "volume", "distance", "balance",
-    "salary", "rating", "speed", "energy", "profit", "amount", "length", "width", "depth", "area",
-    "power", "charge", "offset", "signal", "reward", "penalty", "ratio", "limit",
-)  # fmt: skip
+    "total",
+    "score",
+    "price",
+    "weight",
+    "margin",
+    "budget",
+    "height",
+    "volume",
+    "distance",
+    "balance",
+    "salary",
+    "rating",
+    "speed",
+    "energy",
+    "profit",
+    "amount",
+    "length",
+    "width",
+    "depth",
+    "area",
+    "power",
+    "charge",
+    "offset",
+    "signal",
+    "reward",
+    "penalty",
+    "ratio",
+    "limit",
+)
 HELDOUT_NOUNS = (
-    "revenue", "quota", "bonus", "deposit", "mileage", "pressure", "voltage", "capacity", "tariff",
-    "interest", "ranking", "density",
-)  # fmt: skip
+    "revenue",
+    "quota",
+    "bonus",
+    "deposit",
+    "mileage",
+    "pressure",
+    "voltage",
+    "capacity",
+    "tariff",
+    "interest",
+    "ranking",
+    "density",
+)
 """Nouns of held-out tasks: never in a training task, never in the student's pretraining data."""
 
 OPERATIONS = {"+": lambda x, k: x + k, "*": lambda x, k: x * k, "-": lambda x, k: x - k}

@@ -117,8 +117,14 @@ def cases_from_columns(value: Any, *, public: bool = False, start: int = 0) -> l
         if not isinstance(case.get("output"), str):
             raise ValueError(f"stdio tests: case {i} needs string input and output")
         prefix = "public" if public else "case"
-        cases.append({"name": f"{prefix}_{start + i}", "input": case["input"], "output": case["output"],
-                      "public": public})  # fmt: skip
+        cases.append(
+            {
+                "name": f"{prefix}_{start + i}",
+                "input": case["input"],
+                "output": case["output"],
+                "public": public,
+            }
+        )
     return cases
 
 

@@ -23,8 +23,13 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     the dev vLLM server a benchmark measures against."""
     from environments.atropos.embedded_paths import default_dev_model_dir
 
-    add_policy_url(parser, "--base-url", default="http://127.0.0.1:8123/v1", help="dev vLLM server (…/v1)",
-                   dest="base_url")  # fmt: skip
+    add_policy_url(
+        parser,
+        "--base-url",
+        default="http://127.0.0.1:8123/v1",
+        help="dev vLLM server (…/v1)",
+        dest="base_url",
+    )
     parser.add_argument("--model", default="dev-model", help="served model name")
     parser.add_argument(
         "--tokenizer",

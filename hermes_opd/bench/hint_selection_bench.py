@@ -144,8 +144,11 @@ async def run(
 
         teacher = TransformersTeacher(tokenizer_dir, k, max_batch=m, threads=local_threads)
         teacher.load()
-        _local_cells(teacher, candidate_inputs(tokenizer, context_tokens, turn_tokens, tail_tokens, m, salt),
-                     {"single_s": [], "candidates_s": [], "candidates_no_reuse_s": []})  # fmt: skip
+        _local_cells(
+            teacher,
+            candidate_inputs(tokenizer, context_tokens, turn_tokens, tail_tokens, m, salt),
+            {"single_s": [], "candidates_s": [], "candidates_no_reuse_s": []},
+        )
         samples: dict[str, list[float]] = {"single_s": [], "candidates_s": [], "candidates_no_reuse_s": []}
         worst = 0.0
         for i in range(iters):
@@ -156,8 +159,10 @@ async def run(
         cell["candidates_over_single"] = cell["candidates_s"] / cell["single_s"]
         cell["no_reuse_over_single"] = cell["candidates_no_reuse_s"] / cell["single_s"]
         paths_out["transformers"] = cell
-        _progress(f"transformers: {cell['candidates_over_single']:.2f}x with reuse, "
-                  f"{cell['no_reuse_over_single']:.2f}x without")  # fmt: skip
+        _progress(
+            f"transformers: {cell['candidates_over_single']:.2f}x with reuse, "
+            f"{cell['no_reuse_over_single']:.2f}x without"
+        )
     remote = [p for p in paths if p in ("completions", "generate")]
     if remote:
         connector = aiohttp.TCPConnector(keepalive_timeout=4)

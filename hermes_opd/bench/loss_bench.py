@@ -137,8 +137,21 @@ def run_variant(variant: str, T: int, V: int, K: int, iters: int) -> dict[str, A
 def run_in_subprocess(
     variant: str, T: int, V: int, K: int, iters: int, timeout_s: float = 1800
 ) -> dict[str, Any]:
-    command = [sys.executable, "-m", "hermes_opd.bench.loss_bench", "--variant", variant,
-               "--T", str(T), "--V", str(V), "--K", str(K), "--iters", str(iters)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "hermes_opd.bench.loss_bench",
+        "--variant",
+        variant,
+        "--T",
+        str(T),
+        "--V",
+        str(V),
+        "--K",
+        str(K),
+        "--iters",
+        str(iters),
+    ]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
     if completed.returncode != 0:
         raise RuntimeError(

@@ -81,8 +81,10 @@ async def collect_groups(
         item = await env.get_next_item()
         group, _ = await env.collect_trajectories(item)
         scored = sum(1 for rows in group["distill_token_ids"] for row in rows if row)
-        _progress(f"group {i + 1}/{n_groups}: {len(group['tokens'])} sequences, {scored} scored positions, "
-                  f"{time.perf_counter() - started:.1f}s")  # fmt: skip
+        _progress(
+            f"group {i + 1}/{n_groups}: {len(group['tokens'])} sequences, {scored} scored positions, "
+            f"{time.perf_counter() - started:.1f}s"
+        )
         groups.append(group)
     await env.close()
     return groups

@@ -172,20 +172,33 @@ def bench_opd_config(
     """The bench's OPD config: the llm judge at `judge_url` (m votes, no turn deadline), the teacher
     at `teacher_url` on `path`, the configured limits. The tokenizer check is off: the fake teacher
     has no `/tokenize` route, and the synthetic groups use the teacher's own tokenizer."""
-    judge = JudgeConfig(base_url=judge_url, model="fake-judge", m=cfg.judge_m, timeout_s=120.0,
-                        turn_deadline_s=None)  # fmt: skip
-    teacher = TeacherConfig(base_url=teacher_url, model=teacher_model, concurrency=cfg.teacher_concurrency,
-                            max_positions_in_flight=cfg.teacher_positions, timeout_s=cfg.teacher_timeout_s,
-                            check_tokenizer=False, path=path)  # fmt: skip
+    judge = JudgeConfig(
+        base_url=judge_url, model="fake-judge", m=cfg.judge_m, timeout_s=120.0, turn_deadline_s=None
+    )
+    teacher = TeacherConfig(
+        base_url=teacher_url,
+        model=teacher_model,
+        concurrency=cfg.teacher_concurrency,
+        max_positions_in_flight=cfg.teacher_positions,
+        timeout_s=cfg.teacher_timeout_s,
+        check_tokenizer=False,
+        path=path,
+    )
     return OPDConfig(
         distill_topk=cfg.k, judge_concurrency=cfg.judge_concurrency, judge=judge, teacher=teacher
     )
 
 
 async def build_backend(
-    cfg: PipelineBenchConfig, tokenizer: Any, judge_url: str, teacher_url: str, teacher_model: str, path: str,
-    *, distill_mode: str = "topk",
-) -> _Backend:  # fmt: skip
+    cfg: PipelineBenchConfig,
+    tokenizer: Any,
+    judge_url: str,
+    teacher_url: str,
+    teacher_model: str,
+    path: str,
+    *,
+    distill_mode: str = "topk",
+) -> _Backend:
     """A fresh pipeline and its parts, through the one constructor (`build_opd_pipeline`)."""
     opd = bench_opd_config(cfg, judge_url, teacher_url, teacher_model, path)
     opd = opd.model_copy(update={"distill_mode": distill_mode})
@@ -206,8 +219,10 @@ async def run_backend(
     warm_pair = next(p for p in extract_turn_pairs(trajectories[0]) if p.has_next_state)
     warm_request = requests[0]
     probe = await probe_teacher(teacher_url, teacher_model, [r.ids for r in requests], cfg.k)
-    _progress(f"{name}: teacher probe: {len(requests)} requests, {probe['total_s']:.2f}s one at a time, "
-              f"{probe['concurrent_s']:.2f}s all at once")  # fmt: skip
+    _progress(
+        f"{name}: teacher probe: {len(requests)} requests, {probe['total_s']:.2f}s one at a time, "
+        f"{probe['concurrent_s']:.2f}s all at once"
+    )
     finishes = finish_times(len(trajectories), cfg.gen_time_s)
 
     async def backend() -> _Backend:
@@ -384,8 +399,12 @@ async def run(cfg: PipelineBenchConfig) -> dict[str, Any]:
     _progress(f"{len(trajectories)} trajectories synthesized in {time.perf_counter() - started:.1f}s")
     # The env freezes its start-up heap after setup (AgenticOPDEnv.setup); this process stands in for it.
     freeze_startup_heap()
-    settings = FakeSettings(judge_latency_s=cfg.judge_latency_s, teacher_latency_s=cfg.teacher_latency_s,
-                            vocab_size=len(tokenizer), tokenizer_dir=cfg.tokenizer_dir)  # fmt: skip
+    settings = FakeSettings(
+        judge_latency_s=cfg.judge_latency_s,
+        teacher_latency_s=cfg.teacher_latency_s,
+        vocab_size=len(tokenizer),
+        tokenizer_dir=cfg.tokenizer_dir,
+    )
     result: dict[str, Any] = {
         "bench": "pipeline",
         "config": {
@@ -422,8 +441,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-tokens", type=int, default=None, help="default 256 (quick: 64)")
     parser.add_argument("--turn-tokens", type=int, default=None, help="default 48 (quick: 24)")
     parser.add_argument("--state-tokens", type=int, default=None, help="default 96 (quick: 32)")
-    parser.add_argument("--gen-time", type=float, default=None, help="seconds until the last rollout finishes; "
-                        "default 10 (quick: 0.5)")  # fmt: skip
+    parser.add_argument(
+        "--gen-time",
+        type=float,
+        default=None,
+        help="seconds until the last rollout finishes; default 10 (quick: 0.5)",
+    )
     parser.add_argument("--judge-latency", type=float, default=0.3)
     parser.add_argument("--teacher-latency", type=float, default=0.15, help="remote-like teacher latency")
     parser.add_argument("--judge-concurrency", type=int, default=None, help="default: OPDConfig's")

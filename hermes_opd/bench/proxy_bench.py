@@ -68,18 +68,33 @@ MODE_PIPELINES: dict[str, dict[str, Any]] = {
 HEADLINE_MODES = ("serve", "record")
 
 
-async def _session(client, model: str, index: int, round_index: int, turns: int, max_tokens: int,
-                   headers: dict[str, str] | None) -> tuple[list[float], list[int], list[float]]:  # fmt: skip
+async def _session(
+    client,
+    model: str,
+    index: int,
+    round_index: int,
+    turns: int,
+    max_tokens: int,
+    headers: dict[str, str] | None,
+) -> tuple[list[float], list[int], list[float]]:
     """One session's requests, streamed: (wall seconds, completion tokens, seconds to the first text)."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
-                                      {"role": "user", "content": f"Write function number {index}."}]  # fmt: skip
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": f"Write function number {index}."},
+    ]
     times, tokens, firsts = [], [], []
     for turn in range(turns):
         started = time.perf_counter()
         stream = await client.chat.completions.create(
-            model=model, messages=messages, max_tokens=max_tokens, temperature=1.0, stream=True,
-            stream_options={"include_usage": True}, seed=10_000 * round_index + 100 * index + turn,
-            extra_headers=headers)  # fmt: skip
+            model=model,
+            messages=messages,
+            max_tokens=max_tokens,
+            temperature=1.0,
+            stream=True,
+            stream_options={"include_usage": True},
+            seed=10_000 * round_index + 100 * index + turn,
+            extra_headers=headers,
+        )
         first, content, completion_tokens = None, "", 0
         async for chunk in stream:
             if chunk.usage is not None:
@@ -98,23 +113,42 @@ async def _session(client, model: str, index: int, round_index: int, turns: int,
     return times, tokens, firsts
 
 
-async def _round(url: str, model: str, sessions: int, round_index: int, turns: int, max_tokens: int,
-                 with_header: bool) -> tuple[list[float], list[int], list[float]]:  # fmt: skip
+async def _round(
+    url: str, model: str, sessions: int, round_index: int, turns: int, max_tokens: int, with_header: bool
+) -> tuple[list[float], list[int], list[float]]:
     from openai import AsyncOpenAI
 
     async with AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=600) as client:
-        results = await asyncio.gather(*(
-            _session(client, model, i, round_index, turns, max_tokens,
-                     {"X-Session-Id": f"r{round_index}-s{i}"} if with_header else None)
-            for i in range(sessions)))  # fmt: skip
-    return ([t for ts, _, _ in results for t in ts], [n for _, ns, _ in results for n in ns],
-            [f for _, _, fs in results for f in fs])  # fmt: skip
+        results = await asyncio.gather(
+            *(
+                _session(
+                    client,
+                    model,
+                    i,
+                    round_index,
+                    turns,
+                    max_tokens,
+                    {"X-Session-Id": f"r{round_index}-s{i}"} if with_header else None,
+                )
+                for i in range(sessions)
+            )
+        )
+    return (
+        [t for ts, _, _ in results for t in ts],
+        [n for _, ns, _ in results for n in ns],
+        [f for _, _, fs in results for f in fs],
+    )
 
 
 def _summary(times: list[float], tokens: list[int], firsts: list[float]) -> dict[str, float]:
-    return {"p50_s": percentile(times, 0.5), "p95_s": percentile(times, 0.95), "requests": len(times),
-            "completion_tokens_mean": statistics.fmean(tokens),
-            "ttft_p50_s": percentile(firsts, 0.5), "ttft_p95_s": percentile(firsts, 0.95)}  # fmt: skip
+    return {
+        "p50_s": percentile(times, 0.5),
+        "p95_s": percentile(times, 0.95),
+        "requests": len(times),
+        "completion_tokens_mean": statistics.fmean(tokens),
+        "ttft_p50_s": percentile(firsts, 0.5),
+        "ttft_p95_s": percentile(firsts, 0.95),
+    }
 
 
 def _start_proxy(config: dict[str, Any], workdir: Path, name: str) -> tuple[subprocess.Popen, str]:
@@ -122,8 +156,12 @@ def _start_proxy(config: dict[str, Any], workdir: Path, name: str) -> tuple[subp
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     with (workdir / f"{name}.log").open("w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "hermes_opd.commands.proxy", "--config", str(path)],
-                                   stdout=subprocess.PIPE, stderr=log, text=True)  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-m", "hermes_opd.commands.proxy", "--config", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
     for line in process.stdout:
         if line.startswith("hermes-opd proxy: http://"):
             return process, line.split()[2]
@@ -150,8 +188,15 @@ def _stop(processes: list[subprocess.Popen]) -> None:
             process.wait()
 
 
-async def _measure(base_url: str, model: str, urls: dict[str, str], concurrency: tuple[int, ...], turns: int,
-                   max_tokens: int, rounds: int) -> dict[tuple[str, int], tuple[list[float], list[int], list[float]]]:  # fmt: skip
+async def _measure(
+    base_url: str,
+    model: str,
+    urls: dict[str, str],
+    concurrency: tuple[int, ...],
+    turns: int,
+    max_tokens: int,
+    rounds: int,
+) -> dict[tuple[str, int], tuple[list[float], list[int], list[float]]]:
     """Rounds of direct vLLM and then each proxy in `urls` (its mode -> base URL), in that order."""
     samples: dict[tuple[str, int], tuple[list[float], list[int], list[float]]] = {}
     await _round(base_url, model, 1, -1, 1, 4, False)  # warm-up
@@ -176,17 +221,30 @@ async def _drained(url: str, timeout_s: float = 900.0) -> None:
         await asyncio.sleep(0.5)
 
 
-async def run(base_url: str, model: str, tokenizer_dir: str, concurrency: tuple[int, ...] = (1, 16),
-              turns: int = 3, max_tokens: int = 32, rounds: int = 3,
-              modes: tuple[str, ...] = ("serve", "train")) -> dict[str, Any]:  # fmt: skip
+async def run(
+    base_url: str,
+    model: str,
+    tokenizer_dir: str,
+    concurrency: tuple[int, ...] = (1, 16),
+    turns: int = 3,
+    max_tokens: int = 32,
+    rounds: int = 3,
+    modes: tuple[str, ...] = ("serve", "train"),
+) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
     urls: dict[str, str] = {}
     processes: list[subprocess.Popen] = []
     try:
         for mode in modes:
-            config = {"policy_base_url": base_url, "policy_model": model, "tokenizer": tokenizer_dir,
-                      "port": free_port(), "train": mode != "serve", "groups_path": str(workdir / f"{mode}-groups.jsonl"),
-                      "opd": MODE_PIPELINES[mode]}  # fmt: skip
+            config = {
+                "policy_base_url": base_url,
+                "policy_model": model,
+                "tokenizer": tokenizer_dir,
+                "port": free_port(),
+                "train": mode != "serve",
+                "groups_path": str(workdir / f"{mode}-groups.jsonl"),
+                "opd": MODE_PIPELINES[mode],
+            }
             process, urls[mode] = _start_proxy(config, workdir, mode)
             processes.append(process)
         samples = await _measure(base_url, model, urls, concurrency, turns, max_tokens, rounds)
@@ -233,8 +291,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=None, help="per request (default 32; quick 8)")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3; quick 1)")
     parser.add_argument("--sessions", default="1,16", help="concurrencies, comma-separated (default 1,16)")
-    parser.add_argument("--modes", default="serve,record,train",
-                        help="proxies to measure, from serve, record (the headline's two) and train (default all)")  # fmt: skip
+    parser.add_argument(
+        "--modes",
+        default="serve,record,train",
+        help="proxies to measure, from serve, record (the headline's two) and train (default all)",
+    )
     add_server_arguments(parser)
 
 

@@ -213,8 +213,11 @@ def run_sync(shapes: list[str], attacker_counts: list[int], **kwargs: Any) -> di
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shapes", default=None, help="comma-separated payloads (default dicts,zeros,set,tuples; "
-                        "quick dicts)")  # fmt: skip
+    parser.add_argument(
+        "--shapes",
+        default=None,
+        help="comma-separated payloads (default dicts,zeros,set,tuples; quick dicts)",
+    )
     parser.add_argument("--attackers", default="1,2", help="comma-separated attacker counts (default 1,2)")
     parser.add_argument(
         "--humaneval", type=int, default=None, help="HumanEval neighbours (default 4; quick 2)"

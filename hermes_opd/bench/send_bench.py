@@ -66,10 +66,15 @@ class _Puller(threading.Thread):
 
     def run(self) -> None:
         registration = {
-            "wandb_group": "bench", "wandb_project": "bench", "batch_size": self.batch_size,
-            "max_token_len": 1 << 20, "checkpoint_dir": "/tmp/unused", "save_checkpoint_interval": 0,
-            "starting_step": 0, "num_steps": 1 << 30,
-        }  # fmt: skip
+            "wandb_group": "bench",
+            "wandb_project": "bench",
+            "batch_size": self.batch_size,
+            "max_token_len": 1 << 20,
+            "checkpoint_dir": "/tmp/unused",
+            "save_checkpoint_interval": 0,
+            "starting_step": 0,
+            "num_steps": 1 << 30,
+        }
         with httpx.Client(base_url=self.url, timeout=30) as http:
             http.post("/register", json=registration).raise_for_status()
             while not self.stopping.is_set():
@@ -109,8 +114,18 @@ SUMMARY = re.compile(r"send complete: (\d+) group\(s\).* \(([\d.]+) groups/s\)")
 
 def _send(path: Path, url: str, flags: list[str]) -> tuple[int, float]:
     """Run `hermes-opd send`; (groups acknowledged, groups per second) from its summary."""
-    argv = [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--api", url,
-            "--progress", "none", *flags]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "hermes_opd.commands.main",
+        "send",
+        str(path),
+        "--api",
+        url,
+        "--progress",
+        "none",
+        *flags,
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
     match = SUMMARY.search(proc.stdout)
     if proc.returncode != 0 or match is None:
@@ -164,10 +179,17 @@ def run(
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "replay.jsonl"
     groups, size = _write_replay_file(source, path, 10 * batch_groups)
-    print(f"send bench: {groups} groups ({size / 2**20:.1f} MiB) = ten batches of {batch_size} sequences",
-          file=sys.stderr)  # fmt: skip
-    result: dict[str, Any] = {"bench": "send", "machine": machine_info(), "groups": groups,
-                              "file_mib": size / 2**20, "batch_size": batch_size}  # fmt: skip
+    print(
+        f"send bench: {groups} groups ({size / 2**20:.1f} MiB) = ten batches of {batch_size} sequences",
+        file=sys.stderr,
+    )
+    result: dict[str, Any] = {
+        "bench": "send",
+        "machine": machine_info(),
+        "groups": groups,
+        "file_mib": size / 2**20,
+        "batch_size": batch_size,
+    }
 
     def measure(mode: str, mode_step: float, flags: list[str]) -> None:
         measured = _measure(workdir, path, batch_size, mode_step, flags)
@@ -206,8 +228,12 @@ def run(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--groups", required=True, help="groups JSONL to replay (cycled up to ten batches)")
     parser.add_argument("--batch-size", type=int, default=None, help="trainer batch in sequences (default 8)")
-    parser.add_argument("--step-s", type=float, default=None,
-                        help="the slow trainer's seconds per batch (default: 4x slower than send's throughput)")  # fmt: skip
+    parser.add_argument(
+        "--step-s",
+        type=float,
+        default=None,
+        help="the slow trainer's seconds per batch (default: 4x slower than send's throughput)",
+    )
 
 
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:

@@ -90,8 +90,13 @@ def synth_trajectory(tokenizer: Any, spec: SynthSpec, index: int) -> Trajectory:
         logprobs = [round(-0.05 - rng.random() * 2.0, 4) for _ in ids]
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if not last:
-            message["tool_calls"] = [{"id": f"call_{turn}", "type": "function",
-                                      "function": {"name": "terminal", "arguments": call["arguments"]}}]  # fmt: skip
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{turn}",
+                    "type": "function",
+                    "function": {"name": "terminal", "arguments": call["arguments"]},
+                }
+            ]
         recorder.record_generation(ids, logprobs, message, raw_text)
         if turn + 1 < spec.turns:
             result = (

@@ -124,10 +124,14 @@ async def run(
                 cell["total_fast_s"] = cell["server_s"] + cell["transfer_s"] + cell["parse_fast_turn_s"]
                 cell["parse_share_fast"] = cell["parse_fast_turn_s"] / cell["total_fast_s"]
                 cells[f"L{length}_K{k}"] = cell
-                print(f"[bench teacher] L={length} K={k}: server {cell['server_s']:.3f}s, transfer "
-                      f"{cell['transfer_s']:.4f}s, {cell['bytes'] / 1e6:.2f} MB, parse {cell['parse_plain_s']:.3f}s"
-                      f" -> {cell['parse_fast_full_s']:.3f}s (all rows) / {cell['parse_fast_turn_s']:.4f}s "
-                      f"(turn rows)", flush=True, file=sys.stderr)  # fmt: skip
+                print(
+                    f"[bench teacher] L={length} K={k}: server {cell['server_s']:.3f}s, transfer "
+                    f"{cell['transfer_s']:.4f}s, {cell['bytes'] / 1e6:.2f} MB, parse {cell['parse_plain_s']:.3f}s"
+                    f" -> {cell['parse_fast_full_s']:.3f}s (all rows) / {cell['parse_fast_turn_s']:.4f}s "
+                    f"(turn rows)",
+                    flush=True,
+                    file=sys.stderr,
+                )
     plain = sum(c["parse_plain_s"] for c in cells.values())
     fast_full = sum(c["parse_fast_full_s"] for c in cells.values())
     fast_turn = sum(c["parse_fast_turn_s"] for c in cells.values())

@@ -201,8 +201,12 @@ async def run(
                         old_same, old_diff = agree.get(name, (True, 0.0))
                         agree[name] = (same and old_same, max(diff, old_diff))
             prefill_s = statistics.median(s["wall_s"] for s in samples["prefill"])
-            cell: dict[str, Any] = {"context": length, "turn_tokens": turn_tokens, "turn_rows_bytes": turn_rows_bytes,
-                                    "prefill_s": prefill_s}  # fmt: skip
+            cell: dict[str, Any] = {
+                "context": length,
+                "turn_tokens": turn_tokens,
+                "turn_rows_bytes": turn_rows_bytes,
+                "prefill_s": prefill_s,
+            }
             for name in available:
                 med = {key: statistics.median(s[key] for s in samples[name]) for key in samples[name][0]}
                 med["ms_per_position"] = med["wall_s"] / length * 1000
@@ -213,9 +217,13 @@ async def run(
                     med["max_abs_diff_vs_completions"] = agree[name][1]
                 cell[name] = med
             cells[f"L{length}"] = cell
-            _progress(f"L={length}: prefill {prefill_s:.3f}s; " + ", ".join(
-                f"{n} {cell[n]['wall_s']:.3f}s ({cell[n]['over_prefill']:.1f}x, {cell[n]['bytes'] / 1e6:.2f} MB)"
-                for n in available))  # fmt: skip
+            _progress(
+                f"L={length}: prefill {prefill_s:.3f}s; "
+                + ", ".join(
+                    f"{n} {cell[n]['wall_s']:.3f}s ({cell[n]['over_prefill']:.1f}x, {cell[n]['bytes'] / 1e6:.2f} MB)"
+                    for n in available
+                )
+            )
     largest = cells[f"L{max(lengths)}"]
     best = min(available, key=lambda n: largest[n]["wall_s"])
     result: dict[str, Any] = {

@@ -70,22 +70,39 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default=DEFAULT_OUT, help=f"output directory, started afresh (default {DEFAULT_OUT})"
     )
     parser.add_argument(
-        "--dev-model", action="store_true",
+        "--dev-model",
+        action="store_true",
         help="collect groups with the 1.3M dev model only (the pipeline's data, no training)",
-    )  # fmt: skip
-    parser.add_argument("--groups", type=int, default=None,
-                        help="groups to collect (default 2; 3 with --dev-model)")  # fmt: skip
+    )
+    parser.add_argument(
+        "--groups", type=int, default=None, help="groups to collect (default 2; 3 with --dev-model)"
+    )
     learning = parser.add_argument_group("the learning demo (the default)")
-    learning.add_argument("--steps", type=int, default=None,
-                          help="OPD steps of the closed loop (default: hermes_opd/learning_study/configs/learning-student-quick.yaml, 6)")  # fmt: skip
-    learning.add_argument("--eval-every", type=int, default=None,
-                          help="evaluate the weights after every k-th step and the last (default: the config's, 2)")  # fmt: skip
+    learning.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="OPD steps of the closed loop (default: hermes_opd/learning_study/configs/learning-student-quick.yaml, 6)",
+    )
+    learning.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="evaluate the weights after every k-th step and the last (default: the config's, 2)",
+    )
     learning.add_argument("--seed", type=int, default=0, help="seed of the loop's run (default 0)")
-    learning.add_argument("--student-model", default=None,
-                          help="student directory (default: the shipped hermes_opd/learning_study/student_q2)")  # fmt: skip
-    add_policy_url(parser, "--vllm-url", "--server-url",
-                   help="use this running vLLM (…/v1 or its root URL) instead of starting one; the learning "
-                   "demo's needs --enable-lora and to serve the student")  # fmt: skip
+    learning.add_argument(
+        "--student-model",
+        default=None,
+        help="student directory (default: the shipped hermes_opd/learning_study/student_q2)",
+    )
+    add_policy_url(
+        parser,
+        "--vllm-url",
+        "--server-url",
+        help="use this running vLLM (…/v1 or its root URL) instead of starting one; the learning "
+        "demo's needs --enable-lora and to serve the student",
+    )
     add_log_level(parser, help="debug, info, warning or error, any case (default: warning; -v: debug)")
     dev = parser.add_argument_group("--dev-model")
     dev.add_argument("--group-size", type=int, default=DEMO_ENV["group_size"], help="rollouts per group (4)")
@@ -165,8 +182,12 @@ def _run(args: argparse.Namespace) -> int:
         else:
             from hermes_opd.devkit.dev_server import DevServer
 
-            server = DevServer(str(model_dir), served_model_name=args.model_name, port=args.port,
-                               log_path=str(out_dir / "vllm.log"))  # fmt: skip
+            server = DevServer(
+                str(model_dir),
+                served_model_name=args.model_name,
+                port=args.port,
+                log_path=str(out_dir / "vllm.log"),
+            )
             _step(f"vLLM: starting a CPU server for {model_dir} (about a minute; log {server.log_path})")
             t0 = time.monotonic()
             server.start()
@@ -189,10 +210,21 @@ def _collect_and_report(
     groups_path = out_dir / "groups.jsonl"
     metrics_path = out_dir / "metrics.jsonl"
     report_path = out_dir / "report.html"
-    env = {**DEMO_ENV, "group_size": args.group_size, "max_turns": args.max_turns, "total_steps": args.groups,
-           "tokenizer_name": str(model_dir), "metrics_path": str(metrics_path)}  # fmt: skip
-    server = {"base_url": base_url, "model_name": args.model_name, "tokenizer_name": str(model_dir),
-              "api_key": "EMPTY", "timeout": 300}  # fmt: skip
+    env = {
+        **DEMO_ENV,
+        "group_size": args.group_size,
+        "max_turns": args.max_turns,
+        "total_steps": args.groups,
+        "tokenizer_name": str(model_dir),
+        "metrics_path": str(metrics_path),
+    }
+    server = {
+        "base_url": base_url,
+        "model_name": args.model_name,
+        "tokenizer_name": str(model_dir),
+        "api_key": "EMPTY",
+        "timeout": 300,
+    }
     job = build_job_config({"env": env, "openai": server}, source="demo", env_cls=AgenticOPDEnv)
     _step(f"collecting {args.groups} group(s) of {args.group_size} rollouts ({args.concurrency} at a time)")
     with contextlib.suppress(FileNotFoundError):
@@ -231,14 +263,18 @@ def _print_summary(result, validation, groups_path, metrics_path, report_path, s
         else f"{validation.violation_count} violation(s), {validation.invalid_line_count} unreadable line(s)"
     )
     print()
-    print(f"demo finished in {format_duration(time.monotonic() - started)} "
-          f"(collection {format_duration(result.collect_s)}, {result.groups_per_min:.2f} groups/min)")  # fmt: skip
+    print(
+        f"demo finished in {format_duration(time.monotonic() - started)} "
+        f"(collection {format_duration(result.collect_s)}, {result.groups_per_min:.2f} groups/min)"
+    )
     print(f"  groups          {result.present}/{result.target} ({len(result.failed)} failed)")
     print(f"  sequences       {t.sequences}")
     if scores:
         print(f"  scores          mean {t.mean_score:.3f}, min {scores[0]:.2f}, max {scores[-1]:.2f}")
-    print(f"  hint rate       {t.hints}/{t.judged_turns} judged turns ({100 * t.hint_rate:.0f}%), "
-          f"{t.scored_turns} turns scored by the teacher")  # fmt: skip
+    print(
+        f"  hint rate       {t.hints}/{t.judged_turns} judged turns ({100 * t.hint_rate:.0f}%), "
+        f"{t.scored_turns} turns scored by the teacher"
+    )
     print(f"  tokens scored   {t.tokens_scored:,} of {t.tokens_generated:,} generated")
     print(
         f"  validator       {verdict} ({validation.groups} groups, {validation.positions_scored:,} scored positions)"

@@ -78,9 +78,22 @@ def loop_settings(args: argparse.Namespace, out_dir: Path):
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    argv = ["--config", str(CONFIG), "--student-model", str(args.student_model or shipped_student_dir()),
-            "--served-model", SERVED_MODEL, "--out", str(out_dir), "--arms", ARM, "--seeds", "1",
-            "--first-seed", str(args.seed)]  # fmt: skip
+    argv = [
+        "--config",
+        str(CONFIG),
+        "--student-model",
+        str(args.student_model or shipped_student_dir()),
+        "--served-model",
+        SERVED_MODEL,
+        "--out",
+        str(out_dir),
+        "--arms",
+        ARM,
+        "--seeds",
+        "1",
+        "--first-seed",
+        str(args.seed),
+    ]
     for flag, value in (
         ("--steps", args.steps),
         ("--eval-every", args.eval_every),
@@ -107,11 +120,18 @@ def run(args: argparse.Namespace) -> int:
         if settings.vllm_root_url:
             _step(f"vLLM: using {settings.vllm_root_url} (model {settings.served_model}, LoRA enabled)")
         else:
-            _step(f"vLLM: starting a CPU server for {settings.model_dir} with LoRA hot-loading "
-                  f"(about a minute; log {out_dir / 'vllm.log'})")  # fmt: skip
+            _step(
+                f"vLLM: starting a CPU server for {settings.model_dir} with LoRA hot-loading "
+                f"(about a minute; log {out_dir / 'vllm.log'})"
+            )
             with times.stage("vLLM start"):
-                server = start_lora_vllm(settings.model_dir, settings.lora_r, out_dir / "vllm.log",
-                                         settings.served_model, on_wait=_say_waiting)  # fmt: skip
+                server = start_lora_vllm(
+                    settings.model_dir,
+                    settings.lora_r,
+                    out_dir / "vllm.log",
+                    settings.served_model,
+                    on_wait=_say_waiting,
+                )
             settings.vllm_root_url = server.root_url
             _step(f"vLLM: ready at {server.root_url} in {format_duration(times.stages['vLLM start'])}")
         with times.stage("collection"):
@@ -120,12 +140,15 @@ def run(args: argparse.Namespace) -> int:
             return 1
         _step("held-out success before training: the 24 held-out tasks, greedy, no hint")
         with times.stage("evaluation before"):
-            start_eval = evaluate_policy(settings, seed=args.seed, prefix=None,
-                                         metrics_path=out_dir / "start_eval.jsonl")  # fmt: skip
+            start_eval = evaluate_policy(
+                settings, seed=args.seed, prefix=None, metrics_path=out_dir / "start_eval.jsonl"
+            )
         _step(f"before: {passes(start_eval)} held-out tasks passed")
-        _step(f"the closed loop, OPD only: {settings.steps} steps of {settings.groups_per_step} groups of "
-              f"{settings.group_size} (run-api, an env worker, hermes-opd train with LoRA; logs in "
-              f"{out_dir / f'{ARM}-seed{args.seed}'})")  # fmt: skip
+        _step(
+            f"the closed loop, OPD only: {settings.steps} steps of {settings.groups_per_step} groups of "
+            f"{settings.group_size} (run-api, an env worker, hermes-opd train with LoRA; logs in "
+            f"{out_dir / f'{ARM}-seed{args.seed}'})"
+        )
         with times.stage("loop + evaluations"):
             records = run_arm(settings, ARM, args.seed, start_eval, on_wait=_say_waiting)
     finally:
@@ -185,8 +208,10 @@ def collect_groups(args: argparse.Namespace, settings, out_dir: Path) -> Collect
     document = env_document(settings, seed=args.seed, prefix=None, metrics_path=out_dir / "metrics.jsonl")
     document["env"].update(total_steps=args.groups, opd_enabled=True)
     job = build_job_config(document, source="demo", env_cls=AgenticOPDEnv)
-    _step(f"collecting {args.groups} OPD group(s) of {settings.group_size} rollouts on the convention tasks "
-          "(real tools, the checker, the rules judge, the teacher's top-50 rows)")  # fmt: skip
+    _step(
+        f"collecting {args.groups} OPD group(s) of {settings.group_size} rollouts on the convention tasks "
+        "(real tools, the checker, the rules judge, the teacher's top-50 rows)"
+    )
     with contextlib.suppress(FileNotFoundError):
         report_path.unlink()
     result, _stop = asyncio.run(run_job(job, groups_path, args.groups, concurrency=args.groups, fresh=True))
@@ -263,8 +288,9 @@ def passes(evaluation: dict[str, Any]) -> str:
     return f"{round(float(evaluation['eval/pass@1']) * tasks)}/{tasks}"
 
 
-def print_screen(records, collected: Collected, settings, out_dir: Path, figure: Path, times: DemoTimes,
-                 wall_s: float) -> None:  # fmt: skip
+def print_screen(
+    records, collected: Collected, settings, out_dir: Path, figure: Path, times: DemoTimes, wall_s: float
+) -> None:
     first, last = records.evals[0], records.evals[-1]
     steps = int(last["policy_version"])
     change = round(float(last["eval/pass@1"]) * int(last["eval/tasks"])) - round(
@@ -276,10 +302,14 @@ def print_screen(records, collected: Collected, settings, out_dir: Path, figure:
         "clean" if v.clean else f"{v.violation_count} violation(s), {v.invalid_line_count} unreadable line(s)"
     )
     print()
-    print(f"hermes-opd demo: OPD on the copying student {Path(settings.model_dir).name} "
-          f"(a {settings.served_model} LoRA, {steps} steps, {steps * settings.generations_per_step} generations)")  # fmt: skip
-    print(f"  held-out success  before {passes(first)}  ->  after {passes(last)}  ({change:+d} tasks; "
-          "greedy, no hint, tasks whose nouns the student never saw)")  # fmt: skip
+    print(
+        f"hermes-opd demo: OPD on the copying student {Path(settings.model_dir).name} "
+        f"(a {settings.served_model} LoRA, {steps} steps, {steps * settings.generations_per_step} generations)"
+    )
+    print(
+        f"  held-out success  before {passes(first)}  ->  after {passes(last)}  ({change:+d} tasks; "
+        "greedy, no hint, tasks whose nouns the student never saw)"
+    )
     print(
         "  at each step      "
         + "   ".join(f"step {int(e['policy_version'])}: {passes(e)}" for e in records.evals)
@@ -288,19 +318,27 @@ def print_screen(records, collected: Collected, settings, out_dir: Path, figure:
     probe = records.probe or {}
     start_gap, end_gap = probe.get("teacher_gap_all_start"), probe.get("teacher_gap_all_end")
     if start_gap is not None and end_gap is not None:
-        print(f"  teacher gap       {start_gap:.3f} -> {end_gap:.3f} nats over "
-              f"{probe.get('teacher_gap_all_positions', 0):,} positions (the student's distance to its hinted self)")  # fmt: skip
-    print(f"  hints             {sum(collected.hints.values())} of {collected.judged_turns} judged turns got one; "
-          "the judge said:")  # fmt: skip
+        print(
+            f"  teacher gap       {start_gap:.3f} -> {end_gap:.3f} nats over "
+            f"{probe.get('teacher_gap_all_positions', 0):,} positions (the student's distance to its hinted self)"
+        )
+    print(
+        f"  hints             {sum(collected.hints.values())} of {collected.judged_turns} judged turns got one; "
+        "the judge said:"
+    )
     for hint, count in collected.hints.most_common(3):
         print(_wrapped(f'{count} x "{_one_line(hint, 400)}"', " " * 20, " " * 24))
     if collected.feedback:
         print(_wrapped(f'"{_one_line(collected.feedback, 400)}"', "  checker feedback  ", " " * 20))
-    print(f"  groups            {collected.result.present} x {settings.group_size} rollouts, mean score "
-          f"{t.mean_score:.2f}, {t.tokens_scored:,} tokens scored by the teacher; validator {verdict}")  # fmt: skip
+    print(
+        f"  groups            {collected.result.present} x {settings.group_size} rollouts, mean score "
+        f"{t.mean_score:.2f}, {t.tokens_scored:,} tokens scored by the teacher; validator {verdict}"
+    )
     print(f"  figure            {figure}")
-    print(f"  report            {collected.report_path or '(not written)'}  (conversations, hints, tokens "
-          "coloured by teacher advantage)")  # fmt: skip
+    print(
+        f"  report            {collected.report_path or '(not written)'}  (conversations, hints, tokens "
+        "coloured by teacher advantage)"
+    )
     print(
         f"  data              {collected.groups_path}, {out_dir / 'validation.json'}, {out_dir / 'learning.json'}"
     )

@@ -13,8 +13,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--max-logprobs", type=int, default=100)
     parser.add_argument("--log", default=None, help="vLLM log file (default: next to the model dir)")
-    parser.add_argument("--no-scale-out", action="store_true",
-                        help="start vLLM without --enable-scale-out (no /inference/v1/generate route)")  # fmt: skip
+    parser.add_argument(
+        "--no-scale-out",
+        action="store_true",
+        help="start vLLM without --enable-scale-out (no /inference/v1/generate route)",
+    )
     return parser
 
 

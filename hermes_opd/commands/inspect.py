@@ -641,8 +641,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         token_text = load_token_text(args.tokenizer) if args.tokenizer else None
     except (OSError, ValueError) as exc:
-        print(f"hermes-opd inspect: cannot load the tokenizer {args.tokenizer}: {str(exc).splitlines()[0][:200]}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"hermes-opd inspect: cannot load the tokenizer {args.tokenizer}: {str(exc).splitlines()[0][:200]}",
+            file=sys.stderr,
+        )
         return 2
     subtitle = f"{args.file} \u00b7 {len(loaded.groups)} group(s)"
     if loaded.invalid_lines:

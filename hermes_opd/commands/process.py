@@ -151,9 +151,12 @@ async def preflight(job: JobConfig, roles: RoleServers, tokenizer: Any) -> list[
     teacher = roles.teacher.endpoint
     if env.opd_enabled and teacher is not None:
         client = VLLMCompletionsClient(
-            teacher.base_url, teacher.model, api_key=teacher.api_key, timeout_s=60.0,
+            teacher.base_url,
+            teacher.model,
+            api_key=teacher.api_key,
+            timeout_s=60.0,
             retry=RetryPolicy(max_attempts=2),
-        )  # fmt: skip
+        )
         probe = tokenizer.encode("def f(x):\n    return x\n", add_special_tokens=False) or [0, 1]
         try:
             await completions_prompt_topk(client, list(probe), env.distill_topk)
@@ -167,8 +170,13 @@ async def preflight(job: JobConfig, roles: RoleServers, tokenizer: Any) -> list[
         for policy in roles.policy:
             if policy.base_url is None or policy.model is None:
                 continue
-            client = VLLMCompletionsClient(policy.base_url, policy.model, api_key=policy.api_key, timeout_s=60.0,
-                                           retry=RetryPolicy(max_attempts=2))  # fmt: skip
+            client = VLLMCompletionsClient(
+                policy.base_url,
+                policy.model,
+                api_key=policy.api_key,
+                timeout_s=60.0,
+                retry=RetryPolicy(max_attempts=2),
+            )
             try:
                 await check_policy_top_logprobs(client, env.student_topk_k, tokenizer)
             except (VLLMError, ConfigError) as exc:
@@ -323,8 +331,18 @@ async def run_job(
             )
             replay = asyncio.ensure_future(replayer.run())
         with redirect:
-            await _collect_loop(env, job, writer, progress, stop, todo, result, concurrency, max_attempts,
-                                max_consecutive_failures)  # fmt: skip
+            await _collect_loop(
+                env,
+                job,
+                writer,
+                progress,
+                stop,
+                todo,
+                result,
+                concurrency,
+                max_attempts,
+                max_consecutive_failures,
+            )
             collecting.set()
             if replay is not None:
                 progress.message(f"collection over; sending the rest of {out} to {send.api_url}")
@@ -504,13 +522,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-preflight", action="store_true", help="skip the server checks before the first group"
     )
-    parser.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto",
-                        help="auto: a bar on a terminal, one line per group otherwise")  # fmt: skip
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "bar", "lines", "none"),
+        default="auto",
+        help="auto: a bar on a terminal, one line per group otherwise",
+    )
     parser.add_argument(
         "--print-config", action="store_true", help="print the merged config as YAML and exit"
     )
-    add_atropos_url(parser, "--send",
-                    help="also send each group to this Atropos API as it is written (as `hermes-opd send`)")  # fmt: skip
+    add_atropos_url(
+        parser,
+        "--send",
+        help="also send each group to this Atropos API as it is written (as `hermes-opd send`)",
+    )
     add_policy_url(
         parser, help="the policy's vLLM server (…/v1): --openai.base_url, as one spelling for every command"
     )
@@ -582,8 +607,11 @@ def _main(argv: list[str]) -> int:
     if args.policy_url is not None:  # --policy-url is --openai.base_url
         overrides.openai.setdefault(None, {})["base_url"] = args.policy_url
     if unknown:
-        print(f"hermes-opd process: unknown argument(s): {' '.join(unknown)} "
-              "(config keys go as --env.KEY VALUE or --openai.KEY VALUE)", file=sys.stderr)  # fmt: skip
+        print(
+            f"hermes-opd process: unknown argument(s): {' '.join(unknown)} "
+            "(config keys go as --env.KEY VALUE or --openai.KEY VALUE)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     configure_logging(log_level(args.log_level), override=True)
     from environments.atropos.agentic_opd_env import AgenticOPDEnv
@@ -621,7 +649,7 @@ def _main(argv: list[str]) -> int:
                 do_preflight=not args.no_preflight,
                 progress_mode=args.progress,
                 send=options_from(args, args.atropos_url) if args.atropos_url else None,
-            )  # fmt: skip
+            )
         )
     except (OutputError, ConfigError) as exc:
         print(f"hermes-opd process: {exc}", file=sys.stderr)

@@ -30,8 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", help="bind address (default 127.0.0.1; anything wider needs keys)")
     parser.add_argument("--port", type=int, help="default 8100")
     parser.add_argument("--groups", help="groups JSONL to append to (default proxy-groups.jsonl)")
-    add_atropos_url(parser, "--atropos",
-                    help="send groups to this Atropos API (spooled while it is away) instead of --groups")  # fmt: skip
+    add_atropos_url(
+        parser,
+        "--atropos",
+        help="send groups to this Atropos API (spooled while it is away) instead of --groups",
+    )
     add_api_key(parser, KEYS_ENV, "a client key whose sessions are trained on")
     parser.add_argument("--judge", choices=("rules", "llm"), help="the hint judge's backend")
     parser.add_argument("--lora-prefix", help="serve the newest <prefix>-step<N> adapter (live weights)")
@@ -45,9 +48,16 @@ def config_from(args: argparse.Namespace):
     from environments.proxy.proxy_config import ProxyConfig
 
     data = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
-    flags = {"policy_base_url": args.policy_url, "policy_model": args.policy_model, "tokenizer": args.tokenizer,
-             "host": args.host, "port": args.port, "groups_path": args.groups,
-             "policy_lora_prefix": args.lora_prefix, "atropos_url": args.atropos_url}  # fmt: skip
+    flags = {
+        "policy_base_url": args.policy_url,
+        "policy_model": args.policy_model,
+        "tokenizer": args.tokenizer,
+        "host": args.host,
+        "port": args.port,
+        "groups_path": args.groups,
+        "policy_lora_prefix": args.lora_prefix,
+        "atropos_url": args.atropos_url,
+    }
     data.update({k: v for k, v in flags.items() if v is not None})
     if args.no_train:
         data["train"] = False
@@ -68,9 +78,11 @@ async def serve(config) -> int:
 
     server = await build_proxy(config)
     runner = await run_app(server, config.host, config.port)
-    print(f"hermes-opd proxy: http://{config.host}:{config.port}/v1 -> {config.policy_base_url} "
-          f"({config.model_name}); groups -> {_destination(config)}",
-          flush=True)  # fmt: skip
+    print(
+        f"hermes-opd proxy: http://{config.host}:{config.port}/v1 -> {config.policy_base_url} "
+        f"({config.model_name}); groups -> {_destination(config)}",
+        flush=True,
+    )
     stop = asyncio.Event()
     with StopSignals(lambda _sig: stop.set()):  # also during the drain: a second Ctrl-C changes nothing
         await stop.wait()
@@ -93,9 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = config_from(args)
     except (ValidationError, OSError, ValueError) as exc:
-        print(f"hermes-opd proxy: unusable configuration: {str(exc).splitlines()[0]}"
-              + (f" ({exc.errors()[0]['loc']}: {exc.errors()[0]['msg']})" if isinstance(exc, ValidationError) else ""),
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"hermes-opd proxy: unusable configuration: {str(exc).splitlines()[0]}"
+            + (
+                f" ({exc.errors()[0]['loc']}: {exc.errors()[0]['msg']})"
+                if isinstance(exc, ValidationError)
+                else ""
+            ),
+            file=sys.stderr,
+        )
         return 2
     from hermes_opd.contract.errors import ConfigError
 

@@ -31,8 +31,10 @@ def build_student_for_env(
     if recipe not in RECIPES:
         raise ValueError(f"unknown student recipe {recipe!r}; known: {', '.join(RECIPES)}")
     if recipe == "copy" and seed != 0:
-        print("build-student: the copy recipe's phases carry their own seeds; --seed is for 'conversations'",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "build-student: the copy recipe's phases carry their own seeds; --seed is for 'conversations'",
+            file=sys.stderr,
+        )
         return 2
     out = Path(out_dir) if out_dir else default_student_dir()
     expected = recipe_manifest() if recipe == "copy" else None  # a build of an older recipe is rebuilt
@@ -44,8 +46,11 @@ def build_student_for_env(
     def phase_progress(phase: str, step: int, steps: int, losses: dict[str, float]) -> None:
         if step % 25 == 0 or step == steps:
             shown = " ".join(f"{kind} {value:.3f}" for kind, value in losses.items())
-            print(f"{phase} step {step}/{steps}: {shown} ({time.monotonic() - started:.0f}s)",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"{phase} step {step}/{steps}: {shown} ({time.monotonic() - started:.0f}s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def progress(step: int, steps: int, loss: float) -> None:  # the conversations build: one loss
         phase_progress("pretraining", step, steps, {"loss": loss})

@@ -21,8 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--samples", type=int, default=4, help="first attempts per task")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-tokens", type=int, default=128,
-                        help="new tokens per attempt (a right answer is about 50)")  # fmt: skip
+    parser.add_argument(
+        "--max-tokens", type=int, default=128, help="new tokens per attempt (a right answer is about 50)"
+    )
     parser.add_argument("--split", choices=["heldout", "train"], default="heldout")
     parser.add_argument("--json", default=None, help="also write the attempts and the summary here")
     return parser

@@ -43,8 +43,12 @@ class ProcessTurn:
     """Why a `judge_error` turn has no reward (informational)."""
 
     def as_dict(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"span": list(self.span), "status": self.status, "score": self.score,
-                                 "effective": self.effective}  # fmt: skip
+        entry: dict[str, Any] = {
+            "span": list(self.span),
+            "status": self.status,
+            "score": self.score,
+            "effective": self.effective,
+        }
         if self.votes is not None:
             entry["votes"] = self.votes
         if self.error is not None:
@@ -100,8 +104,12 @@ def _turn_problems(k: int, entry: Any, n: int) -> tuple[ProcessTurn | None, list
         return None, [f"{where} is not an object"]
     problems = []
     span = entry.get("span")
-    if not (isinstance(span, list) and len(span) == 2 and all(_is_int(v) for v in span)
-            and 0 <= span[0] <= span[1] <= n):  # fmt: skip
+    if not (
+        isinstance(span, list)
+        and len(span) == 2
+        and all(_is_int(v) for v in span)
+        and 0 <= span[0] <= span[1] <= n
+    ):
         return None, [f"{where}.span {span!r:.60} is not a [start, end) inside the sequence of {n}"]
     status, score, effective = entry.get("status"), entry.get("score"), entry.get("effective")
     if status not in PRM_STATUSES:

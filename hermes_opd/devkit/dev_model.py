@@ -41,11 +41,26 @@ MARKUP_TOKENS = ["<tool_call>", "</tool_call>", "<think>", "</think>"]
 
 # Fixed stdlib files (present in every CPython 3.11+) used as tokenizer training text.
 STDLIB_CORPUS = [
-    "json/__init__.py", "textwrap.py", "argparse.py", "pathlib.py", "shutil.py", "subprocess.py",
-    "unittest/case.py", "collections/__init__.py", "functools.py", "heapq.py", "bisect.py",
-    "string.py", "difflib.py", "statistics.py", "fractions.py", "csv.py", "traceback.py",
-    "dataclasses.py", "enum.py",
-]  # fmt: skip
+    "json/__init__.py",
+    "textwrap.py",
+    "argparse.py",
+    "pathlib.py",
+    "shutil.py",
+    "subprocess.py",
+    "unittest/case.py",
+    "collections/__init__.py",
+    "functools.py",
+    "heapq.py",
+    "bisect.py",
+    "string.py",
+    "difflib.py",
+    "statistics.py",
+    "fractions.py",
+    "csv.py",
+    "traceback.py",
+    "dataclasses.py",
+    "enum.py",
+]
 
 
 @dataclass(frozen=True)

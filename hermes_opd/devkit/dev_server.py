@@ -71,20 +71,30 @@ class DevServer:
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self.model_dir),
-            "--served-model-name", self.served_model_name,
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--max-model-len", str(self.max_model_len),
-            "--dtype", "float32",
-            "--max-logprobs", str(self.max_logprobs),
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model_dir),
+            "--served-model-name",
+            self.served_model_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--max-model-len",
+            str(self.max_model_len),
+            "--dtype",
+            "float32",
+            "--max-logprobs",
+            str(self.max_logprobs),
             "--enforce-eager",
-            "--distributed-executor-backend", "uni",
+            "--distributed-executor-backend",
+            "uni",
             "--disable-log-stats",
             *([SCALE_OUT_FLAG] if self.enable_scale_out else []),
             *self.extra_args,
-        ]  # fmt: skip
+        ]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -116,12 +126,21 @@ class DevServer:
     def wait_healthy(self) -> None:
         def notice(waited_s: float) -> None:
             if self.on_wait is not None:
-                self.on_wait(f"waiting for vLLM to load {Path(self.model_dir).name} and answer /health "
-                             f"({waited_s:.0f} s; log {self.log_path})")  # fmt: skip
+                self.on_wait(
+                    f"waiting for vLLM to load {Path(self.model_dir).name} and answer /health "
+                    f"({waited_s:.0f} s; log {self.log_path})"
+                )
 
         assert self.process is not None
-        wait_healthy(self.process, f"{self.root_url}/health", what="vLLM", timeout_s=self.startup_timeout_s,
-                     log_path=self.log_path, on_wait=notice, error=DevServerError)  # fmt: skip
+        wait_healthy(
+            self.process,
+            f"{self.root_url}/health",
+            what="vLLM",
+            timeout_s=self.startup_timeout_s,
+            log_path=self.log_path,
+            on_wait=notice,
+            error=DevServerError,
+        )
 
     def log_tail(self, lines: int = 30) -> str:
         return log_tail(self.log_path, lines)
@@ -145,8 +164,10 @@ def serve_forever(server: DevServer) -> int:
     with StopSignals(stop_requested.append):
         try:
             server.start()
-            print(f"vLLM ready: base_url={server.base_url} model={server.served_model_name} pid={server.process.pid}",
-                  flush=True)  # fmt: skip
+            print(
+                f"vLLM ready: base_url={server.base_url} model={server.served_model_name} pid={server.process.pid}",
+                flush=True,
+            )
             while not stop_requested:
                 if server.process is None or server.process.poll() is not None:
                     print(f"vLLM exited unexpectedly; last log lines:\n{server.log_tail()}", file=sys.stderr)

@@ -161,28 +161,40 @@ class TeacherBodyBuilder:
         entries = self._entries(prompt_ids, k)
         n = len(prompt_ids)
         return (
-            '{"id":"cmpl-fake","object":"text_completion","created":' + str(int(time.time()))
-            + ',"model":' + json.dumps(model)
+            '{"id":"cmpl-fake","object":"text_completion","created":'
+            + str(int(time.time()))
+            + ',"model":'
+            + json.dumps(model)
             + ',"choices":[{"index":0,"text":" x","logprobs":null,"finish_reason":"length","stop_reason":null,'
-            '"token_ids":null,"prompt_logprobs":[' + ",".join(entries)
+            '"token_ids":null,"prompt_logprobs":['
+            + ",".join(entries)
             + '],"prompt_token_ids":null,"routed_experts":null}],"service_tier":null,'
-            '"system_fingerprint":"fake-vllm","usage":{"prompt_tokens":' + str(n)
-            + ',"total_tokens":' + str(n + 1)
+            '"system_fingerprint":"fake-vllm","usage":{"prompt_tokens":'
+            + str(n)
+            + ',"total_tokens":'
+            + str(n + 1)
             + ',"completion_tokens":1,"prompt_tokens_details":null,"completion_tokens_details":null},'
             '"kv_transfer_params":null,"ec_transfer_params":null,"metrics":null}'
-        ).encode()  # fmt: skip
+        ).encode()
 
     def generate_body(self, prompt_ids: list[int], k: int, model: str) -> bytes:
         """An `/inference/v1/generate` body (rows at the top level, token ids, no text)."""
         entries = self._entries(prompt_ids, k)
         n = len(prompt_ids)
         return (
-            '{"request_id":"generate-tokens-fake","model":' + json.dumps(model) + ',"created":'
-            + str(int(time.time())) + ',"usage":{"prompt_tokens":' + str(n) + ',"total_tokens":' + str(n + 1)
-            + ',"completion_tokens":1},"prompt_logprobs":[' + ",".join(entries)
+            '{"request_id":"generate-tokens-fake","model":'
+            + json.dumps(model)
+            + ',"created":'
+            + str(int(time.time()))
+            + ',"usage":{"prompt_tokens":'
+            + str(n)
+            + ',"total_tokens":'
+            + str(n + 1)
+            + ',"completion_tokens":1},"prompt_logprobs":['
+            + ",".join(entries)
             + '],"prompt_token_id_logprobs":null,"prompt_token_ids":null,"output_mode":"tokens",'
             '"choices":[{"index":0,"finish_reason":"length","token_ids":[0],"logprobs":null}]}'
-        ).encode()  # fmt: skip
+        ).encode()
 
     def _entries(self, prompt_ids: list[int], k: int) -> list[str]:
         if not 1 <= k <= MAX_K:
@@ -272,10 +284,15 @@ class FakeVLLM:
             finish = "stop"
             if len(ids) > max_tokens:
                 ids, finish = ids[:max_tokens], "length"
-            choices.append({
-                "index": i, "text": "", "token_ids": ids, "finish_reason": finish,
-                "logprobs": {"token_logprobs": [-0.5] * len(ids), "tokens": [], "top_logprobs": None},
-            })  # fmt: skip
+            choices.append(
+                {
+                    "index": i,
+                    "text": "",
+                    "token_ids": ids,
+                    "finish_reason": finish,
+                    "logprobs": {"token_logprobs": [-0.5] * len(ids), "tokens": [], "top_logprobs": None},
+                }
+            )
         model = self.model or payload.get("model")
         body = {"id": f"cmpl-{index}", "object": "text_completion", "model": model, "choices": choices}
         return json.dumps(body).encode()
@@ -326,8 +343,9 @@ class FakeVLLM:
         if self.on_request is not None:
             self.on_request(index, mode)
         if self.model is not None and payload.get("model") != self.model:
-            return web.json_response({"error": {"message": f"The model `{payload.get('model')}` does not exist."}},
-                                     status=404)  # fmt: skip
+            return web.json_response(
+                {"error": {"message": f"The model `{payload.get('model')}` does not exist."}}, status=404
+            )
         k = int(params.get("prompt_logprobs") or 0)
         teacher = bool(k)
         stats = self.stats.teacher if teacher else self.stats.generation
@@ -473,10 +491,22 @@ class FakeEndpoints:
     def __enter__(self) -> FakeEndpoints:
         s = self.settings
         command = [
-            sys.executable, "-m", "hermes_opd.devkit.fake_endpoints", "--host", "127.0.0.1", "--port", "0",
-            "--judge-latency", str(s.judge_latency_s), "--teacher-latency", str(s.teacher_latency_s),
-            "--vocab-size", str(s.vocab_size), "--hint", s.hint,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "hermes_opd.devkit.fake_endpoints",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--judge-latency",
+            str(s.judge_latency_s),
+            "--teacher-latency",
+            str(s.teacher_latency_s),
+            "--vocab-size",
+            str(s.vocab_size),
+            "--hint",
+            s.hint,
+        ]
         if s.tokenizer_dir:
             command += ["--tokenizer", str(s.tokenizer_dir)]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
@@ -540,9 +570,15 @@ def main(argv: list[str] | None = None) -> int:
     def announce(index: int, mode: str) -> None:
         print(f"REQUEST {index} {mode}", flush=True)
 
-    fake = FakeVLLM(json.loads(args.replies), plan=[m for m in args.plan.split(",") if m], default=args.default,
-                    model=args.model, settings=settings, scale_out=not args.no_scale_out,
-                    on_request=announce if args.announce_requests else None)  # fmt: skip
+    fake = FakeVLLM(
+        json.loads(args.replies),
+        plan=[m for m in args.plan.split(",") if m],
+        default=args.default,
+        model=args.model,
+        settings=settings,
+        scale_out=not args.no_scale_out,
+        on_request=announce if args.announce_requests else None,
+    )
 
     async def serve() -> None:
         await fake.start(args.port)

@@ -52,8 +52,9 @@ class RunApi:
     def start(self) -> RunApi:
         if self.port == 0:
             self.port = free_port()
-        self.process = start_process_group([str(RUN_API), "--host", "127.0.0.1", "--port", str(self.port)],
-                                           self.log_path, cwd=self.cwd)  # fmt: skip
+        self.process = start_process_group(
+            [str(RUN_API), "--host", "127.0.0.1", "--port", str(self.port)], self.log_path, cwd=self.cwd
+        )
         try:
             self.wait_answering()
         except BaseException:
@@ -65,8 +66,15 @@ class RunApi:
         """Return as soon as `GET /status` answers 200; raise when the process exits or time is up."""
         if self.process is None:
             raise RunApiError("run-api is not started")
-        wait_healthy(self.process, f"{self.url}/status", what="run-api", timeout_s=self.startup_timeout_s,
-                     log_path=self.log_path, poll_s=0.05, error=RunApiError)  # fmt: skip
+        wait_healthy(
+            self.process,
+            f"{self.url}/status",
+            what="run-api",
+            timeout_s=self.startup_timeout_s,
+            log_path=self.log_path,
+            poll_s=0.05,
+            error=RunApiError,
+        )
 
     def reset(self) -> None:
         """Empty it: no trainer, no envs, no queue (atroposlib's `GET /reset_data`)."""

@@ -82,16 +82,30 @@ class TinkerServer:
             "train_micro_batch_size": self.train_micro_batch_size,
         }
         return [
-            str(venv / "bin" / "uv"), "run", "--no-project", "--offline", "--python", str(venv / "bin" / "python"),
-            "python", "-m", "skyrl.tinker.api",
-            "--base-model", str(Path(self.model_dir).resolve()),
-            "--backend", "jax",
-            "--backend-config", json.dumps(backend),
-            "--database-url", f"sqlite:///{work / 'tinker.db'}",
-            "--checkpoints-base", str(work / "checkpoints"),
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-        ]  # fmt: skip
+            str(venv / "bin" / "uv"),
+            "run",
+            "--no-project",
+            "--offline",
+            "--python",
+            str(venv / "bin" / "python"),
+            "python",
+            "-m",
+            "skyrl.tinker.api",
+            "--base-model",
+            str(Path(self.model_dir).resolve()),
+            "--backend",
+            "jax",
+            "--backend-config",
+            json.dumps(backend),
+            "--database-url",
+            f"sqlite:///{work / 'tinker.db'}",
+            "--checkpoints-base",
+            str(work / "checkpoints"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
 
     def environment(self) -> dict[str, str]:
         venv = Path(self.venv).resolve()
@@ -132,8 +146,14 @@ class TinkerServer:
 
     def wait_healthy(self) -> None:
         assert self.process is not None
-        wait_healthy(self.process, f"{self.base_url}/api/v1/healthz", what="the Tinker-API server",
-                     timeout_s=self.startup_timeout_s, log_path=self.log_path, error=DevServerError)  # fmt: skip
+        wait_healthy(
+            self.process,
+            f"{self.base_url}/api/v1/healthz",
+            what="the Tinker-API server",
+            timeout_s=self.startup_timeout_s,
+            log_path=self.log_path,
+            error=DevServerError,
+        )
 
     def log_tail(self, lines: int = 30) -> str:
         return log_tail(self.log_path, lines)

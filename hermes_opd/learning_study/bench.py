@@ -39,19 +39,49 @@ from hermes_opd.learning_study.report import (
 
 logger = logging.getLogger(__name__)
 
-CONFIG_KEYS = ("vllm_url", "served_model", "student_model", "steps", "groups_per_step", "group_size",
-               "eval_every", "seeds", "first_seed", "arms", "workers", "lora_r", "lr", "run_timeout_s", "env",
-               "trainer", "convention")  # fmt: skip
+CONFIG_KEYS = (
+    "vllm_url",
+    "served_model",
+    "student_model",
+    "steps",
+    "groups_per_step",
+    "group_size",
+    "eval_every",
+    "seeds",
+    "first_seed",
+    "arms",
+    "workers",
+    "lora_r",
+    "lr",
+    "run_timeout_s",
+    "env",
+    "trainer",
+    "convention",
+)
 """Keys of a `--config` YAML; command-line flags override them."""
 
 DEFAULTS: dict[str, Any] = {
-    "steps": 6, "groups_per_step": 1, "group_size": 4, "eval_every": 2, "seeds": 3, "first_seed": 0,
-    "arms": "grpo,opd,hybrid", "workers": 1, "lora_r": 8, "lr": 1e-3, "run_timeout_s": 900.0,
-}  # fmt: skip
+    "steps": 6,
+    "groups_per_step": 1,
+    "group_size": 4,
+    "eval_every": 2,
+    "seeds": 3,
+    "first_seed": 0,
+    "arms": "grpo,opd,hybrid",
+    "workers": 1,
+    "lora_r": 8,
+    "lr": 1e-3,
+    "run_timeout_s": 900.0,
+}
 QUICK: dict[str, Any] = {
-    "steps": 2, "groups_per_step": 1, "group_size": 4, "eval_every": 2, "seeds": 1, "arms": "opd",
+    "steps": 2,
+    "groups_per_step": 1,
+    "group_size": 4,
+    "eval_every": 2,
+    "seeds": 1,
+    "arms": "opd",
     "run_timeout_s": 600.0,
-}  # fmt: skip
+}
 ENV_DEFAULTS: dict[str, Any] = {"max_turns": 3, "max_tokens_per_turn": 96, "max_token_length": 2048}
 """Short rollouts for the CPU rig; a --config `env:` section replaces any of them."""
 
@@ -63,36 +93,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--served-model", help="its served model name (default dev-model)")
     parser.add_argument("--arms", help=f"comma-separated subset of {','.join(ARMS)} (default all)")
     parser.add_argument("--seeds", type=int, help=f"how many seeds (default {DEFAULTS['seeds']})")
-    parser.add_argument("--first-seed", type=int,
-                        help="the first seed (default 0): more seeds later, in their own --out, then one "
-                             "--report-only over all the run directories")  # fmt: skip
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        help="the first seed (default 0): more seeds later, in their own --out, then one "
+        "--report-only over all the run directories",
+    )
     parser.add_argument("--steps", type=int, help=f"optimizer steps per run (default {DEFAULTS['steps']})")
     parser.add_argument("--groups-per-step", type=int, help="groups per batch (default 1)")
     parser.add_argument("--group-size", type=int, help="rollouts per group (default 4)")
-    parser.add_argument("--eval-every", type=int,
-                        help="held-out evaluation of the weights after every k-th step, and the last (default 2)")  # fmt: skip
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        help="held-out evaluation of the weights after every k-th step, and the last (default 2)",
+    )
     parser.add_argument("--workers", type=int, help="env serve workers (default 1)")
     parser.add_argument("--lr", type=float, help="LoRA learning rate (default 1e-3)")
-    parser.add_argument("--convention",
-                        help="the team's convention as `verb,module` (e.g. `find,utils`; default the shipped "
-                             "`compute,helpers`): every process of the run gets HERMES_OPD_CONVENTION "
-                             "(environments/tasks/conventions.py)")  # fmt: skip
+    parser.add_argument(
+        "--convention",
+        help="the team's convention as `verb,module` (e.g. `find,utils`; default the shipped "
+        "`compute,helpers`): every process of the run gets HERMES_OPD_CONVENTION "
+        "(environments/tasks/conventions.py)",
+    )
     parser.add_argument("--out", default="runs/bench-learning", help="output directory")
     parser.add_argument(
         "--quick", action="store_true", help="one OPD-only seed, 2 steps (the test suite's run)"
     )
-    parser.add_argument("--report-only", action="store_true",
-                        help="run nothing: rebuild the JSON, figure and table from the finished runs in --out")  # fmt: skip
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: rebuild the JSON, figure and table from the finished runs in --out",
+    )
 
 
 def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], LoopSettings]:
     """Defaults < (--quick) < --config < flags. Returns the merged plain values and the settings."""
     values = merged_values(
-        args, defaults=DEFAULTS, quick=QUICK, config_keys=CONFIG_KEYS, arms=ARMS,
-        flags=("student_model", "vllm_url", "served_model", "arms", "seeds", "first_seed", "steps",
-               "groups_per_step", "group_size", "eval_every", "workers", "lr", "convention"),
+        args,
+        defaults=DEFAULTS,
+        quick=QUICK,
+        config_keys=CONFIG_KEYS,
+        arms=ARMS,
+        flags=(
+            "student_model",
+            "vllm_url",
+            "served_model",
+            "arms",
+            "seeds",
+            "first_seed",
+            "steps",
+            "groups_per_step",
+            "group_size",
+            "eval_every",
+            "workers",
+            "lr",
+            "convention",
+        ),
         sizes=("steps", "groups_per_step", "group_size", "eval_every", "seeds", "workers"),
-    )  # fmt: skip
+    )
     if int(values["group_size"]) < 2:
         raise ConfigError("group_size must be >= 2 (GRPO compares rollouts within a group)")
     model_dir = str(values.get("student_model") or default_dev_model_dir())
@@ -139,8 +197,13 @@ def run(args: argparse.Namespace) -> int:
     server = None
     if not settings.vllm_root_url and not args.report_only:
         print(f"starting a CPU vLLM with LoRA hot-loading for {settings.model_dir} ...", file=sys.stderr)
-        server = start_lora_vllm(settings.model_dir, settings.lora_r, settings.out_dir / "vllm.log",
-                                 settings.served_model, on_wait=_say)  # fmt: skip
+        server = start_lora_vllm(
+            settings.model_dir,
+            settings.lora_r,
+            settings.out_dir / "vllm.log",
+            settings.served_model,
+            on_wait=_say,
+        )
         settings.vllm_root_url = server.root_url
     runs: list[RunRecords] = []
     if args.report_only:
@@ -158,13 +221,18 @@ def run(args: argparse.Namespace) -> int:
         for seed in range(first, first + int(values["seeds"])):
             for arm in values["arms"]:
                 run_started = time.monotonic()
-                print(f"[{time.monotonic() - started:6.0f}s] {arm} seed {seed}: {settings.steps} steps ...",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"[{time.monotonic() - started:6.0f}s] {arm} seed {seed}: {settings.steps} steps ...",
+                    file=sys.stderr,
+                )
                 records = run_arm(settings, arm, seed, start_eval, on_wait=_say)
                 runs.append(records)
                 curve = eval_curve(records)
-                print(f"    done in {time.monotonic() - run_started:.0f}s; held-out success "
-                      + " ".join(f"{x}:{y:.2f}" for x, y in curve), file=sys.stderr)  # fmt: skip
+                print(
+                    f"    done in {time.monotonic() - run_started:.0f}s; held-out success "
+                    + " ".join(f"{x}:{y:.2f}" for x, y in curve),
+                    file=sys.stderr,
+                )
     finally:
         if server is not None:
             server.stop()
@@ -181,9 +249,13 @@ def write_outputs(
     """learning.json, learning.png, the summary table and the headline line."""
     bands = {arm: mean_band([eval_curve(r) for r in runs if r.arm == arm]) for arm in values["arms"]}
     result_headline = {**probe_summary(runs), **convention_summary(runs), **headline(bands)}
-    figure = plot_learning_curves(bands, settings.out_dir / "learning.png",
-                                  f"{Path(settings.model_dir).name}: {settings.steps} steps x "
-                                  f"{settings.generations_per_step} generations", int(values["seeds"]))  # fmt: skip
+    figure = plot_learning_curves(
+        bands,
+        settings.out_dir / "learning.png",
+        f"{Path(settings.model_dir).name}: {settings.steps} steps x "
+        f"{settings.generations_per_step} generations",
+        int(values["seeds"]),
+    )
     document = {
         "settings": {k: v for k, v in values.items() if k not in ("env", "trainer")}
         | {

@@ -14,9 +14,16 @@ import yaml
 from hermes_opd.contract.errors import ConfigError
 
 
-def merged_values(args: argparse.Namespace, *, defaults: dict[str, Any], quick: dict[str, Any],
-                  config_keys: Iterable[str], flags: Iterable[str], arms: Iterable[str],
-                  sizes: Iterable[str]) -> dict[str, Any]:  # fmt: skip
+def merged_values(
+    args: argparse.Namespace,
+    *,
+    defaults: dict[str, Any],
+    quick: dict[str, Any],
+    config_keys: Iterable[str],
+    flags: Iterable[str],
+    arms: Iterable[str],
+    sizes: Iterable[str],
+) -> dict[str, Any]:
     """The merged values; `arms` are the known arm names, `sizes` the keys that must be >= 1."""
     config_keys, known_arms = tuple(config_keys), tuple(arms)
     values: dict[str, Any] = {**defaults, **(quick if args.quick else {})}

@@ -199,17 +199,21 @@ async def probe(
             result, trajectory = await attempt(task_record, sampler, system_prompt, None, max_tokens)
             span = trajectory.turns[0]
             response = tokenizer.decode(
-                trajectory.tokens[span.start : span.end], skip_special_tokens=False,
+                trajectory.tokens[span.start : span.end],
+                skip_special_tokens=False,
                 clean_up_tokenization_spaces=False,
-            )  # fmt: skip
+            )
             where = _decision_text(task, response)
             greedy = _value(task.kind, where[2]) if where else None
             own = list(trajectory.tokens[span.start : span.end])
             if where is None:  # the reference attempt: the path, then the function (canonical ids)
                 response = (
-                    '<tool_call>\n{"name": "write_file", "arguments": {"path": "' + f"{task.module}.py"
-                    + '", "content": "' + task.reference_solution().replace("\n", "\\n") + '"}}\n</tool_call>'
-                )  # fmt: skip
+                    '<tool_call>\n{"name": "write_file", "arguments": {"path": "'
+                    + f"{task.module}.py"
+                    + '", "content": "'
+                    + task.reference_solution().replace("\n", "\\n")
+                    + '"}}\n</tool_call>'
+                )
                 where = _decision_text(task, response)
                 own = []
             begin, end, _ = where
@@ -281,8 +285,9 @@ def table(decisions: list[Decision], stated: dict[str, str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hermes_opd.learning_study.decision_probe",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m hermes_opd.learning_study.decision_probe", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--model", default=str(shipped_student_dir()))
     parser.add_argument(
         "--vllm-url", default=None, help="a running vLLM serving --model (else one is started)"
@@ -290,9 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--served-model", default="dev-model")
     parser.add_argument("--module", default="utils.py", choices=[f"{m}.py" for m in MODULES])
     parser.add_argument("--verb", default="fetch", choices=list(VERBS))
-    parser.add_argument("--adapter", default=None,
-                        help="a trained LoRA directory (a run's checkpoints/step_*/model): score the unhinted "
-                             "student with it instead of the teachers (--vllm-url needs --enable-lora)")  # fmt: skip
+    parser.add_argument(
+        "--adapter",
+        default=None,
+        help="a trained LoRA directory (a run's checkpoints/step_*/model): score the unhinted "
+        "student with it instead of the teachers (--vllm-url needs --enable-lora)",
+    )
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     stated = {"module": args.module, "name": args.verb}
@@ -302,9 +310,12 @@ def main(argv: list[str] | None = None) -> int:
         from hermes_opd.devkit.dev_server import DevServer
 
         print(f"starting a CPU vLLM for {args.model} ...", file=sys.stderr)
-        server = DevServer(args.model, served_model_name=args.served_model,
-                           log_path=str(Path(args.out or "decision_probe").with_suffix(".vllm.log")),
-                           extra_args=["--enable-lora", "--max-lora-rank", "8"] if args.adapter else []).start()  # fmt: skip
+        server = DevServer(
+            args.model,
+            served_model_name=args.served_model,
+            log_path=str(Path(args.out or "decision_probe").with_suffix(".vllm.log")),
+            extra_args=["--enable-lora", "--max-lora-rank", "8"] if args.adapter else [],
+        ).start()
         url = server.root_url
     adapter = None
     try:

@@ -160,9 +160,13 @@ async def attempt(
     limits = RolloutLimits(max_turns=1, max_tokens_per_turn=max_tokens)
     async with Sandbox.create() as sandbox:
         outcome = await run_rollout(
-            tokenizer=sampler.tokenizer, sampler=sampler, sandbox=sandbox, messages=messages,
-            tools=TOOL_SCHEMAS, limits=limits,
-        )  # fmt: skip
+            tokenizer=sampler.tokenizer,
+            sampler=sampler,
+            sandbox=sandbox,
+            messages=messages,
+            tools=TOOL_SCHEMAS,
+            limits=limits,
+        )
         verdict = await verify(task, sandbox)
     trajectory = outcome.recorder.trajectory(score=verdict.score, finish_reason=outcome.stop_reason)
     if verdict.feedback and trajectory.turns:  # as the env records it (verifier_feedback: true)

@@ -34,17 +34,47 @@ from hermes_opd.learning_study.paths import shipped_student_dir
 from hermes_opd.learning_study.plot import plot_learning_curves
 from hermes_opd.learning_study.report import mean_band
 
-CONFIG_KEYS = ("vllm_url", "served_model", "student_model", "steps", "groups_per_step", "group_size",
-               "eval_every", "seeds", "first_seed", "arms", "lora_r", "lr", "run_timeout_s", "max_tokens",
-               "phrasings", "judge", "env", "trainer")  # fmt: skip
+CONFIG_KEYS = (
+    "vllm_url",
+    "served_model",
+    "student_model",
+    "steps",
+    "groups_per_step",
+    "group_size",
+    "eval_every",
+    "seeds",
+    "first_seed",
+    "arms",
+    "lora_r",
+    "lr",
+    "run_timeout_s",
+    "max_tokens",
+    "phrasings",
+    "judge",
+    "env",
+    "trainer",
+)
 DEFAULTS: dict[str, Any] = {
-    "steps": 6, "groups_per_step": 2, "group_size": 4, "eval_every": 2, "seeds": 3, "first_seed": 0,
-    "arms": "opd,prm,combined", "lora_r": 8, "lr": 1e-3, "run_timeout_s": 900.0, "max_tokens": 96,
-}  # fmt: skip
+    "steps": 6,
+    "groups_per_step": 2,
+    "group_size": 4,
+    "eval_every": 2,
+    "seeds": 3,
+    "first_seed": 0,
+    "arms": "opd,prm,combined",
+    "lora_r": 8,
+    "lr": 1e-3,
+    "run_timeout_s": 900.0,
+    "max_tokens": 96,
+}
 QUICK: dict[str, Any] = {"seeds": 1, "arms": "opd"}
 """The README test's run: OPD only, one seed, the same steps and user turns as the full bench."""
-ENV_DEFAULTS: dict[str, Any] = {"task_source": "conventions", "max_turns": 1, "max_tokens_per_turn": 96,
-                                "max_token_length": 2048}  # fmt: skip
+ENV_DEFAULTS: dict[str, Any] = {
+    "task_source": "conventions",
+    "max_turns": 1,
+    "max_tokens_per_turn": 96,
+    "max_token_length": 2048,
+}
 """The held-out evaluation: the env's `evaluate` on the convention tasks, one attempt each."""
 
 
@@ -56,7 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arms", help=f"comma-separated subset of {','.join(LIVE_ARMS)} (default all)")
     parser.add_argument("--seeds", type=int, help=f"how many seeds (default {DEFAULTS['seeds']})")
     parser.add_argument("--first-seed", type=int, help="the first seed (default 0)")
-    parser.add_argument("--steps", type=int, help=f"optimizer steps, one round of user turns each (default {DEFAULTS['steps']})")  # fmt: skip
+    parser.add_argument(
+        "--steps",
+        type=int,
+        help=f"optimizer steps, one round of user turns each (default {DEFAULTS['steps']})",
+    )
     parser.add_argument("--groups-per-step", type=int, help="groups per optimizer step (default 2)")
     parser.add_argument("--group-size", type=int, help="samples per group (default 4)")
     parser.add_argument(
@@ -68,32 +102,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", default="runs/bench-live", help="output directory")
     parser.add_argument("--quick", action="store_true", help="OPD only, one seed (the README test's run)")
-    parser.add_argument("--report-only", action="store_true",
-                        help="run nothing: rebuild live.json, live.png and the table from the runs in --out "
-                             "(<arm>-seed<N>/run.json; copy the run directories of several --out here first)")  # fmt: skip
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: rebuild live.json, live.png and the table from the runs in --out "
+        "(<arm>-seed<N>/run.json; copy the run directories of several --out here first)",
+    )
 
 
 def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], LiveSettings]:
     """Defaults < (--quick) < --config < flags."""
     values = merged_values(
-        args, defaults=DEFAULTS, quick=QUICK, config_keys=CONFIG_KEYS, arms=LIVE_ARMS,
-        flags=("student_model", "vllm_url", "served_model", "arms", "seeds", "first_seed", "steps",
-               "groups_per_step", "group_size", "eval_every", "lr", "phrasings"),
+        args,
+        defaults=DEFAULTS,
+        quick=QUICK,
+        config_keys=CONFIG_KEYS,
+        arms=LIVE_ARMS,
+        flags=(
+            "student_model",
+            "vllm_url",
+            "served_model",
+            "arms",
+            "seeds",
+            "first_seed",
+            "steps",
+            "groups_per_step",
+            "group_size",
+            "eval_every",
+            "lr",
+            "phrasings",
+        ),
         sizes=("steps", "groups_per_step", "group_size", "eval_every", "seeds"),
-    )  # fmt: skip
+    )
     model_dir = str(values.get("student_model") or shipped_student_dir())
     if not Path(model_dir, "config.json").is_file():
         raise ConfigError(f"student model {model_dir} has no config.json")
     values["student_model"] = model_dir
     phrasings = Phrasings.load(values["phrasings"]) if values.get("phrasings") else Phrasings()
     loop = LoopSettings(
-        model_dir=model_dir, served_model=str(values.get("served_model") or "dev-model"),
-        vllm_root_url=str(values.get("vllm_url") or "").rstrip("/"), out_dir=Path(args.out),
-        steps=int(values["steps"]), groups_per_step=int(values["groups_per_step"]),
-        group_size=int(values["group_size"]), eval_every=int(values["eval_every"]), lora_r=int(values["lora_r"]),
-        lr=float(values["lr"]), run_timeout_s=float(values["run_timeout_s"]),
-        env={**ENV_DEFAULTS, **(values.get("env") or {})}, trainer=dict(values.get("trainer") or {}),
-    )  # fmt: skip
+        model_dir=model_dir,
+        served_model=str(values.get("served_model") or "dev-model"),
+        vllm_root_url=str(values.get("vllm_url") or "").rstrip("/"),
+        out_dir=Path(args.out),
+        steps=int(values["steps"]),
+        groups_per_step=int(values["groups_per_step"]),
+        group_size=int(values["group_size"]),
+        eval_every=int(values["eval_every"]),
+        lora_r=int(values["lora_r"]),
+        lr=float(values["lr"]),
+        run_timeout_s=float(values["run_timeout_s"]),
+        env={**ENV_DEFAULTS, **(values.get("env") or {})},
+        trainer=dict(values.get("trainer") or {}),
+    )
     judge = dict(values.get("judge") or {})
     return values, LiveSettings(
         loop=loop, phrasings=phrasings, max_tokens=int(values["max_tokens"]), judge=judge
@@ -121,8 +181,9 @@ def run(args: argparse.Namespace) -> int:
     server = None
     if not loop.vllm_root_url:
         print(f"starting a CPU vLLM with LoRA hot-loading for {loop.model_dir} ...", file=sys.stderr)
-        server = start_lora_vllm(loop.model_dir, loop.lora_r, loop.out_dir / "vllm.log", loop.served_model,
-                                 on_wait=_say)  # fmt: skip
+        server = start_lora_vllm(
+            loop.model_dir, loop.lora_r, loop.out_dir / "vllm.log", loop.served_model, on_wait=_say
+        )
         loop.vllm_root_url = server.root_url
     runs: list[dict[str, Any]] = []
     try:
@@ -133,12 +194,18 @@ def run(args: argparse.Namespace) -> int:
         first = int(values.get("first_seed") or 0)
         for seed in range(first, first + int(values["seeds"])):
             for arm in values["arms"]:
-                print(f"[{time.monotonic() - started:6.0f}s] {arm} seed {seed}: {loop.steps} rounds of "
-                      f"{settings.samples_per_step} user turns ...", file=sys.stderr)  # fmt: skip
+                print(
+                    f"[{time.monotonic() - started:6.0f}s] {arm} seed {seed}: {loop.steps} rounds of "
+                    f"{settings.samples_per_step} user turns ...",
+                    file=sys.stderr,
+                )
                 record = run_live_arm(settings, arm, seed, start_eval, _say)
                 runs.append(record)
-                print(f"    done in {record['wall_s']:.0f}s; held-out success "
-                      + " ".join(f"{x}:{y:.2f}" for x, y in record["curve"]), file=sys.stderr)  # fmt: skip
+                print(
+                    f"    done in {record['wall_s']:.0f}s; held-out success "
+                    + " ".join(f"{x}:{y:.2f}" for x, y in record["curve"]),
+                    file=sys.stderr,
+                )
     finally:
         if server is not None:
             server.stop()
@@ -163,13 +230,17 @@ def acceptance(run: dict[str, Any], which: int) -> float:
 
 
 def summary_table(runs: list[dict[str, Any]]) -> str:
-    header = (f"{'arm':<9}{'seed':>5}{'start':>7}{'end':>7}{'gain':>7}{'accept_1st':>11}{'accept_last':>12}"
-              f"{'turns':>7}{'wall_s':>8}")  # fmt: skip
+    header = (
+        f"{'arm':<9}{'seed':>5}{'start':>7}{'end':>7}{'gain':>7}{'accept_1st':>11}{'accept_last':>12}"
+        f"{'turns':>7}{'wall_s':>8}"
+    )
     lines = [header, "-" * len(header)]
     for r in runs:
         curve = r["curve"]
-        lines.append(f"{r['arm']:<9}{r['seed']:>5}{curve[0][1]:>7.3f}{curve[-1][1]:>7.3f}{r['gain']:>+7.3f}"
-                     f"{acceptance(r, 0):>11.2f}{acceptance(r, -1):>12.2f}{curve[-1][0]:>7}{r['wall_s']:>8.0f}")  # fmt: skip
+        lines.append(
+            f"{r['arm']:<9}{r['seed']:>5}{curve[0][1]:>7.3f}{curve[-1][1]:>7.3f}{r['gain']:>+7.3f}"
+            f"{acceptance(r, 0):>11.2f}{acceptance(r, -1):>12.2f}{curve[-1][0]:>7}{r['wall_s']:>8.0f}"
+        )
     return "\n".join(lines)
 
 
@@ -182,10 +253,14 @@ def write_outputs(
     user_turns = min((r["curve"][-1][0] for r in runs), default=0)
     headline = live_headline(runs, arms, user_turns)
     seeds = len({r["seed"] for r in runs})
-    figure = plot_learning_curves(bands, loop.out_dir / "live.png",
-                                  f"live sessions, {Path(loop.model_dir).name}: {loop.steps} steps x "
-                                  f"{settings.samples_per_step} user turns", seeds,
-                                  xlabel="user turns (replies the agent learned from)")  # fmt: skip
+    figure = plot_learning_curves(
+        bands,
+        loop.out_dir / "live.png",
+        f"live sessions, {Path(loop.model_dir).name}: {loop.steps} steps x "
+        f"{settings.samples_per_step} user turns",
+        seeds,
+        xlabel="user turns (replies the agent learned from)",
+    )
     document = {
         "settings": {k: v for k, v in values.items() if k not in ("env", "trainer")}
         | {
@@ -194,7 +269,7 @@ def write_outputs(
             "judge": settings.judge,
             "samples_per_step": settings.samples_per_step,
             "phrasings": {k: list(v) for k, v in vars(settings.phrasings).items()},
-        },  # fmt: skip
+        },
         "wall_s": round(time.monotonic() - started, 1),
         "runs": runs,
         "bands": bands,

@@ -75,22 +75,29 @@ def proxy_document(
     w_opd, w_prm = LIVE_ARMS[arm]
     loop = settings.loop
     return {
-        "policy_base_url": f"{loop.vllm_root_url}/v1", "policy_model": loop.served_model,
-        "tokenizer": loop.model_dir, "port": port, "atropos_url": api_url,
-        "spool_dir": str(run_dir / "spool"), "groups_path": str(run_dir / "groups.jsonl"),
-        "policy_lora_prefix": prefix, "adapter_poll_s": 0.5,
-        "samples_per_group": loop.group_size, "group_wait_s": 5.0,
+        "policy_base_url": f"{loop.vllm_root_url}/v1",
+        "policy_model": loop.served_model,
+        "tokenizer": loop.model_dir,
+        "port": port,
+        "atropos_url": api_url,
+        "spool_dir": str(run_dir / "spool"),
+        "groups_path": str(run_dir / "groups.jsonl"),
+        "policy_lora_prefix": prefix,
+        "adapter_poll_s": 0.5,
+        "samples_per_group": loop.group_size,
+        "group_wait_s": 5.0,
         "opd": {
             "enabled": w_opd > 0,
             # the live user's words are the hint (judge/rules_backend.py, finding 8)
             "judge": {"backend": "rules", "rules_quote_user_feedback": True, **settings.judge},
             "prm": {"enabled": w_prm > 0, "judge": {"backend": "rules"}},
         },
-    }  # fmt: skip
+    }
 
 
-def live_trainer_document(settings: LiveSettings, arm: str, *, seed: int, prefix: str, run_dir: Path,
-                          api_url: str) -> dict:  # fmt: skip
+def live_trainer_document(
+    settings: LiveSettings, arm: str, *, seed: int, prefix: str, run_dir: Path, api_url: str
+) -> dict:
     document = trainer_document(
         settings.loop, arm="opd", seed=seed, prefix=prefix, run_dir=run_dir, api_url=api_url
     )
@@ -108,9 +115,15 @@ class Round:
 
     def record(self) -> dict[str, Any]:
         counts = Counter(s.outcome for s in self.sessions)
-        return {"step": self.step, "user_turns": len(self.sessions), "user_turns_total": self.user_turns_total,
-                "accepted": counts["accept"], "outcomes": {o: counts[o] for o in OUTCOMES},
-                "wait_s": round(self.wait_s, 2), "sessions": [s.record() for s in self.sessions]}  # fmt: skip
+        return {
+            "step": self.step,
+            "user_turns": len(self.sessions),
+            "user_turns_total": self.user_turns_total,
+            "accepted": counts["accept"],
+            "outcomes": {o: counts[o] for o in OUTCOMES},
+            "wait_s": round(self.wait_s, 2),
+            "sessions": [s.record() for s in self.sessions],
+        }
 
 
 class SimulatedUser:
@@ -133,10 +146,15 @@ class SimulatedUser:
 
         async def one(i: int, spec: ConventionTask, task: Any) -> SessionResult:
             async with gate:
-                return await converse(client, self.settings.loop.served_model, spec, task,
-                                      phrasings=self.settings.phrasings,
-                                      rng=random.Random(f"live-reply-{self.seed}-{step}{tag}-{i}"),
-                                      max_tokens=self.settings.max_tokens)  # fmt: skip
+                return await converse(
+                    client,
+                    self.settings.loop.served_model,
+                    spec,
+                    task,
+                    phrasings=self.settings.phrasings,
+                    rng=random.Random(f"live-reply-{self.seed}-{step}{tag}-{i}"),
+                    max_tokens=self.settings.max_tokens,
+                )
 
         results = await asyncio.gather(*(one(i, s, t) for i, (s, t) in enumerate(picked)))
         self.user_turns += len(results)
@@ -147,8 +165,9 @@ async def _metrics(http: httpx.AsyncClient, proxy_root: str) -> dict[str, Any]:
     return (await http.get(f"{proxy_root}/metrics.json")).json()
 
 
-async def run_rounds(settings: LiveSettings, proxy_root: str, seed: int, trainer: subprocess.Popen,
-                     deadline: float, say) -> list[Round]:  # fmt: skip
+async def run_rounds(
+    settings: LiveSettings, proxy_root: str, seed: int, trainer: subprocess.Popen, deadline: float, say
+) -> list[Round]:
     """Every round: its sessions, then wait for the step's adapter to be live in the proxy."""
     for name in ("httpx", "httpx2"):  # one line per request and per metrics poll otherwise
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -218,16 +237,25 @@ def run_live_arm(
         proxy = start_with_config(
             ["hermes_opd.commands.proxy"],
             proxy_document(settings, arm, port=proxy_port, api_url=api_url, prefix=prefix, run_dir=run_dir),
-            run_dir / "proxy.yaml", run_dir / "proxy.log",
-        )  # fmt: skip
+            run_dir / "proxy.yaml",
+            run_dir / "proxy.log",
+        )
         procs.append(proxy)
-        wait_healthy(proxy, f"{proxy_root}/health", what="the proxy", timeout_s=120,
-                     log_path=run_dir / "proxy.log", poll_s=0.25, error=LearningRunError)  # fmt: skip
+        wait_healthy(
+            proxy,
+            f"{proxy_root}/health",
+            what="the proxy",
+            timeout_s=120,
+            log_path=run_dir / "proxy.log",
+            poll_s=0.25,
+            error=LearningRunError,
+        )
         trainer = start_with_config(
             ["trainer_adapters.train_cli"],
             live_trainer_document(settings, arm, seed=seed, prefix=prefix, run_dir=run_dir, api_url=api_url),
-            run_dir / "trainer.yaml", run_dir / "trainer.log",
-        )  # fmt: skip
+            run_dir / "trainer.yaml",
+            run_dir / "trainer.log",
+        )
         procs.append(trainer)
         rounds = asyncio.run(
             run_rounds(settings, proxy_root, seed, trainer, started + loop.run_timeout_s, say)
@@ -250,21 +278,35 @@ def run_live_arm(
     evals = [{**start_eval, "user_turns": 0}]
     for step in evaluation_steps(loop.steps, loop.eval_every):
         say(f"evaluating the weights after step {step} on the held-out tasks")
-        result = evaluate_checkpoint(loop, seed=seed, prefix=prefix, step=step,
-                                     checkpoint=checkpoint_dir(run_dir / "checkpoints", step) / "model",
-                                     metrics_path=run_dir / "evals.jsonl")  # fmt: skip
+        result = evaluate_checkpoint(
+            loop,
+            seed=seed,
+            prefix=prefix,
+            step=step,
+            checkpoint=checkpoint_dir(run_dir / "checkpoints", step) / "model",
+            metrics_path=run_dir / "evals.jsonl",
+        )
         evals.append({**result, "user_turns": turns_after[step]})
     unload_adapters(loop.vllm_root_url, prefix)
     record = {
-        "arm": arm, "seed": seed, "prefix": prefix, "final_adapter": adapter_name(prefix, loop.steps),
+        "arm": arm,
+        "seed": seed,
+        "prefix": prefix,
+        "final_adapter": adapter_name(prefix, loop.steps),
         "curve": [(e["user_turns"], e["eval/pass@1"]) for e in evals],
         "gain": evals[-1]["eval/pass@1"] - evals[0]["eval/pass@1"],
-        "evals": [{k: v for k, v in e.items() if k in ("user_turns", "eval/pass@1", POLICY_VERSION_KEY,
-                                                         "conventions")} for e in evals],
+        "evals": [
+            {
+                k: v
+                for k, v in e.items()
+                if k in ("user_turns", "eval/pass@1", POLICY_VERSION_KEY, "conventions")
+            }
+            for e in evals
+        ],
         "rounds": [r.record() for r in rounds],
         "trainer_steps": read_jsonl(run_dir / "trainer.jsonl"),
         "proxy_metrics": proxy_metrics,
         "wall_s": round(time.monotonic() - started, 1),
-    }  # fmt: skip
+    }
     (run_dir / "run.json").write_text(json.dumps(record, indent=1, default=float) + "\n")
     return record

@@ -65,9 +65,13 @@ async def converse(
         {"role": "user", "content": task.prompt},
     ]
     first = await client.chat.completions.create(
-        model=model, messages=messages, tools=TOOL_SCHEMAS, max_tokens=max_tokens, temperature=1.0,
+        model=model,
+        messages=messages,
+        tools=TOOL_SCHEMAS,
+        max_tokens=max_tokens,
+        temperature=1.0,
         extra_headers={SESSION_HEADER: session},
-    )  # fmt: skip
+    )
     message = first.choices[0].message
     calls = list(message.tool_calls or [])
     written: dict[str, str] = {}
@@ -91,8 +95,19 @@ async def converse(
     reply = user_reply(spec, outcome, written, phrasings, rng)
     messages += [message.model_dump(exclude_none=True), *tool_messages, {"role": "user", "content": reply}]
     await client.chat.completions.create(
-        model=model, messages=messages, tools=TOOL_SCHEMAS, max_tokens=REPLY_ANSWER_TOKENS, temperature=1.0,
+        model=model,
+        messages=messages,
+        tools=TOOL_SCHEMAS,
+        max_tokens=REPLY_ANSWER_TOKENS,
+        temperature=1.0,
         extra_headers={SESSION_HEADER: session, END_HEADER: "true"},
-    )  # fmt: skip
-    return SessionResult(session=session, task_id=task.task_id, kind=spec.kind, outcome=outcome, reply=reply,
-                         tool_calls=len(calls), written=sorted(written))  # fmt: skip
+    )
+    return SessionResult(
+        session=session,
+        task_id=task.task_id,
+        kind=spec.kind,
+        outcome=outcome,
+        reply=reply,
+        tool_calls=len(calls),
+        written=sorted(written),
+    )

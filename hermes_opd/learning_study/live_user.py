@@ -98,8 +98,14 @@ class Phrasings:
         return cls.from_mapping(data, str(path))
 
 
-_EXAMPLE_FIELDS = {"function": "compute_total", "module": "helpers.py", "verb": PREFERRED_VERB,
-                   "noun": "total", "expression": "x + 2", "written": "utils.py"}  # fmt: skip
+_EXAMPLE_FIELDS = {
+    "function": "compute_total",
+    "module": "helpers.py",
+    "verb": PREFERRED_VERB,
+    "noun": "total",
+    "expression": "x + 2",
+    "written": "utils.py",
+}
 
 
 def defines(content: str, name: str) -> bool:
@@ -121,11 +127,16 @@ def outcome_of(task: ConventionTask, written: Mapping[str, str], passed: bool) -
     return "wrong_value"
 
 
-def user_reply(task: ConventionTask, outcome: str, written: Mapping[str, str], phrasings: Phrasings,
-               rng: random.Random) -> str:  # fmt: skip
+def user_reply(
+    task: ConventionTask, outcome: str, written: Mapping[str, str], phrasings: Phrasings, rng: random.Random
+) -> str:
     """The user's words for `outcome`, one template drawn with `rng`."""
     template = rng.choice(getattr(phrasings, outcome))
     return template.format(
-        function=task.function, module=f"{task.module}.py", verb=task.function.split("_", 1)[0], noun=task.noun,
-        expression=task.expression, written=", ".join(sorted(written)) or "nothing",
-    )  # fmt: skip
+        function=task.function,
+        module=f"{task.module}.py",
+        verb=task.function.split("_", 1)[0],
+        noun=task.noun,
+        expression=task.expression,
+        written=", ".join(sorted(written)) or "nothing",
+    )

@@ -121,8 +121,13 @@ def start_lora_vllm(
 # -- processes --------------------------------------------------------------------------------------
 def start_logged(argv: list[str], log: Path) -> subprocess.Popen:
     """Start `argv` in the repository, offline, in its own session, its output to `log`."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-           "WANDB_MODE": "disabled"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "WANDB_MODE": "disabled",
+    }
     return start_process_group(argv, log, env=env, cwd=REPO, append=False)
 
 
@@ -190,9 +195,13 @@ def env_document(
         **settings.env,
     }
     openai = {
-        "base_url": f"{settings.vllm_root_url}/v1", "model_name": settings.served_model, "api_key": "EMPTY",
-        "server_type": "vllm", "tokenizer_name": settings.model_dir, "timeout": 300,
-    }  # fmt: skip
+        "base_url": f"{settings.vllm_root_url}/v1",
+        "model_name": settings.served_model,
+        "api_key": "EMPTY",
+        "server_type": "vllm",
+        "tokenizer_name": settings.model_dir,
+        "timeout": 300,
+    }
     return {"env": env, "openai": openai}
 
 
@@ -211,7 +220,7 @@ def trainer_document(
             "poll_initial_s": 0.2,
             "poll_max_s": 1.0,
             "poll_timeout_s": settings.run_timeout_s,
-        },  # fmt: skip
+        },
         "model": {
             "path": settings.model_dir,
             "lora": {
@@ -220,7 +229,7 @@ def trainer_document(
                 "alpha": 2.0 * settings.lora_r,
                 "target_modules": "all-linear",
             },
-        },  # fmt: skip
+        },
         "optim": {"lr": settings.lr, "micro_batch_size": 8},
         "loss": {"w_grpo": w_grpo, "w_opd": w_opd},
         "checkpoint": {
@@ -238,7 +247,7 @@ def trainer_document(
             "lora_naming": "per_step",
             "keep_adapters": 3,
             "timeout_s": 120,
-        },  # fmt: skip
+        },
     }
     return deep_merge(base, settings.trainer)
 
@@ -265,8 +274,12 @@ def evaluate_policy(
     document = env_document(settings, seed=seed, prefix=prefix, metrics_path=metrics_path)
     document["env"]["opd_enabled"] = False
     metrics = asyncio.run(_evaluate(document))
-    return {**metrics, POLICY_VERSION_KEY: int(metrics["eval/policy_version"]), "by": "bench",
-            **last_eval_choices(metrics_path)}  # fmt: skip
+    return {
+        **metrics,
+        POLICY_VERSION_KEY: int(metrics["eval/policy_version"]),
+        "by": "bench",
+        **last_eval_choices(metrics_path),
+    }
 
 
 def last_eval_choices(metrics_path: Path) -> dict[str, Any]:
@@ -328,8 +341,11 @@ def load_run(run_dir: Path) -> RunRecords:
             for r in env_records
             if r.get("kind") == "eval" and "eval/policy_version" in r
         ] + [summary["end_eval"]]
-    records = RunRecords(arm=summary["arm"], seed=int(summary["seed"]),
-                         generations_per_step=int(summary["generations_per_step"]))  # fmt: skip
+    records = RunRecords(
+        arm=summary["arm"],
+        seed=int(summary["seed"]),
+        generations_per_step=int(summary["generations_per_step"]),
+    )
     records.trainer_steps = read_jsonl(run_dir / "trainer.jsonl")
     records.env_groups = [r for r in env_records if r.get("kind") == "group"]
     records.evals = [summary["start_eval"], *later_evals]
@@ -371,8 +387,9 @@ def run_arm(
         trainer = start_with_config(
             ["trainer_adapters.train_cli"],
             trainer_document(settings, arm=arm, seed=seed, prefix=prefix, run_dir=run_dir, api_url=api_url),
-            run_dir / "trainer.yaml", run_dir / "trainer.log",
-        )  # fmt: skip
+            run_dir / "trainer.yaml",
+            run_dir / "trainer.log",
+        )
         procs.append(trainer)
         for worker in range(settings.workers):
             document = env_document(
@@ -380,8 +397,14 @@ def run_arm(
             )
             document["env"]["rollout_server_url"] = api_url
             document["env"]["data_path_to_save_groups"] = str(run_dir / f"groups{worker}.jsonl")
-            procs.append(start_with_config(["environments.atropos.agentic_opd_env", "serve"], document,
-                                           run_dir / f"env{worker}.yaml", run_dir / f"env{worker}.log"))  # fmt: skip
+            procs.append(
+                start_with_config(
+                    ["environments.atropos.agentic_opd_env", "serve"],
+                    document,
+                    run_dir / f"env{worker}.yaml",
+                    run_dir / f"env{worker}.log",
+                )
+            )
         deadline = started + settings.run_timeout_s
         noticed = time.monotonic()
         while trainer.poll() is None:
@@ -409,13 +432,22 @@ def run_arm(
     evals = []
     for step in evaluation_steps(settings.steps, settings.eval_every):
         say(f"evaluating the weights after step {step} on the held-out tasks")
-        evals.append(evaluate_checkpoint(
-            settings, seed=seed, prefix=prefix, step=step,
-            checkpoint=checkpoint_dir(run_dir / "checkpoints", step) / "model",
-            metrics_path=run_dir / "evals.jsonl",
-        ))  # fmt: skip
-    logger.info("%s seed %d: held-out success %s", arm, seed,
-                " ".join(f"{e[POLICY_VERSION_KEY]}:{e['eval/pass@1']:.2f}" for e in evals))  # fmt: skip
+        evals.append(
+            evaluate_checkpoint(
+                settings,
+                seed=seed,
+                prefix=prefix,
+                step=step,
+                checkpoint=checkpoint_dir(run_dir / "checkpoints", step) / "model",
+                metrics_path=run_dir / "evals.jsonl",
+            )
+        )
+    logger.info(
+        "%s seed %d: held-out success %s",
+        arm,
+        seed,
+        " ".join(f"{e[POLICY_VERSION_KEY]}:{e['eval/pass@1']:.2f}" for e in evals),
+    )
     sent = [g for worker in range(settings.workers) for g in read_jsonl(run_dir / f"groups{worker}.jsonl")]
     final_adapter = adapter_name(prefix, settings.steps)
     try:
@@ -424,8 +456,14 @@ def run_arm(
         logger.exception("the teacher-gap probe failed")
         probe = {"error": f"{type(exc).__name__}: {exc}"}
     unload_adapters(settings.vllm_root_url, prefix)
-    summary = {"arm": arm, "seed": seed, "generations_per_step": settings.generations_per_step,
-               "start_eval": start_eval, "evals": evals, "probe": probe}  # fmt: skip
+    summary = {
+        "arm": arm,
+        "seed": seed,
+        "generations_per_step": settings.generations_per_step,
+        "start_eval": start_eval,
+        "evals": evals,
+        "probe": probe,
+    }
     (run_dir / "run.json").write_text(json.dumps(summary, indent=1) + "\n")
     records = load_run(run_dir)
     logger.info(

@@ -5,10 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ARM_LABELS = {"grpo": "GRPO only (w_opd=0)", "opd": "OPD only (w_grpo=0)", "hybrid": "GRPO + OPD",
-              "prm": "PRM only (Binary RL)", "combined": "PRM + OPD (combined)"}  # fmt: skip
-ARM_COLORS = {"grpo": "tab:blue", "opd": "tab:orange", "hybrid": "tab:green", "prm": "tab:purple",
-              "combined": "tab:red"}  # fmt: skip
+ARM_LABELS = {
+    "grpo": "GRPO only (w_opd=0)",
+    "opd": "OPD only (w_grpo=0)",
+    "hybrid": "GRPO + OPD",
+    "prm": "PRM only (Binary RL)",
+    "combined": "PRM + OPD (combined)",
+}
+ARM_COLORS = {
+    "grpo": "tab:blue",
+    "opd": "tab:orange",
+    "hybrid": "tab:green",
+    "prm": "tab:purple",
+    "combined": "tab:red",
+}
 """One colour per arm, so figures of different subsets of arms read alike."""
 
 
@@ -32,8 +42,13 @@ def plot_learning_curves(
         if not band:
             continue
         xs = [point[0] for point in band]
-        (line,) = axes.plot(xs, [point[1] for point in band], marker="o", label=ARM_LABELS.get(arm, arm),
-                            color=ARM_COLORS.get(arm))  # fmt: skip
+        (line,) = axes.plot(
+            xs,
+            [point[1] for point in band],
+            marker="o",
+            label=ARM_LABELS.get(arm, arm),
+            color=ARM_COLORS.get(arm),
+        )
         axes.fill_between(xs, [p[2] for p in band], [p[3] for p in band], alpha=0.2, color=line.get_color())
     axes.set_xlabel(xlabel)
     axes.set_ylabel("held-out success (env evaluate, pass@1)")

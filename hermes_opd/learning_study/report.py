@@ -22,11 +22,24 @@ ARMS: dict[str, tuple[float, float]] = {"grpo": (1.0, 0.0), "opd": (0.0, 1.0), "
 """Arm -> (w_grpo, w_opd): GRPO only, OPD only, both."""
 
 STEP_KEYS = (
-    "loss/total", "loss/grpo", "loss/opd", "grad_norm", "grpo/ratio_capped_frac", "grpo/clip_frac",
-    "opd/reverse_kl", "batch/score_mean", "batch/teacher_coverage", "optim/step_skipped",
-    "policy/lag_mean", "policy/lag_max", "policy/stale_groups_dropped", "policy/stale_groups_dropped_total",
-    "step_time_s", "time/checkpoint_and_sync_s", "time/batch_wait_s",
-)  # fmt: skip
+    "loss/total",
+    "loss/grpo",
+    "loss/opd",
+    "grad_norm",
+    "grpo/ratio_capped_frac",
+    "grpo/clip_frac",
+    "opd/reverse_kl",
+    "batch/score_mean",
+    "batch/teacher_coverage",
+    "optim/step_skipped",
+    "policy/lag_mean",
+    "policy/lag_max",
+    "policy/stale_groups_dropped",
+    "policy/stale_groups_dropped_total",
+    "step_time_s",
+    "time/checkpoint_and_sync_s",
+    "time/batch_wait_s",
+)
 """Trainer metrics kept per step in the JSON (the rest stay in the run's own metrics file), and the
 lag distribution (`policy/lag_<k>_groups`, trainer_adapters/policy_lag.py)."""
 
@@ -94,12 +107,21 @@ def step_timings(run: RunRecords) -> list[dict[str, float]]:
         train = float(step.get("step_time_s", 0.0))
         sync = float(step.get("time/checkpoint_and_sync_s", 0.0))
         total = rollouts + opd + train + sync
-        rows.append({
-            "step": index + 1, "rollouts_s": rollouts, "opd_s": opd, "train_s": train, "sync_s": sync,
-            "tail_after_rollouts_s": statistics.fmean(g.get("group/tail_after_rollouts_s", 0.0) for g in groups)
-            if groups else 0.0,
-            "opd_share": opd / total if total else 0.0,
-        })  # fmt: skip
+        rows.append(
+            {
+                "step": index + 1,
+                "rollouts_s": rollouts,
+                "opd_s": opd,
+                "train_s": train,
+                "sync_s": sync,
+                "tail_after_rollouts_s": statistics.fmean(
+                    g.get("group/tail_after_rollouts_s", 0.0) for g in groups
+                )
+                if groups
+                else 0.0,
+                "opd_share": opd / total if total else 0.0,
+            }
+        )
     return rows
 
 
@@ -116,12 +138,14 @@ def per_step_records(run: RunRecords) -> list[dict[str, Any]]:
         lag = step.get("policy/lag_mean")
         groups = by_version.get(index - round(lag), []) if lag is not None else []
         hint_rates = [g["opd/hint_rate"] for g in groups if "opd/hint_rate" in g]
-        rows.append({
-            **_kept(step),
-            "hint_rate": statistics.fmean(hint_rates) if hint_rates else None,
-            "equal_score_share": equal_score_share(groups),
-            "timings": timings[index],
-        })  # fmt: skip
+        rows.append(
+            {
+                **_kept(step),
+                "hint_rate": statistics.fmean(hint_rates) if hint_rates else None,
+                "equal_score_share": equal_score_share(groups),
+                "timings": timings[index],
+            }
+        )
     return rows
 
 

@@ -118,8 +118,10 @@ def pretrain_example(
         prompt += HINT_SEPARATOR + _hint(rng, kind, function, module)
     code = f"def {function}(x):\n    return {expression}\n"
     path = f"{module}.py"
-    call = {"type": "function", "function": {"name": "write_file",
-                                             "arguments": json.dumps({"path": path, "content": code})}}  # fmt: skip
+    call = {
+        "type": "function",
+        "function": {"name": "write_file", "arguments": json.dumps({"path": path, "content": code})},
+    }
     messages = [
         {"role": "system", "content": system_prompt},
         {"role": "user", "content": prompt},
@@ -157,12 +159,19 @@ def copy_drill(rng: random.Random, words: tuple[str, ...]) -> list[dict[str, Any
     verb, noun, module = rng.sample(words, 3)
     function = f"{verb}_{noun}"
     expression = f"x {rng.choice(OPERATORS)} {rng.randint(2, 9)}"
-    prompt = rng.choice([
-        f"Write `{expression}` as `{function}` in `{module}.py`.",
-        f"Use `{module}.py` and name it `{function}`; return `{expression}`.",
-        f"Name the function `{function}`, put it in `{module}.py`, return `{expression}`.",
-    ])  # fmt: skip
+    prompt = rng.choice(
+        [
+            f"Write `{expression}` as `{function}` in `{module}.py`.",
+            f"Use `{module}.py` and name it `{function}`; return `{expression}`.",
+            f"Name the function `{function}`, put it in `{module}.py`, return `{expression}`.",
+        ]
+    )
     code = f"def {function}(x):\n    return {expression}\n"
-    call = {"type": "function", "function": {"name": "write_file",
-                                             "arguments": json.dumps({"path": f"{module}.py", "content": code})}}  # fmt: skip
+    call = {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "arguments": json.dumps({"path": f"{module}.py", "content": code}),
+        },
+    }
     return [{"role": "user", "content": prompt}, {"role": "assistant", "content": "", "tool_calls": [call]}]

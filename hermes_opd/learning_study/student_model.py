@@ -284,8 +284,13 @@ def save_student(
         "weights_sha256": weights_sha256(out),
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    logger.info("built the student in %s in %.1fs (%d params, final loss %.3f)", out,
-                manifest["pretrain_s"], manifest["parameters"], manifest["final_loss"])  # fmt: skip
+    logger.info(
+        "built the student in %s in %.1fs (%d params, final loss %.3f)",
+        out,
+        manifest["pretrain_s"],
+        manifest["parameters"],
+        manifest["final_loss"],
+    )
     return manifest
 
 

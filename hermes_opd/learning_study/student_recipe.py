@@ -48,8 +48,14 @@ from hermes_opd.learning_study.student_model import (
 )
 
 ROW_KINDS = ("conv", "choice", "drill", "induct")
-SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
-                "max_position_embeddings")  # fmt: skip
+SHAPE_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "max_position_embeddings",
+)
 """The fields of a StudentSpec the recipe uses (its own phases replace the spec's schedule)."""
 
 
@@ -137,8 +143,9 @@ class RecipeCorpus:
             self.pool = sorted({i for w in self.words for i in tokenizer.encode(w, add_special_tokens=False)})
         self.rng = random.Random(phase.seed)
         self.space = tokenizer.convert_tokens_to_ids("Ġ")
-        probe = self.encode([{"role": "system", "content": system_prompt}, {"role": "user", "content": "x"}],
-                            tools)  # fmt: skip
+        probe = self.encode(
+            [{"role": "system", "content": system_prompt}, {"role": "user", "content": "x"}], tools
+        )
         self.prefix = system_block(probe, tokenizer)
         """The rendered system block: every `conv` row starts with exactly these ids."""
 

@@ -41,10 +41,21 @@ def run_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
         for (generations, _), evaluation in zip(run["curve"], run["evals"], strict=True):
             tasks = int(evaluation.get("eval/tasks", 24))
             counts = {k: int(v["followed"]) for k, v in (evaluation.get("conventions") or {}).items()}
-            points.append({"generations": generations, "passed": round(float(evaluation["eval/pass@1"]) * tasks),
-                           **{kind: counts.get(kind) for kind in CONVENTION_KINDS}})  # fmt: skip
-        rows.append({"label": run_label(document, run), "seed": run["seed"], "convention": convention,
-                     "points": points})  # fmt: skip
+            points.append(
+                {
+                    "generations": generations,
+                    "passed": round(float(evaluation["eval/pass@1"]) * tasks),
+                    **{kind: counts.get(kind) for kind in CONVENTION_KINDS},
+                }
+            )
+        rows.append(
+            {
+                "label": run_label(document, run),
+                "seed": run["seed"],
+                "convention": convention,
+                "points": points,
+            }
+        )
     return rows
 
 
@@ -127,8 +138,12 @@ def decision_rows(tokenizer: Any, groups: list[dict[str, Any]], wanted: dict[str
                         held += 1
                         probabilities.append(math.exp(lps[ids.index(token)]))
                         first += int(max(range(len(ids)), key=lambda i: lps[i]) == ids.index(token))
-        out[kind] = {"positions": positions, "held": held, "first_choice": first,
-                     "mean_probability": round(sum(probabilities) / len(probabilities), 3) if probabilities else None}  # fmt: skip
+        out[kind] = {
+            "positions": positions,
+            "held": held,
+            "first_choice": first,
+            "mean_probability": round(sum(probabilities) / len(probabilities), 3) if probabilities else None,
+        }
     return out
 
 
@@ -138,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(args[1])
-        wanted = {kind: tokenizer.encode(text, add_special_tokens=False)[0] for kind, text in zip(("file", "name"), args[2:4], strict=True)}  # fmt: skip
+        wanted = {
+            kind: tokenizer.encode(text, add_special_tokens=False)[0]
+            for kind, text in zip(("file", "name"), args[2:4], strict=True)
+        }
         for path in args[4:]:
             groups = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
             print(f"{path}: {json.dumps(decision_rows(tokenizer, groups, wanted))}")

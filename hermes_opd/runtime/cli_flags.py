@@ -35,26 +35,48 @@ def deprecation_notice(prog: str, old: str, new: str) -> None:
     print(f"{prog}: {old} is deprecated and goes in the next release; use {new}", file=sys.stderr)
 
 
-def add_atropos_url(parser: argparse.ArgumentParser, *old: str, required: bool = False,
-                    help: str = "the Atropos API, e.g. http://127.0.0.1:8000") -> None:  # fmt: skip
+def add_atropos_url(
+    parser: argparse.ArgumentParser,
+    *old: str,
+    required: bool = False,
+    help: str = "the Atropos API, e.g. http://127.0.0.1:8000",
+) -> None:
     """`--atropos-url URL` (dest `atropos_url`); `old`: the spellings this command used before."""
-    parser.add_argument("--atropos-url", *old, dest="atropos_url", action=_Spellings, old=old,
-                        required=required, metavar="URL", help=help)  # fmt: skip
+    parser.add_argument(
+        "--atropos-url",
+        *old,
+        dest="atropos_url",
+        action=_Spellings,
+        old=old,
+        required=required,
+        metavar="URL",
+        help=help,
+    )
 
 
-def add_policy_url(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *old: str,
-                   default: str | None = None, help: str = "the policy's vLLM server (…/v1)",
-                   dest: str = "policy_url") -> None:  # fmt: skip
+def add_policy_url(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *old: str,
+    default: str | None = None,
+    help: str = "the policy's vLLM server (…/v1)",
+    dest: str = "policy_url",
+) -> None:
     """`--policy-url URL` (dest `policy_url` unless told); `old`: the spellings this command used before."""
-    parser.add_argument("--policy-url", *old, dest=dest, action=_Spellings, old=old,
-                        default=default, metavar="URL", help=help)  # fmt: skip
+    parser.add_argument(
+        "--policy-url", *old, dest=dest, action=_Spellings, old=old, default=default, metavar="URL", help=help
+    )
 
 
 def add_api_key(parser: argparse.ArgumentParser, env_var: str, what: str) -> None:
     """`--api-key KEY` and `--api-key-file PATH` (dests `api_key`, `api_key_file`), beside `env_var`."""
     keys = parser.add_mutually_exclusive_group()
-    keys.add_argument("--api-key", action="append", default=None, metavar="KEY",
-                      help=f"{what} (repeatable; also ${env_var}, comma-separated)")  # fmt: skip
+    keys.add_argument(
+        "--api-key",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help=f"{what} (repeatable; also ${env_var}, comma-separated)",
+    )
     keys.add_argument("--api-key-file", metavar="PATH", help=f"{what}, one per line (# comments)")
 
 
@@ -80,10 +102,21 @@ def add_log_level(
     parser: argparse.ArgumentParser, default: str | None = None, help: str | None = None
 ) -> None:
     """`--log-level LEVEL` (any case) and `-v`/`--verbose` (= debug), dest `log_level`."""
-    parser.add_argument("--log-level", type=log_level_name, default=default, metavar="LEVEL",
-                        help=help or f"one of {', '.join(LOG_LEVELS)}, any case")  # fmt: skip
-    parser.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug",
-                        help="debug logging (--log-level debug)")  # fmt: skip
+    parser.add_argument(
+        "--log-level",
+        type=log_level_name,
+        default=default,
+        metavar="LEVEL",
+        help=help or f"one of {', '.join(LOG_LEVELS)}, any case",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        dest="log_level",
+        action="store_const",
+        const="debug",
+        help="debug logging (--log-level debug)",
+    )
 
 
 def pop_global_log_level(argv: list[str]) -> tuple[str | None, list[str]]:

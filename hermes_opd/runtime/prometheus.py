@@ -93,8 +93,9 @@ def _latency_summaries(latency: Mapping[str, Any]) -> Iterator[Metric]:
 def _feed_families(feed: Mapping[str, Any]) -> Iterator[Metric]:
     for name, value in sorted(feed.items()):
         if isinstance(value, Mapping):
-            family = CounterMetricFamily(metric_name("feed", "turns"), "turns the sample feed finished, by status",
-                                         labels=["status"])  # fmt: skip
+            family = CounterMetricFamily(
+                metric_name("feed", "turns"), "turns the sample feed finished, by status", labels=["status"]
+            )
             for status, count in sorted(value.items()):
                 if (number := _number(count)) is not None:
                     family.add_metric([str(status)], number)

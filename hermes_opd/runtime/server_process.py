@@ -50,9 +50,14 @@ def start_process_group(
     log = open(log_path, "ab" if append else "wb") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
     try:
         return subprocess.Popen(
-            list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
-        )  # fmt: skip
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+        )
     finally:
         if log is not subprocess.DEVNULL:
             log.close()

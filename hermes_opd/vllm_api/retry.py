@@ -54,8 +54,14 @@ async def retrying(
 
     def before_sleep(state: RetryCallState) -> None:
         if logger is not None and state.outcome is not None and state.next_action is not None:
-            logger.warning("%s failed (%s); retry %d/%d in %.1fs", what, state.outcome.exception(),
-                           state.attempt_number, policy.max_attempts - 1, state.next_action.sleep)  # fmt: skip
+            logger.warning(
+                "%s failed (%s); retry %d/%d in %.1fs",
+                what,
+                state.outcome.exception(),
+                state.attempt_number,
+                policy.max_attempts - 1,
+                state.next_action.sleep,
+            )
 
     async for attempt in AsyncRetrying(
         stop=stop_after_attempt(max(1, policy.max_attempts)),

@@ -23,10 +23,24 @@ REPO = Path(__file__).resolve().parents[2]
 def test_quick_learning_bench_moves_the_served_policy_towards_the_teacher(dev_model_dir, tmp_path):
     out = tmp_path / "bench"
     done = subprocess.run(
-        [sys.executable, "-m", "hermes_opd.commands.main", "bench", "learning", "--quick",
-         "--student-model", str(dev_model_dir), "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=1500, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "hermes_opd.commands.main",
+            "bench",
+            "learning",
+            "--quick",
+            "--student-model",
+            str(dev_model_dir),
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     last = json.loads(done.stdout.strip().splitlines()[-1])
     assert list(last)[-4:] == [

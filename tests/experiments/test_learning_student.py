@@ -44,11 +44,25 @@ MODULE_NAME_START = (6, 0)
 def test_opd_moves_the_revealed_conventions_into_the_unhinted_copying_student(tmp_path):
     out = tmp_path / "bench"
     done = subprocess.run(
-        [sys.executable, "-m", "hermes_opd.commands.main", "bench", "learning", "--config",
-         str(CONFIG_DIR / "learning-student-quick.yaml"), "--student-model", str(STUDENT),
-         "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=1500, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "hermes_opd.commands.main",
+            "bench",
+            "learning",
+            "--config",
+            str(CONFIG_DIR / "learning-student-quick.yaml"),
+            "--student-model",
+            str(STUDENT),
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     last = json.loads(done.stdout.strip().splitlines()[-1])
     record = json.loads((out / "learning.json").read_text())

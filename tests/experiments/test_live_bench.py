@@ -34,8 +34,12 @@ def test_a_simulated_user_teaches_the_student_through_the_proxy(tmp_path):
     out = tmp_path / "live"
     done = subprocess.run(
         [sys.executable, "-m", "hermes_opd.commands.main", "bench", "live", "--quick", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=1500, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     last = json.loads(done.stdout.strip().splitlines()[-1])
     assert list(last) == ["opd_live_gain", "user_turns"] and last["user_turns"] == TURNS

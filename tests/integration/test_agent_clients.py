@@ -71,10 +71,17 @@ async def test_openai_agents_sdk_default_model_runs_a_function_tool(agent_server
         exchanges, generations = capture_exchanges(server), capture_generations(server)
         provider = OpenAIProvider(openai_client=AsyncOpenAI(base_url=url, api_key="x", max_retries=0))
         assert isinstance(provider.get_model(agent_server.model_name), OpenAIResponsesModel)
-        agent = Agent(name="weather", instructions="Answer with the tools.", tools=[get_weather],
-                      model=agent_server.model_name)  # fmt: skip
-        result = await Runner.run(agent, "What is the weather in Paris?",
-                                  run_config=RunConfig(model_provider=provider, tracing_disabled=True))  # fmt: skip
+        agent = Agent(
+            name="weather",
+            instructions="Answer with the tools.",
+            tools=[get_weather],
+            model=agent_server.model_name,
+        )
+        result = await Runner.run(
+            agent,
+            "What is the weather in Paris?",
+            run_config=RunConfig(model_provider=provider, tracing_disabled=True),
+        )
         assert ran == ["hi"], [e.turn for e in exchanges]  # the call the model made, run by the SDK
         assert result.final_output == ANSWER
         assert len(exchanges) == 2 and [c.name for c in exchanges[0].turn.tool_calls] == ["get_weather"]
@@ -91,15 +98,28 @@ async def test_anthropic_sdk_streams_a_tool_round_trip(agent_server, tmp_path):
     second streamed request, whose text arrives as deltas."""
     from anthropic import AsyncAnthropic
 
-    tools = [{"name": "get_weather", "description": "The weather in a city now.",
-              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]  # fmt: skip
+    tools = [
+        {
+            "name": "get_weather",
+            "description": "The weather in a city now.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        }
+    ]
     started = time.monotonic()
     async with running_proxy(config(agent_server, tmp_path)) as (url, server):
         exchanges, generations = capture_exchanges(server), capture_generations(server)
         client = AsyncAnthropic(base_url=url.removesuffix("/v1"), api_key="x", max_retries=0)
         messages: list = [{"role": "user", "content": "What is the weather in Paris?"}]
-        common = {"model": agent_server.model_name, "max_tokens": 256, "tools": tools,
-                  "system": "Answer with the tools."}  # fmt: skip
+        common = {
+            "model": agent_server.model_name,
+            "max_tokens": 256,
+            "tools": tools,
+            "system": "Answer with the tools.",
+        }
         async with client.messages.stream(messages=messages, **common) as stream:
             first = await stream.get_final_message()
         uses = [b for b in first.content if b.type == "tool_use"]
@@ -107,8 +127,10 @@ async def test_anthropic_sdk_streams_a_tool_round_trip(agent_server, tmp_path):
             ("get_weather", {"city": "hi"})
         ]
         results = [{"type": "tool_result", "tool_use_id": u.id, "content": WEATHER} for u in uses]
-        messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
-                     {"role": "user", "content": results}]  # fmt: skip
+        messages += [
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+            {"role": "user", "content": results},
+        ]
         async with client.messages.stream(messages=messages, **common) as stream:
             deltas = [text async for text in stream.text_stream]
             second = await stream.get_final_message()
@@ -158,8 +180,10 @@ async def test_smolagents_tool_calling_agent_turns_become_samples(agent_server, 
     tool_turns = sum(1 for e in exchanges if e.turn.tool_calls)
     with_next_state = tool_turns - 1  # the final_answer turn ends the run: no request follows it
     trained = sum(len(g["tokens"]) for g in groups)
-    print(f"\nsmolagents: {trained}/{tool_turns} tool-call turns became samples "
-          f"({with_next_state} had a next state); {time.monotonic() - started:.1f} s")  # fmt: skip
+    print(
+        f"\nsmolagents: {trained}/{tool_turns} tool-call turns became samples "
+        f"({with_next_state} had a next state); {time.monotonic() - started:.1f} s"
+    )
     # a re-rendered reply finishes its turn from the old record and starts a new one: the only fork
     assert counts["turns_finished_rerendered"] == counts["turns_finished"] == with_next_state
     no_forks(counts - Counter(forks_history_rerendered=with_next_state))

@@ -49,9 +49,15 @@ def complete(server, prompt_ids: list[int], temperature: float, seed: int = 0) -
     started = time.monotonic()
     answer = _post(
         f"{server.base_url}/completions",
-        {"model": server.model_name, "prompt": prompt_ids, "max_tokens": 300, "temperature": temperature,
-         "seed": seed, "skip_special_tokens": False},
-    )  # fmt: skip
+        {
+            "model": server.model_name,
+            "prompt": prompt_ids,
+            "max_tokens": 300,
+            "temperature": temperature,
+            "seed": seed,
+            "skip_special_tokens": False,
+        },
+    )
     return answer["choices"][0]["text"], time.monotonic() - started
 
 
@@ -64,8 +70,9 @@ def test_a_long_client_request_gets_a_call_then_a_plain_answer(agent_server, age
             {"role": "system", "content": system},
             {"role": "user", "content": "List the files here."},
         ]
-        prompt = agent_tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
-                                                     tokenize=True, return_dict=False)  # fmt: skip
+        prompt = agent_tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         assert len(prompt) >= n_tokens
         for temperature in (0.0, 1.0):
             text, seconds = complete(agent_server, prompt, temperature)
@@ -74,10 +81,14 @@ def test_a_long_client_request_gets_a_call_then_a_plain_answer(agent_server, age
             assert [(c.name, c.arguments) for c in parsed.calls] == [(name, arguments)], text
         if n_tokens >= 60000:
             continue
-        history = [*messages, {"role": "assistant", "content": text.removesuffix("<|im_end|>")},
-                   {"role": "tool", "content": "hi\n"}]  # fmt: skip
-        follow = agent_tokenizer.apply_chat_template(history, tools=tools, add_generation_prompt=True,
-                                                     tokenize=True, return_dict=False)  # fmt: skip
+        history = [
+            *messages,
+            {"role": "assistant", "content": text.removesuffix("<|im_end|>")},
+            {"role": "tool", "content": "hi\n"},
+        ]
+        follow = agent_tokenizer.apply_chat_template(
+            history, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         answer, _ = complete(agent_server, follow, 1.0)
         assert answer.removesuffix("<|im_end|>") == "Done: the command ran."
 
@@ -88,10 +99,15 @@ def test_the_judge_prompt_gets_a_vote_with_a_hint(agent_server):
         out = []
         for seed in range(3):
             answer = await client.chat.completions.create(
-                model=agent_server.model_name, temperature=0.7, max_tokens=256, seed=seed,
-                messages=[{"role": "system", "content": SYSTEM_PROMPT},
-                          {"role": "user", "content": "<the_step>\n-> call shell([\"ls\"])\n</the_step>"}],
-            )  # fmt: skip
+                model=agent_server.model_name,
+                temperature=0.7,
+                max_tokens=256,
+                seed=seed,
+                messages=[
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": '<the_step>\n-> call shell(["ls"])\n</the_step>'},
+                ],
+            )
             out.append(parse_vote(answer.choices[0].message.content))
         return out
 
@@ -106,9 +122,12 @@ def test_the_teacher_scores_a_ten_thousand_token_prompt(agent_server, agent_toke
     started = time.monotonic()
     answer = _post(
         f"{agent_server.base_url.removesuffix('/v1')}/inference/v1/generate",
-        {"model": agent_server.model_name, "token_ids": ids,
-         "sampling_params": {"max_tokens": 1, "prompt_logprobs": 50, "detokenize": False}},
-    )  # fmt: skip
+        {
+            "model": agent_server.model_name,
+            "token_ids": ids,
+            "sampling_params": {"max_tokens": 1, "prompt_logprobs": 50, "detokenize": False},
+        },
+    )
     seconds = time.monotonic() - started
     rows = answer["prompt_logprobs"]
     print(f"\nteacher top-50 prompt logprobs over {len(ids)} tokens (generate path): {seconds:.1f} s")
@@ -122,11 +141,18 @@ async def test_the_proxy_with_its_default_judge_writes_scored_turns(agent_server
     async with running_proxy(config) as (url, _server):
         client = AsyncOpenAI(base_url=url, api_key="x")
         for session in ("a", "b"):
-            messages = [{"role": "system", "content": "You are a coding agent."},
-                        {"role": "user", "content": "Show me the files."}]  # fmt: skip
+            messages = [
+                {"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": "Show me the files."},
+            ]
             headers = {"X-Session-Id": session}
-            first = await client.chat.completions.create(model=agent_server.model_name, messages=messages,
-                                                         tools=CODEX, max_tokens=300, extra_headers=headers)  # fmt: skip
+            first = await client.chat.completions.create(
+                model=agent_server.model_name,
+                messages=messages,
+                tools=CODEX,
+                max_tokens=300,
+                extra_headers=headers,
+            )
             message = first.choices[0].message
             assert first.choices[0].finish_reason == "tool_calls"
             assert [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls] == [
@@ -135,9 +161,13 @@ async def test_the_proxy_with_its_default_judge_writes_scored_turns(agent_server
             messages += [message.model_dump(exclude_none=True)] + [
                 {"role": "tool", "tool_call_id": c.id, "content": "hi\n"} for c in message.tool_calls
             ]
-            second = await client.chat.completions.create(model=agent_server.model_name, messages=messages,
-                                                          tools=CODEX, max_tokens=300,
-                                                          extra_headers={**headers, "X-Session-End": "true"})  # fmt: skip
+            second = await client.chat.completions.create(
+                model=agent_server.model_name,
+                messages=messages,
+                tools=CODEX,
+                max_tokens=300,
+                extra_headers={**headers, "X-Session-End": "true"},
+            )
             assert second.choices[0].message.content == "Done: the command ran."
         groups_path = tmp_path / "groups.jsonl"
         await wait_for(lambda: len(read_groups(groups_path)) >= 2, 300, "two groups from two sessions")

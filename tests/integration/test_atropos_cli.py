@@ -50,17 +50,30 @@ def cli_env(dev_model_dir) -> dict[str, str]:
 def run_cli(args: list[str], cwd: Path, dev_model_dir, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "environments.atropos.agentic_opd_env", *args],
-        cwd=cwd, env=cli_env(dev_model_dir), capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        cwd=cwd,
+        env=cli_env(dev_model_dir),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def small_run(dev_server) -> list[str]:
     """Flags that keep a run short on 2 cores: 2 rollouts of at most 2 turns."""
     return [
-        "--env.group_size", "2", "--env.max_turns", "2", "--env.max_tokens_per_turn", "96",
-        "--openai.base_url", dev_server.base_url, "--openai.model_name", dev_server.model_name,
-        "--openai.tokenizer_name", str(dev_server.model_dir),
-    ]  # fmt: skip
+        "--env.group_size",
+        "2",
+        "--env.max_turns",
+        "2",
+        "--env.max_tokens_per_turn",
+        "96",
+        "--openai.base_url",
+        dev_server.base_url,
+        "--openai.model_name",
+        dev_server.model_name,
+        "--openai.tokenizer_name",
+        str(dev_server.model_dir),
+    ]
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -105,8 +118,16 @@ def test_evaluate_prints_a_table_that_matches_the_metrics_file(dev_server, dev_m
 
 @pytest.mark.integration
 def test_evaluate_with_an_eval_dir_writes_atroposlibs_eval_log_too(dev_server, dev_model_dir, tmp_path):
-    args = ["evaluate", "--config", str(LOCAL_CPU), *small_run(dev_server),
-            "--env.data_dir_to_save_evals", "evals", "--env.metrics_path", "m.jsonl"]  # fmt: skip
+    args = [
+        "evaluate",
+        "--config",
+        str(LOCAL_CPU),
+        *small_run(dev_server),
+        "--env.data_dir_to_save_evals",
+        "evals",
+        "--env.metrics_path",
+        "m.jsonl",
+    ]
     proc = run_cli(args, tmp_path, dev_model_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert UNCLOSED not in proc.stderr
@@ -123,8 +144,16 @@ def test_evaluate_with_an_eval_dir_writes_atroposlibs_eval_log_too(dev_server, d
 # -- process and serve: no unclosed sessions -------------------------------------------------------
 @pytest.mark.integration
 def test_process_under_atropos_cli_closes_its_sessions(dev_server, dev_model_dir, tmp_path):
-    args = ["process", "--config", str(LOCAL_CPU), *small_run(dev_server), "--env.total_steps", "1",
-            "--env.data_path_to_save_groups", "out/groups.jsonl"]  # fmt: skip
+    args = [
+        "process",
+        "--config",
+        str(LOCAL_CPU),
+        *small_run(dev_server),
+        "--env.total_steps",
+        "1",
+        "--env.data_path_to_save_groups",
+        "out/groups.jsonl",
+    ]
     proc = run_cli(args, tmp_path, dev_model_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert UNCLOSED not in proc.stderr, proc.stderr[-3000:]
@@ -148,10 +177,15 @@ def atropos_api(run_api, tmp_path: Path, batch_size: int):
     """The session's `run-api` (emptied) with a trainer registered, as tests/integration/test_scale_out.py does."""
     url = run_api.url
     registration = {
-        "wandb_group": "cli-test", "wandb_project": "hermes-opd", "batch_size": batch_size,
-        "max_token_len": 4096, "checkpoint_dir": str(tmp_path / "ckpt"), "save_checkpoint_interval": -1,
-        "starting_step": 0, "num_steps": 100,
-    }  # fmt: skip
+        "wandb_group": "cli-test",
+        "wandb_project": "hermes-opd",
+        "batch_size": batch_size,
+        "max_token_len": 4096,
+        "checkpoint_dir": str(tmp_path / "ckpt"),
+        "save_checkpoint_interval": -1,
+        "starting_step": 0,
+        "num_steps": 100,
+    }
     assert "uuid" in _http("POST", f"{url}/register", registration)
     assert _http("GET", f"{url}/batch")["batch"] is None
     yield url
@@ -159,11 +193,25 @@ def atropos_api(run_api, tmp_path: Path, batch_size: int):
 
 def serve_args(dev_server, api_url: str, total_steps: int) -> list[str]:
     return [
-        "serve", "--config", str(LOCAL_CPU), *small_run(dev_server),
-        "--env.rollout_server_url", api_url, "--env.total_steps", str(total_steps),
-        "--env.steps_per_eval", "100000", "--env.max_num_workers", "1", "--env.wandb_name", "agentic-opd",
-        "--env.data_path_to_save_groups", "served.jsonl", "--env.spool_dir", "spool",
-    ]  # fmt: skip
+        "serve",
+        "--config",
+        str(LOCAL_CPU),
+        *small_run(dev_server),
+        "--env.rollout_server_url",
+        api_url,
+        "--env.total_steps",
+        str(total_steps),
+        "--env.steps_per_eval",
+        "100000",
+        "--env.max_num_workers",
+        "1",
+        "--env.wandb_name",
+        "agentic-opd",
+        "--env.data_path_to_save_groups",
+        "served.jsonl",
+        "--env.spool_dir",
+        "spool",
+    ]
 
 
 @pytest.mark.integration
@@ -190,10 +238,18 @@ def test_serve_stopped_mid_run_closes_its_sessions(
 ):
     with atropos_api(run_api, tmp_path, batch_size=2) as api_url:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "environments.atropos.agentic_opd_env", *serve_args(dev_server, api_url, 1000)],
-            cwd=tmp_path, env={**cli_env(dev_model_dir), "PYTHONFAULTHANDLER": "1"},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "environments.atropos.agentic_opd_env",
+                *serve_args(dev_server, api_url, 1000),
+            ],
+            cwd=tmp_path,
+            env={**cli_env(dev_model_dir), "PYTHONFAULTHANDLER": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             deadline = time.monotonic() + 240
             while _http("GET", f"{api_url}/status")["queue_size"] < 1:  # a group is in: mid-run
@@ -220,33 +276,39 @@ def test_serve_stopped_mid_run_closes_its_sessions(
 # -- one-line errors, exit code 2 ------------------------------------------------------------------
 ONE_LINE_CASES = {
     "unknown YAML key": (
-        "env:\n  group_sise: 4\n", [],
+        "env:\n  group_sise: 4\n",
+        [],
         "agentic-opd process: config error: {config}: env.group_sise: unknown key 'group_sise'; "
         "did you mean 'group_size'?",
     ),
     "not YAML": (
-        "env:\n  group_size: [4\n", [],
+        "env:\n  group_size: [4\n",
+        [],
         "agentic-opd process: config error: {config}: not valid YAML (line 3, column 1): expected ',' or ']', "
         "but got '<stream end>'",
     ),
     "bad value": (
-        "env:\n  group_size: many\n", [],
+        "env:\n  group_size: many\n",
+        [],
         "agentic-opd process: config error: {config}: env.group_size: Input should be a valid integer, unable "
         "to parse string as an integer (got 'many')",
     ),
     "unknown flag key": (
-        "", ["--env.max_turnz", "3"],
+        "",
+        ["--env.max_turnz", "3"],
         "agentic-opd process: config error: --env.max_turnz: unknown key 'max_turnz'; did you mean 'max_turns'?",
     ),
     "unknown server key": (
-        "", ["--openai.model", "x"],
+        "",
+        ["--openai.model", "x"],
         "agentic-opd process: config error: --openai.model: unknown key 'model'; did you mean 'model_name'?",
     ),
     "unknown flag": (
-        "", ["--slurmm", "true"],
+        "",
+        ["--slurmm", "true"],
         "agentic-opd process: config error: unknown flag --slurmm; did you mean --slurm?",
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.reliability
@@ -275,8 +337,12 @@ def test_a_task_setting_that_leaves_no_training_task_is_one_line(dev_model_dir, 
 @pytest.mark.reliability
 def test_unreachable_server_is_one_line_with_exit_code_2(dev_model_dir, tmp_path):
     url = f"http://127.0.0.1:{free_port()}/v1"
-    proc = run_cli(["evaluate", "--config", str(LOCAL_CPU), "--openai.base_url", url], tmp_path, dev_model_dir,
-                   timeout=120)  # fmt: skip
+    proc = run_cli(
+        ["evaluate", "--config", str(LOCAL_CPU), "--openai.base_url", url],
+        tmp_path,
+        dev_model_dir,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = error_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr[-3000:]
@@ -338,8 +404,14 @@ async def test_policy_down_with_opd_on_names_the_policy_role_not_the_teacher_tok
 @pytest.mark.parametrize("role", ["judge", "teacher"])
 async def test_a_down_judge_or_teacher_names_its_own_role(dev_server, tmp_path, role, caplog):
     url = f"http://127.0.0.1:{free_port()}/v1"
-    env = env_for(dev_server.base_url, dev_server.model_name, dev_server.model_dir, tmp_path,
-                  judge_backend="llm", **{f"{role}_base_url": url, f"{role}_model": "big"})  # fmt: skip
+    env = env_for(
+        dev_server.base_url,
+        dev_server.model_name,
+        dev_server.model_dir,
+        tmp_path,
+        judge_backend="llm",
+        **{f"{role}_base_url": url, f"{role}_model": "big"},
+    )
     try:
         with caplog.at_level(logging.INFO), pytest.raises(ServerUnreachableError) as raised:
             await asyncio.wait_for(env.setup(), 60)
@@ -359,8 +431,14 @@ async def test_a_down_judge_or_teacher_names_its_own_role(dev_server, tmp_path, 
 
 @pytest.mark.integration
 async def test_teacher_on_a_server_without_its_model_names_the_teacher(dev_server, tmp_path):
-    env = env_for(dev_server.base_url, dev_server.model_name, dev_server.model_dir, tmp_path,
-                  teacher_base_url=dev_server.base_url, teacher_model="qwen-32b")  # fmt: skip
+    env = env_for(
+        dev_server.base_url,
+        dev_server.model_name,
+        dev_server.model_dir,
+        tmp_path,
+        teacher_base_url=dev_server.base_url,
+        teacher_model="qwen-32b",
+    )
     try:
         with pytest.raises(ModelNotServedError) as raised:
             await asyncio.wait_for(env.setup(), 60)

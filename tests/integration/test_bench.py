@@ -24,8 +24,18 @@ from tests.support.bench import assert_shape, run_bench
 # -- against the real dev vLLM server ----------------------------------------------------------------
 @pytest.mark.integration
 def test_pipeline_bench_quick_real(capsys, dev_server):
-    argv = ["pipeline", "--quick", "--backend", "real", "--policy-url", dev_server.base_url,
-            "--model", dev_server.model_name, "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    argv = [
+        "pipeline",
+        "--quick",
+        "--backend",
+        "real",
+        "--policy-url",
+        dev_server.base_url,
+        "--model",
+        dev_server.model_name,
+        "--tokenizer",
+        str(dev_server.model_dir),
+    ]
     result = run_bench(capsys, argv)
     assert_shape(result, "real_reference_over_ours_opd")
     real = result["real"]
@@ -36,8 +46,16 @@ def test_pipeline_bench_quick_real(capsys, dev_server):
 
 @pytest.mark.integration
 def test_teacher_bench_quick(capsys, dev_server):
-    argv = ["teacher", "--quick", "--policy-url", dev_server.base_url, "--model", dev_server.model_name,
-            "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    argv = [
+        "teacher",
+        "--quick",
+        "--policy-url",
+        dev_server.base_url,
+        "--model",
+        dev_server.model_name,
+        "--tokenizer",
+        str(dev_server.model_dir),
+    ]
     result = run_bench(capsys, argv)
     assert_shape(result, "parse_speedup_turn")
     assert result["all_identical"] is True
@@ -46,8 +64,16 @@ def test_teacher_bench_quick(capsys, dev_server):
 
 @pytest.mark.integration
 def test_payload_bench_quick_collects_real_groups(capsys, dev_server):
-    argv = ["payload", "--quick", "--policy-url", dev_server.base_url, "--model", dev_server.model_name,
-            "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    argv = [
+        "payload",
+        "--quick",
+        "--policy-url",
+        dev_server.base_url,
+        "--model",
+        dev_server.model_name,
+        "--tokenizer",
+        str(dev_server.model_dir),
+    ]
     result = run_bench(capsys, argv)
     assert_shape(result, "raw_dense_over_ours")
     assert result["groups"] == 1 and result["sequences"] == 2
@@ -56,8 +82,16 @@ def test_payload_bench_quick_collects_real_groups(capsys, dev_server):
 
 @pytest.mark.integration
 def test_teacher_scaling_bench_quick(capsys, dev_server):
-    argv = ["teacher-scaling", "--quick", "--policy-url", dev_server.base_url, "--model", dev_server.model_name,
-            "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    argv = [
+        "teacher-scaling",
+        "--quick",
+        "--policy-url",
+        dev_server.base_url,
+        "--model",
+        dev_server.model_name,
+        "--tokenizer",
+        str(dev_server.model_dir),
+    ]
     result = run_bench(capsys, argv)
     assert_shape(result, "completions_over_best")
     assert "best_over_prefill" in result and result["best_over_prefill"] > 0
@@ -73,8 +107,18 @@ def test_teacher_scaling_bench_quick(capsys, dev_server):
 
 @pytest.mark.integration
 def test_proxy_bench_quick(capsys, dev_server):
-    argv = ["proxy", "--quick", "--sessions", "1,4", "--policy-url", dev_server.base_url,
-            "--model", dev_server.model_name, "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    argv = [
+        "proxy",
+        "--quick",
+        "--sessions",
+        "1,4",
+        "--policy-url",
+        dev_server.base_url,
+        "--model",
+        dev_server.model_name,
+        "--tokenizer",
+        str(dev_server.model_dir),
+    ]
     result = run_bench(capsys, argv)
     assert_shape(result, "worst_overhead_ratio")
     worst = 0.0
@@ -86,8 +130,12 @@ def test_proxy_bench_quick(capsys, dev_server):
             assert cell[mode]["completion_tokens_mean"] == cell["direct"]["completion_tokens_mean"], mode
         worst = max(worst, *(cell[m][f"{q}_ratio"] for m in ("serve", "record") for q in ("p50", "p95")))
     assert result["worst_overhead_ratio"] == worst  # train's teacher placement is not in the headline
-    ttft = [result[s][m][f"ttft_{q}_ratio"] for s in ("sessions_1", "sessions_4") for m in ("serve", "record")
-            for q in ("p50", "p95")]  # fmt: skip
+    ttft = [
+        result[s][m][f"ttft_{q}_ratio"]
+        for s in ("sessions_1", "sessions_4")
+        for m in ("serve", "record")
+        for q in ("p50", "p95")
+    ]
     assert result["worst_ttft_ratio"] == max(ttft) > 0  # every request streamed, direct and proxied
     for mode in ("serve", "record", "train"):  # the proxy's own time, from its /metrics
         own = result[f"{mode}_own_time"]

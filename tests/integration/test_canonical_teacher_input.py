@@ -36,8 +36,10 @@ async def test_every_scored_turn_is_canonical_at_the_hint_and_exact_elsewhere(
         provenance = sequence_provenance(group, seq)
         assert provenance.format_version == FORMAT_VERSION
         assert group["overrides"][seq]["opd"]["template_history"] == {
-            "tool_append_only": True, "user_append_only": True, "past_reasoning": "kept",
-        }  # fmt: skip
+            "tool_append_only": True,
+            "user_append_only": True,
+            "past_reasoning": "kept",
+        }
         for turn in provenance.scored_turns:
             start, end = turn.span
             r0, r1 = turn.replaced_range

@@ -23,10 +23,23 @@ def test_learning_demo_collects_trains_and_evaluates_before_and_after(tmp_path):
     from hermes_opd.commands.validate import validate_jsonl
 
     out = tmp_path / "demo"
-    argv = [sys.executable, "-m", "hermes_opd.commands.main", "demo", "--out", str(out), "--groups", "1",
-            "--steps", "1", "--eval-every", "1"]  # fmt: skip
-    proc = subprocess.run(argv, cwd=REPO, env={**os.environ, **OFFLINE}, capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "hermes_opd.commands.main",
+        "demo",
+        "--out",
+        str(out),
+        "--groups",
+        "1",
+        "--steps",
+        "1",
+        "--eval-every",
+        "1",
+    ]
+    proc = subprocess.run(
+        argv, cwd=REPO, env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=900
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
     assert "Traceback" not in output
@@ -59,11 +72,26 @@ def test_dev_model_demo_writes_valid_groups_metrics_and_a_report(dev_server, tmp
     out.mkdir()
     (out / "groups.jsonl").write_text("left over from an earlier run\n")  # the demo starts afresh
     argv = [
-        sys.executable, "-m", "hermes_opd.commands.main", "demo", "--dev-model", "--out", str(out), "--groups", "2",
-        "--group-size", "2", "--max-turns", "2",
-        "--policy-url", dev_server.base_url, "--model-name", dev_server.model_name,
-        "--model-dir", str(dev_server.model_dir),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "hermes_opd.commands.main",
+        "demo",
+        "--dev-model",
+        "--out",
+        str(out),
+        "--groups",
+        "2",
+        "--group-size",
+        "2",
+        "--max-turns",
+        "2",
+        "--policy-url",
+        dev_server.base_url,
+        "--model-name",
+        dev_server.model_name,
+        "--model-dir",
+        str(dev_server.model_dir),
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=540)
     output = proc.stdout + proc.stderr

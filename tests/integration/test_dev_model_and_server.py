@@ -38,10 +38,23 @@ def test_dev_server_cli_serves_and_stops_cleanly(dev_model_dir, tmp_path, sig):
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hermes_opd.commands.main", "dev-server", "--model", str(dev_model_dir), "--port", str(port),
-         "--log", str(tmp_path / "vllm.log")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "hermes_opd.commands.main",
+            "dev-server",
+            "--model",
+            str(dev_model_dir),
+            "--port",
+            str(port),
+            "--log",
+            str(tmp_path / "vllm.log"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         line = ""

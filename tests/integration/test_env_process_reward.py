@@ -65,9 +65,20 @@ async def test_env_rollouts_get_a_process_reward_per_turn_next_to_the_outcome(de
 async def test_env_process_reward_alone_with_the_llm_backend(dev_server, tmp_path):
     # OPD off, the PRM judge on the policy server (the dev model: its answers hold no verdict, so every
     # scored turn gets 0 by no majority, and each session's first scored turn is its effective sample).
-    env = make_env(dev_server, tmp_path, group_size=1, max_turns=2, opd_enabled=False, prm_enabled=True,
-                   prm_judge_backend="llm", prm_votes=2, prm_judge_max_tokens=16, prm_judge_context_char_budget=300,
-                   prm_judge_turn_char_budget=200, prm_judge_next_state_char_budget=200)  # fmt: skip
+    env = make_env(
+        dev_server,
+        tmp_path,
+        group_size=1,
+        max_turns=2,
+        opd_enabled=False,
+        prm_enabled=True,
+        prm_judge_backend="llm",
+        prm_votes=2,
+        prm_judge_max_tokens=16,
+        prm_judge_context_char_budget=300,
+        prm_judge_turn_char_budget=200,
+        prm_judge_next_state_char_budget=200,
+    )
     group = await _one_group(env)
     assert env.pipeline is not None and env.pipeline.teacher is None and env.pipeline.judge is None
     assert validate_group(group) == []

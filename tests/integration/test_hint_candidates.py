@@ -11,8 +11,16 @@ from tests.support.bench import assert_shape, run_bench
 
 @pytest.mark.integration
 def test_hint_selection_bench_quick_every_path(capsys, dev_server):
-    argv = ["hint-selection", "--quick", "--policy-url", dev_server.base_url, "--model", dev_server.model_name,
-            "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    argv = [
+        "hint-selection",
+        "--quick",
+        "--policy-url",
+        dev_server.base_url,
+        "--model",
+        dev_server.model_name,
+        "--tokenizer",
+        str(dev_server.model_dir),
+    ]
     result = run_bench(capsys, argv)
     assert_shape(result, "candidates_over_single")
     assert set(result["paths"]) >= {"transformers", "completions"}

@@ -31,8 +31,16 @@ pytestmark = pytest.mark.integration
 async def test_every_policy_in_real_rollouts(dev_server, tmp_path, policy, teacher_path):
     k = 3
     extra = {"teacher_local_model_dir": str(dev_server.model_dir)} if teacher_path == "transformers" else {}
-    env = make_env(dev_server, tmp_path, group_size=2, max_turns=2, distill_topk=k, hint_choice=policy,
-                   teacher_path=teacher_path, **extra)  # fmt: skip
+    env = make_env(
+        dev_server,
+        tmp_path,
+        group_size=2,
+        max_turns=2,
+        distill_topk=k,
+        hint_choice=policy,
+        teacher_path=teacher_path,
+        **extra,
+    )
     await env.setup()
     env.pipeline.judge = ThreeHintsJudge()
     group, _ = await env.collect_trajectories(await env.get_next_item())

@@ -45,9 +45,18 @@ async def test_real_dev_server_garbage_is_counted_unparsed(dev_server):
 async def test_real_dev_server_prm_votes_parse_to_a_score(dev_server):
     # The dev model is a tiny random model: its answers hold no verdict, so every vote is a successful
     # request that parses to nothing and the score is 0 (no majority).
-    config = JudgeConfig(backend="llm", base_url=dev_server.base_url, model=dev_server.model_name, m=3,
-                         max_tokens=32, timeout_s=60.0, max_retries=1, context_char_budget=400,
-                         turn_char_budget=200, next_state_char_budget=300)  # fmt: skip
+    config = JudgeConfig(
+        backend="llm",
+        base_url=dev_server.base_url,
+        model=dev_server.model_name,
+        m=3,
+        max_tokens=32,
+        timeout_s=60.0,
+        max_retries=1,
+        context_char_budget=400,
+        turn_char_budget=200,
+        next_state_char_budget=300,
+    )
     result = await run_prm(config, pair_with(tool("Traceback (most recent call last):\nKeyError: 'x'")))
     assert not any(v.failed for v in result.votes), [v.error for v in result.votes]
     assert (result.outcome.n, result.outcome.unparsed, result.score) == (3, 3, 0)

@@ -44,8 +44,10 @@ class FaultyEndpoint:
         if self.mode == "teacher-nan":
             ids = body["prompt"]
             row = {str(ids[1]): {"logprob": float("nan"), "rank": 1}}
-            return web.Response(text=json.dumps({"choices": [{"prompt_logprobs": [None] + [row] * (len(ids) - 1)}]}),
-                                content_type="application/json")  # fmt: skip
+            return web.Response(
+                text=json.dumps({"choices": [{"prompt_logprobs": [None] + [row] * (len(ids) - 1)}]}),
+                content_type="application/json",
+            )
         return web.Response(status=500)
 
     async def tokenize(self, request: web.Request) -> web.StreamResponse:
@@ -76,9 +78,16 @@ def statuses(group) -> list[str]:
 async def test_judge_faults_leave_turns_unscored(dev_server, tmp_path, mode):
     async with FaultyEndpoint(mode) as judge:
         env = make_env(
-            dev_server, tmp_path, group_size=2, max_turns=2, judge_backend="llm", judge_base_url=judge.base_url,
-            judge_model="judge", judge_timeout_s=1.0, judge_votes=2,
-        )  # fmt: skip
+            dev_server,
+            tmp_path,
+            group_size=2,
+            max_turns=2,
+            judge_backend="llm",
+            judge_base_url=judge.base_url,
+            judge_model="judge",
+            judge_timeout_s=1.0,
+            judge_votes=2,
+        )
         await env.setup()
         env.pipeline.judge.config = env.pipeline.judge.config.model_copy(
             update={"max_retries": 1, "backoff_base_s": 0.01}
@@ -99,9 +108,14 @@ async def test_judge_faults_leave_turns_unscored(dev_server, tmp_path, mode):
 async def test_teacher_faults_leave_turns_unscored(dev_server, tmp_path, mode):
     async with FaultyEndpoint(mode) as teacher:
         env = make_env(
-            dev_server, tmp_path, group_size=2, max_turns=2, teacher_base_url=teacher.base_url,
-            teacher_model="teacher", check_teacher_tokenizer=False,
-        )  # fmt: skip
+            dev_server,
+            tmp_path,
+            group_size=2,
+            max_turns=2,
+            teacher_base_url=teacher.base_url,
+            teacher_model="teacher",
+            check_teacher_tokenizer=False,
+        )
         await env.setup()
         env.pipeline.judge = AlwaysHintJudge()
         group, _ = await env.collect_trajectories(await env.get_next_item())
@@ -114,8 +128,11 @@ async def test_teacher_faults_leave_turns_unscored(dev_server, tmp_path, mode):
             for t in o["opd"]["turns"]
             if t["status"] == "teacher_error"
         ]
-        expected = {"teacher-400": "MaxLogprobsTooLowError", "teacher-malformed": "UnexpectedResponseError",
-                    "teacher-nan": "invalid logprob nan"}[mode]  # fmt: skip
+        expected = {
+            "teacher-400": "MaxLogprobsTooLowError",
+            "teacher-malformed": "UnexpectedResponseError",
+            "teacher-nan": "invalid logprob nan",
+        }[mode]
         assert all(expected in e for e in errors), errors
         assert group["scores"] and group["tokens"], "GRPO data survives"
 

@@ -38,9 +38,15 @@ pytestmark = pytest.mark.integration
 async def seed_with_a_tool_call(direct: AsyncOpenAI, model: str) -> int:
     """The first seed at which the dev model writes a well-formed call of a known tool."""
     for seed in range(60):
-        answer = await direct.chat.completions.create(model=model, messages=first_messages(), tools=TOOLS,
-                                                      tool_choice="none", seed=seed, max_tokens=96,
-                                                      temperature=0.7)  # fmt: skip
+        answer = await direct.chat.completions.create(
+            model=model,
+            messages=first_messages(),
+            tools=TOOLS,
+            tool_choice="none",
+            seed=seed,
+            max_tokens=96,
+            temperature=0.7,
+        )
         if parse_tool_calls(answer.choices[0].message.content, {"run_python", "write_file"}).valid_calls:
             return seed
     pytest.fail("the dev model wrote no well-formed tool call in 60 seeds")
@@ -49,8 +55,15 @@ async def seed_with_a_tool_call(direct: AsyncOpenAI, model: str) -> int:
 async def test_same_answer_through_the_proxy_as_from_vllm(dev_server, tmp_path):
     direct = AsyncOpenAI(base_url=dev_server.base_url, api_key="x")
     seed = await seed_with_a_tool_call(direct, dev_server.model_name)
-    raw = await direct.chat.completions.create(model=dev_server.model_name, messages=first_messages(), tools=TOOLS,
-                                               tool_choice="none", seed=seed, max_tokens=96, temperature=0.7)  # fmt: skip
+    raw = await direct.chat.completions.create(
+        model=dev_server.model_name,
+        messages=first_messages(),
+        tools=TOOLS,
+        tool_choice="none",
+        seed=seed,
+        max_tokens=96,
+        temperature=0.7,
+    )
     text = raw.choices[0].message.content
     parsed = parse_tool_calls(text, {"run_python", "write_file"})
     async with running_proxy(proxy_config(dev_server, tmp_path, train=False)) as (url, server):
@@ -61,12 +74,23 @@ async def test_same_answer_through_the_proxy_as_from_vllm(dev_server, tmp_path):
             assert (plain.content if not stream else plain["content"]) == text
             message, finish = await ask(proxy, first_messages(), stream=stream, seed=seed)
             calls = message.tool_calls if not stream else message["tool_calls"]
-            got = [(c.function.name, json.loads(c.function.arguments)) if not stream
-                   else (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]  # fmt: skip
+            got = [
+                (c.function.name, json.loads(c.function.arguments))
+                if not stream
+                else (c["function"]["name"], json.loads(c["function"]["arguments"]))
+                for c in calls
+            ]
             assert got == [(c.name, c.arguments) for c in parsed.valid_calls]
             assert finish == "tool_calls"
-        answer = await proxy.chat.completions.create(model="dev-model", messages=first_messages(), tools=TOOLS,
-                                                     tool_choice="none", seed=seed, max_tokens=96, temperature=0.7)  # fmt: skip
+        answer = await proxy.chat.completions.create(
+            model="dev-model",
+            messages=first_messages(),
+            tools=TOOLS,
+            tool_choice="none",
+            seed=seed,
+            max_tokens=96,
+            temperature=0.7,
+        )
         assert answer.usage.prompt_tokens == raw.usage.prompt_tokens
         assert answer.usage.completion_tokens == raw.usage.completion_tokens
     # nothing here is recorded for training, so the proxy asked vLLM for no logprobs (they cost it)
@@ -188,8 +212,12 @@ async def test_sessions_that_end_without_a_next_state_give_no_sample(dev_server,
     config = proxy_config(dev_server, tmp_path, session_idle_s=0.4)
     async with running_proxy(config) as (url, server):
         proxy = AsyncOpenAI(base_url=url, api_key="x")
-        await proxy.chat.completions.create(model="dev-model", messages=first_messages(), max_tokens=8,
-                                            extra_headers={"X-Session-Id": "last", "X-Session-End": "true"})  # fmt: skip
+        await proxy.chat.completions.create(
+            model="dev-model",
+            messages=first_messages(),
+            max_tokens=8,
+            extra_headers={"X-Session-Id": "last", "X-Session-End": "true"},
+        )
         await ask(proxy, first_messages("another"), session="idle", max_tokens=8)
 
         def idle_ended() -> bool:
@@ -221,7 +249,8 @@ async def test_a_request_marked_not_for_training_enters_no_sample(dev_server, tm
             headers = {"X-Hermes-Train": "false", **({"X-Session-Id": session} if session else {})}
             submitted = server.feed.stats.submitted
             opted_out = await proxy.chat.completions.create(
-                model="dev-model", messages=messages, tools=TOOLS, max_tokens=16, extra_headers=headers)  # fmt: skip
+                model="dev-model", messages=messages, tools=TOOLS, max_tokens=16, extra_headers=headers
+            )
             private.append(generations[-1][:2])
             assert server.feed.stats.submitted == submitted  # the waiting turn was not delivered by it
             messages = messages + next_state(opted_out.choices[0].message)
@@ -244,8 +273,11 @@ async def test_keys_refuse_strangers_and_serve_only_keys_never_train(dev_server,
     async with running_proxy(config) as (url, server):
         for key in ("", "wrong"):
             with pytest.raises(openai.AuthenticationError) as caught:
-                await AsyncOpenAI(base_url=url, api_key=key or "unused", default_headers=(
-                    {"Authorization": ""} if not key else None)).models.list()  # fmt: skip
+                await AsyncOpenAI(
+                    base_url=url,
+                    api_key=key or "unused",
+                    default_headers=({"Authorization": ""} if not key else None),
+                ).models.list()
             assert caught.value.status_code == 401
         for key, session in (("serve-key", "s"), ("train-key", "t")):
             client = AsyncOpenAI(base_url=url, api_key=key)
@@ -260,8 +292,11 @@ async def test_keys_refuse_strangers_and_serve_only_keys_never_train(dev_server,
 async def test_process_rewards_reach_each_sample_over_its_turn(dev_server, tmp_path):
     """Combined mode (PRM + OPD) through the proxy: each sample's `advantages` carry its turn's
     process reward over the turn's span (the rules PRM judge: a traceback in the next state is -1)."""
-    opd = {"judge": {"backend": "rules"}, "teacher": {"path": "completions"},
-           "prm": {"enabled": True, "judge": {"backend": "rules"}}}  # fmt: skip
+    opd = {
+        "judge": {"backend": "rules"},
+        "teacher": {"path": "completions"},
+        "prm": {"enabled": True, "judge": {"backend": "rules"}},
+    }
     async with running_proxy(proxy_config(dev_server, tmp_path, opd=opd)) as (url, _server):
         proxy = AsyncOpenAI(base_url=url, api_key="x")
         messages = first_messages()
@@ -291,14 +326,20 @@ async def test_bad_requests_get_openai_errors_and_session_limits_hold(dev_server
         proxy = AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
         with pytest.raises(openai.BadRequestError) as caught:
             await proxy.chat.completions.create(model="dev-model", messages=[], max_tokens=4)
-        assert caught.value.body == {"message": "'messages' must be a non-empty list", "type": "invalid_request_error",
-                                     "param": "messages", "code": None}  # fmt: skip
+        assert caught.value.body == {
+            "message": "'messages' must be a non-empty list",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": None,
+        }
         with pytest.raises(openai.NotFoundError):
             await proxy.chat.completions.create(model="gpt-4o", messages=first_messages(), max_tokens=4)
         async with aiohttp.ClientSession() as http:
             async with http.post(f"{url}/chat/completions", data=b"{not json") as response:
                 assert (response.status, (await response.json())["error"]["message"]) == (
-                    400, "the request body is not valid JSON")  # fmt: skip
+                    400,
+                    "the request body is not valid JSON",
+                )
             big = {"model": "dev-model", "messages": [{"role": "user", "content": "x" * 5000}]}
             async with http.post(f"{url}/chat/completions", json=big) as response:
                 assert response.status == 413

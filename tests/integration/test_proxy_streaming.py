@@ -58,9 +58,12 @@ async def test_the_stream_is_vllms_own_text_in_pieces_and_the_sample_its_exact_i
         assert "".join(pieces) == expected.choices[0].message.content
         assert len(pieces) > 1, "the answer came in one piece: it was not streamed"
         reply = {"role": "assistant", "content": "".join(pieces)}
-        await proxy.chat.completions.create(model="dev-model", messages=[*params["messages"], reply,
-                                            {"role": "user", "content": "Again."}], max_tokens=8,
-                                            extra_headers={"X-Session-Id": "s"})  # fmt: skip
+        await proxy.chat.completions.create(
+            model="dev-model",
+            messages=[*params["messages"], reply, {"role": "user", "content": "Again."}],
+            max_tokens=8,
+            extra_headers={"X-Session-Id": "s"},
+        )
     (group,) = read_groups(tmp_path / "groups.jsonl")
     assert validate_group(group) == []
     ((start, end),) = group["overrides"][0]["turn_spans"]
@@ -104,8 +107,15 @@ async def test_tool_choice_required_and_named_force_the_templates_calls(dev_serv
         messages = first_messages()
         for turn, choice in enumerate(("required", {"type": "function", "function": {"name": "write_file"}})):
             answer = await proxy.chat.completions.create(
-                model="dev-model", messages=messages, tools=TOOLS, tool_choice=choice, max_tokens=160,
-                temperature=1.0, seed=turn, extra_headers={"X-Session-Id": "forced"})  # fmt: skip
+                model="dev-model",
+                messages=messages,
+                tools=TOOLS,
+                tool_choice=choice,
+                max_tokens=160,
+                temperature=1.0,
+                seed=turn,
+                extra_headers={"X-Session-Id": "forced"},
+            )
             message = answer.choices[0].message
             assert answer.choices[0].finish_reason == "tool_calls" and message.tool_calls
             for call in message.tool_calls:
@@ -113,8 +123,13 @@ async def test_tool_choice_required_and_named_force_the_templates_calls(dev_serv
             if isinstance(choice, dict):
                 assert [c.function.name for c in message.tool_calls] == ["write_file"]
             messages = messages + next_state(message)
-        await proxy.chat.completions.create(model="dev-model", messages=messages, tools=TOOLS, max_tokens=4,
-                                            extra_headers={"X-Session-Id": "forced"})  # fmt: skip
+        await proxy.chat.completions.create(
+            model="dev-model",
+            messages=messages,
+            tools=TOOLS,
+            max_tokens=4,
+            extra_headers={"X-Session-Id": "forced"},
+        )
         counts = dict(server.counts)
     # the re-sent calls render back to the sampled tokens: the session went on, both turns trained
     assert not [k for k in counts if k.startswith("forks_")], counts
@@ -124,8 +139,11 @@ async def test_tool_choice_required_and_named_force_the_templates_calls(dev_serv
 
 
 async def test_response_format_constrains_the_content(dev_server, tmp_path):
-    schema = {"type": "object", "properties": {"answer": {"type": "string"}, "total": {"type": "integer"}},
-              "required": ["answer", "total"]}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}, "total": {"type": "integer"}},
+        "required": ["answer", "total"],
+    }
     async with running_proxy(proxy_config(dev_server, tmp_path, train=False)) as (url, _server):
         proxy = AsyncOpenAI(base_url=url, api_key="x")
         formats = (
@@ -133,8 +151,13 @@ async def test_response_format_constrains_the_content(dev_server, tmp_path):
             {"type": "json_object"},
         )
         for response_format in formats:
-            answer = await proxy.chat.completions.create(model="dev-model", messages=first_messages(), max_tokens=200,
-                                                         response_format=response_format, seed=1)  # fmt: skip
+            answer = await proxy.chat.completions.create(
+                model="dev-model",
+                messages=first_messages(),
+                max_tokens=200,
+                response_format=response_format,
+                seed=1,
+            )
             if answer.choices[0].finish_reason == "length":
                 continue  # cut short: the JSON may be unfinished; the next check still holds
             value = json.loads(answer.choices[0].message.content)
@@ -147,12 +170,22 @@ async def test_what_cannot_be_honoured_is_a_400_naming_the_parameter(dev_server,
     async with running_proxy(proxy_config(dev_server, tmp_path, train=False)) as (url, _server):
         proxy = AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
         cases = [
-            ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-                "type": "string", "pattern": "^a+$"}}}}, "response_format"),
-            ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+            (
+                {
+                    "response_format": {
+                        "type": "json_schema",
+                        "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a+$"}},
+                    }
+                },
+                "response_format",
+            ),
+            (
+                {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+                "tool_choice",
+            ),
             ({"tool_choice": "required"}, "tool_choice"),
             ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
-        ]  # fmt: skip
+        ]
         for extra, param in cases:
             with pytest.raises(openai.BadRequestError) as caught:
                 await proxy.chat.completions.create(
@@ -175,8 +208,9 @@ async def test_a_client_gone_mid_stream_leaves_its_session_as_it_was(dev_server,
     async with running_proxy(proxy_config(dev_server, tmp_path, samples_per_group=1)) as (url, server):
         proxy = AsyncOpenAI(base_url=url, api_key="x")
         headers = {"X-Session-Id": "gone"}
-        first = await proxy.chat.completions.create(model="dev-model", messages=first_messages(), max_tokens=16,
-                                                    seed=1, extra_headers=headers)  # fmt: skip
+        first = await proxy.chat.completions.create(
+            model="dev-model", messages=first_messages(), max_tokens=16, seed=1, extra_headers=headers
+        )
         messages = first_messages() + next_state(first.choices[0].message)
         inner = server.client.generate_stream
 
@@ -187,8 +221,14 @@ async def test_a_client_gone_mid_stream_leaves_its_session_as_it_was(dev_server,
                 yield piece
 
         server.client.generate_stream = slowed
-        body = {"model": "dev-model", "messages": messages, "max_tokens": 64, "stream": True, "seed": 2,
-                "temperature": 1.0}  # fmt: skip
+        body = {
+            "model": "dev-model",
+            "messages": messages,
+            "max_tokens": 64,
+            "stream": True,
+            "seed": 2,
+            "temperature": 1.0,
+        }
         async with (
             aiohttp.ClientSession() as http,
             http.post(f"{url}/chat/completions", json=body, headers=headers) as response,
@@ -199,11 +239,16 @@ async def test_a_client_gone_mid_stream_leaves_its_session_as_it_was(dev_server,
         await wait_for(lambda: server.counts["clients_gone_mid_answer"] == 1, 30, "the proxy never saw it go")
         server.client.generate_stream = inner
         assert server.feed.stats.submitted == 0  # nothing committed: turn 0 still waits
-        retried = await proxy.chat.completions.create(model="dev-model", messages=messages, max_tokens=16, seed=3,
-                                                      extra_headers=headers)  # fmt: skip
+        retried = await proxy.chat.completions.create(
+            model="dev-model", messages=messages, max_tokens=16, seed=3, extra_headers=headers
+        )
         assert server.feed.stats.submitted == 1  # the retry delivered turn 0, once
-        await proxy.chat.completions.create(model="dev-model", max_tokens=4, extra_headers=headers,
-                                            messages=messages + next_state(retried.choices[0].message))  # fmt: skip
+        await proxy.chat.completions.create(
+            model="dev-model",
+            max_tokens=4,
+            extra_headers=headers,
+            messages=messages + next_state(retried.choices[0].message),
+        )
         counts = dict(server.counts)
     assert not [k for k in counts if k.startswith("forks_")], counts
     turns = sorted(o["proxy"]["turn"] for g in read_groups(tmp_path / "groups.jsonl") for o in g["overrides"])

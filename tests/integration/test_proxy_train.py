@@ -68,8 +68,14 @@ async def test_the_proxys_groups_train_unchanged(dev_server, tmp_path):
 
 async def test_groups_wait_in_the_spool_while_the_api_is_away_and_train_once(dev_server, tmp_path):
     port = free_port()
-    config = proxy_config(dev_server, tmp_path, samples_per_group=GROUP_SIZE, group_wait_s=600,
-                          atropos_url=f"http://127.0.0.1:{port}", spool_dir=str(tmp_path / "spool"))  # fmt: skip
+    config = proxy_config(
+        dev_server,
+        tmp_path,
+        samples_per_group=GROUP_SIZE,
+        group_wait_s=600,
+        atropos_url=f"http://127.0.0.1:{port}",
+        spool_dir=str(tmp_path / "spool"),
+    )
     async with running_proxy(config) as (url, server):
         client = AsyncOpenAI(base_url=url, api_key="x")
         for session in range(GROUPS):
@@ -78,8 +84,11 @@ async def test_groups_wait_in_the_spool_while_the_api_is_away_and_train_once(dev
                 message, _ = await ask(client, messages, session=f"s{session}", seed=turn, max_tokens=24)
                 messages = messages + next_state(message)
         await wait_for(lambda: server.feed.stats.groups_written == GROUPS)
-        spooled = [json.loads(line) for p in sorted((tmp_path / "spool").glob("*.jsonl"))
-                   for line in p.read_text().splitlines()]  # fmt: skip
+        spooled = [
+            json.loads(line)
+            for p in sorted((tmp_path / "spool").glob("*.jsonl"))
+            for line in p.read_text().splitlines()
+        ]
         assert len(spooled) == GROUPS  # the API is down: every group waits on disk
         api = RunApi(port=port, log_path=str(tmp_path / "api.log")).start()
         try:

@@ -29,10 +29,13 @@ pytestmark = pytest.mark.integration
 RESPONSES_TOOLS = [{"type": "function", **t["function"]} for t in TOOLS]
 """The same tools in the Responses' flat form."""
 ANTHROPIC_TOOLS = [
-    {"name": t["function"]["name"], "description": t["function"]["description"],
-     "input_schema": t["function"]["parameters"]}
+    {
+        "name": t["function"]["name"],
+        "description": t["function"]["description"],
+        "input_schema": t["function"]["parameters"],
+    }
     for t in TOOLS
-]  # fmt: skip
+]
 
 
 def capture_generations(server) -> list[tuple[list[int], list[int], list[float]]]:
@@ -92,14 +95,26 @@ async def seed_for(ask, good) -> int:
 async def test_responses_tool_round_trip_whole_and_streamed(dev_server, tmp_path):
     async with running_proxy(proxy_config(dev_server, tmp_path)) as (url, server):
         client = AsyncOpenAI(base_url=url, api_key="x")
-        common = {"model": "dev-model", "instructions": SYSTEM, "tools": RESPONSES_TOOLS, "max_output_tokens": 160,
-                  "temperature": 1.0, "store": False}  # fmt: skip
-        history: list = [{"role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]},
-                         {"role": "user", "content": [{"type": "input_text", "text": USER}]}]  # fmt: skip
+        common = {
+            "model": "dev-model",
+            "instructions": SYSTEM,
+            "tools": RESPONSES_TOOLS,
+            "max_output_tokens": 160,
+            "temperature": 1.0,
+            "store": False,
+        }
+        history: list = [
+            {"role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]},
+            {"role": "user", "content": [{"type": "input_text", "text": USER}]},
+        ]
 
         def ask(seed, headers):
-            return client.responses.create(input=history, tool_choice="required", extra_body={"seed": seed},
-                                           **{**common, "extra_headers": headers})  # fmt: skip
+            return client.responses.create(
+                input=history,
+                tool_choice="required",
+                extra_body={"seed": seed},
+                **{**common, "extra_headers": headers},
+            )
 
         seed = await seed_for(lambda s: ask(s, NOT_TRAINED), lambda r: r.status == "completed")
         generations = capture_generations(server)
@@ -124,8 +139,11 @@ async def test_responses_tool_round_trip_whole_and_streamed(dev_server, tmp_path
         assert final is not None and "".join(deltas) == final.output_text
         assert final.usage.output_tokens == len(generations[1][1])
         history += [o.model_dump(exclude_none=True) for o in final.output]
-        history += [{"type": "function_call_output", "call_id": o.call_id, "output": TRACEBACK}
-                    for o in final.output if o.type == "function_call"] or [{"role": "user", "content": "No. " + TRACEBACK}]  # fmt: skip
+        history += [
+            {"type": "function_call_output", "call_id": o.call_id, "output": TRACEBACK}
+            for o in final.output
+            if o.type == "function_call"
+        ] or [{"role": "user", "content": "No. " + TRACEBACK}]
         await client.responses.create(input=history, extra_body={"seed": 3}, **common)  # turn 2's next state
         counts = dict(server.counts)
     no_forks(counts)
@@ -136,15 +154,23 @@ async def test_responses_tool_round_trip_whole_and_streamed(dev_server, tmp_path
 async def test_messages_tool_round_trip_create_and_stream(dev_server, tmp_path):
     async with running_proxy(proxy_config(dev_server, tmp_path)) as (url, server):
         client = AsyncAnthropic(base_url=url.removesuffix("/v1"), api_key="x")
-        common = {"model": "dev-model", "system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
-                  "tools": ANTHROPIC_TOOLS, "max_tokens": 160, "metadata": {"user_id": "u"}}  # fmt: skip
+        common = {
+            "model": "dev-model",
+            "system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
+            "tools": ANTHROPIC_TOOLS,
+            "max_tokens": 160,
+            "metadata": {"user_id": "u"},
+        }
         # the SDK no longer takes `temperature` as an argument: it travels in the body, as clients send it
         history: list = [{"role": "user", "content": [{"type": "text", "text": USER}]}]
 
         def ask(seed, headers):
-            return client.messages.create(messages=history, tool_choice={"type": "any"},
-                                          extra_body={"seed": seed, "temperature": 1.0},
-                                          **{**common, "extra_headers": headers})  # fmt: skip
+            return client.messages.create(
+                messages=history,
+                tool_choice={"type": "any"},
+                extra_body={"seed": seed, "temperature": 1.0},
+                **{**common, "extra_headers": headers},
+            )
 
         seed = await seed_for(lambda s: ask(s, NOT_TRAINED), lambda m: m.stop_reason == "tool_use")
         generations = capture_generations(server)
@@ -158,9 +184,13 @@ async def test_messages_tool_round_trip_create_and_stream(dev_server, tmp_path):
             first.stop_reason == "tool_use" and uses and first.usage.output_tokens == len(generations[0][1])
         )
         assert first.usage.input_tokens == len(generations[0][0])
-        history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
-                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": TRACEBACK}
-                                                 for b in uses]}]  # fmt: skip
+        history += [
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": b.id, "content": TRACEBACK} for b in uses],
+            },
+        ]
 
         async with client.messages.stream(
             messages=history, extra_body={"seed": 2, "temperature": 1.0}, **common
@@ -174,8 +204,13 @@ async def test_messages_tool_round_trip_create_and_stream(dev_server, tmp_path):
         history.append(
             {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in second.content]}
         )
-        history.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": TRACEBACK}
-                                                    for b in uses] or "No. " + TRACEBACK})  # fmt: skip
+        history.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": b.id, "content": TRACEBACK} for b in uses]
+                or "No. " + TRACEBACK,
+            }
+        )
         await client.messages.create(
             messages=history, extra_body={"seed": 3}, **common
         )  # turn 2's next state

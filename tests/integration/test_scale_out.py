@@ -49,25 +49,47 @@ def _worker_argv(dev_server, api_url: str, seed: int, tmp_path: Path) -> list[st
     model_dir = str(dev_server.model_dir)
     config = ["--config", str(REPO / "configs" / "local-cpu.yaml")] if seed == 1 else []
     return [
-        sys.executable, "-m", "environments.atropos.agentic_opd_env", "serve", *config,
-        "--env.rollout_server_url", api_url,
-        "--env.tokenizer_name", model_dir,
-        "--env.group_size", str(GROUP_SIZE),
-        "--env.max_turns", "2", "--env.max_tokens_per_turn", "128",
-        "--env.max_num_workers", "1",  # one group in flight per worker: throughput per worker
-        "--env.total_steps", "1000", "--env.steps_per_eval", "100000",
-        "--env.use_wandb", "false",
+        sys.executable,
+        "-m",
+        "environments.atropos.agentic_opd_env",
+        "serve",
+        *config,
+        "--env.rollout_server_url",
+        api_url,
+        "--env.tokenizer_name",
+        model_dir,
+        "--env.group_size",
+        str(GROUP_SIZE),
+        "--env.max_turns",
+        "2",
+        "--env.max_tokens_per_turn",
+        "128",
+        "--env.max_num_workers",
+        "1",  # one group in flight per worker: throughput per worker
+        "--env.total_steps",
+        "1000",
+        "--env.steps_per_eval",
+        "100000",
+        "--env.use_wandb",
+        "false",
         # atroposlib's serve CLI does not pass its wandb_name default into the env config, and
         # /register-env refuses desired_name=None (422); config_init leaves it None.
-        "--env.wandb_name", "agentic-opd",
-        "--env.seed", str(seed),
-        "--env.metrics_path", os.devnull,
+        "--env.wandb_name",
+        "agentic-opd",
+        "--env.seed",
+        str(seed),
+        "--env.metrics_path",
+        os.devnull,
         # BaseEnv also writes every group it sends to this file (the YAML names one under runs/)
-        "--env.data_path_to_save_groups", str(tmp_path / f"worker{seed}.jsonl"),
-        "--openai.base_url", dev_server.base_url,
-        "--openai.model_name", dev_server.model_name,
-        "--openai.tokenizer_name", model_dir,
-    ]  # fmt: skip
+        "--env.data_path_to_save_groups",
+        str(tmp_path / f"worker{seed}.jsonl"),
+        "--openai.base_url",
+        dev_server.base_url,
+        "--openai.model_name",
+        dev_server.model_name,
+        "--openai.tokenizer_name",
+        model_dir,
+    ]
 
 
 @pytest.mark.integration
@@ -82,10 +104,15 @@ def test_two_workers_feed_one_trainer_every_group_once(dev_server, own_run_api, 
     try:
         # The trainer registers first (atroposlib: envs wait until a trainer has asked for a batch).
         registration = {
-            "wandb_group": "scale-out-test", "wandb_project": "hermes-opd", "batch_size": GROUP_SIZE,
-            "max_token_len": 4096, "checkpoint_dir": str(tmp_path / "ckpt"), "save_checkpoint_interval": -1,
-            "starting_step": 0, "num_steps": 1000,
-        }  # fmt: skip
+            "wandb_group": "scale-out-test",
+            "wandb_project": "hermes-opd",
+            "batch_size": GROUP_SIZE,
+            "max_token_len": 4096,
+            "checkpoint_dir": str(tmp_path / "ckpt"),
+            "save_checkpoint_interval": -1,
+            "starting_step": 0,
+            "num_steps": 1000,
+        }
         assert "uuid" in _http("POST", f"{api_url}/register", registration)
         assert _http("GET", f"{api_url}/batch")["batch"] is None
 

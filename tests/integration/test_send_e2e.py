@@ -59,13 +59,37 @@ def collected(dev_server, tmp_path_factory):
         trainer = WatchedTrainer(api.url, str(dev_server.model_dir), run, steps=GROUPS).start()
         model_dir = str(dev_server.model_dir)
         argv = [
-            sys.executable, "-m", "hermes_opd.commands.main", "process", "--config", str(LOCAL_CPU),
-            "--out", str(out), "--groups", str(GROUPS), "--concurrency", "2", "--progress", "lines",
-            "--atropos-url", api.url,
-            "--openai.base_url", dev_server.base_url, "--openai.model_name", dev_server.model_name,
-            "--openai.tokenizer_name", model_dir, "--env.tokenizer_name", model_dir,
-            "--env.group_size", str(GROUP_SIZE), "--env.max_turns", "2", "--env.max_tokens_per_turn", "128",
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "hermes_opd.commands.main",
+            "process",
+            "--config",
+            str(LOCAL_CPU),
+            "--out",
+            str(out),
+            "--groups",
+            str(GROUPS),
+            "--concurrency",
+            "2",
+            "--progress",
+            "lines",
+            "--atropos-url",
+            api.url,
+            "--openai.base_url",
+            dev_server.base_url,
+            "--openai.model_name",
+            dev_server.model_name,
+            "--openai.tokenizer_name",
+            model_dir,
+            "--env.tokenizer_name",
+            model_dir,
+            "--env.group_size",
+            str(GROUP_SIZE),
+            "--env.max_turns",
+            "2",
+            "--env.max_tokens_per_turn",
+            "128",
+        ]
         log = run / "process.log"
         proc = start(argv, log)
         try:

@@ -125,9 +125,17 @@ async def test_in_process_teacher_fills_every_student_id_exactly(dev_server, tmp
     # distribution: nothing unknown, every value equal to an independent forward of the teacher input.
     # `teacher_overlap` scores three candidate hints over a shared prefix, and now compares the
     # teacher's top-k with the student's recorded top-K (student_k = K in the provenance).
-    env = make_env(dev_server, tmp_path, group_size=2, max_turns=2, student_topk_k=K, distill_topk=3,
-                   teacher_path="transformers", teacher_local_model_dir=str(dev_server.model_dir),
-                   hint_choice="teacher_overlap")  # fmt: skip
+    env = make_env(
+        dev_server,
+        tmp_path,
+        group_size=2,
+        max_turns=2,
+        student_topk_k=K,
+        distill_topk=3,
+        teacher_path="transformers",
+        teacher_local_model_dir=str(dev_server.model_dir),
+        hint_choice="teacher_overlap",
+    )
     await env.setup()
     env.pipeline.judge = ThreeHintsJudge()
     group, _ = await env.collect_trajectories(await env.get_next_item())
@@ -159,8 +167,16 @@ async def test_in_process_teacher_fills_every_student_id_exactly(dev_server, tmp
 
 
 def test_student_topk_bench_quick_reports_both_sides_of_one_run(capsys, dev_server):
-    argv = ["student-topk", "--quick", "--policy-url", dev_server.base_url, "--model", dev_server.model_name,
-            "--tokenizer", str(dev_server.model_dir)]  # fmt: skip
+    argv = [
+        "student-topk",
+        "--quick",
+        "--policy-url",
+        dev_server.base_url,
+        "--model",
+        dev_server.model_name,
+        "--tokenizer",
+        str(dev_server.model_dir),
+    ]
     result = run_bench(capsys, argv)
     assert_shape(result, "with_over_without")
     assert result["with_over_without"] == pytest.approx(

@@ -40,8 +40,14 @@ def _context(tokenizer, task) -> list[int]:
 
 
 def _completion(server, prompt_ids: list[int]) -> dict:
-    body = {"model": server.model_name, "prompt": prompt_ids, "max_tokens": 160, "temperature": 0.0,
-            "logprobs": 1, "return_token_ids": True}  # fmt: skip
+    body = {
+        "model": server.model_name,
+        "prompt": prompt_ids,
+        "max_tokens": 160,
+        "temperature": 0.0,
+        "logprobs": 1,
+        "return_token_ids": True,
+    }
     request = urllib.request.Request(
         f"{server.base_url}/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
     )

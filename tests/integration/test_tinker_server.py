@@ -83,8 +83,12 @@ def run_client(server, args: list[str], log: Path, timeout_s: float = 600) -> di
     env.pop("PYTHONPATH", None)
     proc = subprocess.run(
         [tinker_python(server), str(CLIENT_CHECKS), *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     log.write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -94,13 +98,39 @@ def collect(server, out: Path, mode: str) -> list[dict]:
     """`hermes-opd process` with the Qwen3 dev model as policy, teacher and tokenizer."""
     model_dir = str(server.model_dir)
     argv = [
-        sys.executable, "-m", "hermes_opd.commands.main", "process", "--config", str(LOCAL_CPU),
-        "--out", str(out), "--groups", str(GROUPS), "--concurrency", "2", "--progress", "lines",
-        "--openai.base_url", server.base_url, "--openai.model_name", server.model_name,
-        "--openai.tokenizer_name", model_dir, "--env.tokenizer_name", model_dir,
-        "--env.group_size", str(GROUP_SIZE), "--env.max_turns", "2", "--env.max_tokens_per_turn", "64",
-        "--env.distill_mode", mode, "--env.distill_topk", str(TOPK),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "hermes_opd.commands.main",
+        "process",
+        "--config",
+        str(LOCAL_CPU),
+        "--out",
+        str(out),
+        "--groups",
+        str(GROUPS),
+        "--concurrency",
+        "2",
+        "--progress",
+        "lines",
+        "--openai.base_url",
+        server.base_url,
+        "--openai.model_name",
+        server.model_name,
+        "--openai.tokenizer_name",
+        model_dir,
+        "--env.tokenizer_name",
+        model_dir,
+        "--env.group_size",
+        str(GROUP_SIZE),
+        "--env.max_turns",
+        "2",
+        "--env.max_tokens_per_turn",
+        "64",
+        "--env.distill_mode",
+        mode,
+        "--env.distill_topk",
+        str(TOPK),
+    ]
     log = out.with_suffix(".log")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     with log.open("wb") as handle:
@@ -186,27 +216,49 @@ def train_config(server, api_url: str, run: Path, batch_size: int, **loss) -> Pa
     config = {
         "trainer": "tinker",
         "num_steps": STEPS,
-        "atropos": {"url": api_url, "batch_size": batch_size, "max_token_len": 4096, "poll_initial_s": 0.1,
-                    "poll_max_s": 1.0, "poll_timeout_s": 600},
-        "tinker": {"base_model": str(server.model_dir), "base_url": server.base_url, "lora_rank": 8,
-                   "learning_rate": LEARNING_RATE, "save_every_steps": 1, "state_every_steps": 0,
-                   "run_name": run.name, "server_loss_reduction": "per_datum_mean"},
+        "atropos": {
+            "url": api_url,
+            "batch_size": batch_size,
+            "max_token_len": 4096,
+            "poll_initial_s": 0.1,
+            "poll_max_s": 1.0,
+            "poll_timeout_s": 600,
+        },
+        "tinker": {
+            "base_model": str(server.model_dir),
+            "base_url": server.base_url,
+            "lora_rank": 8,
+            "learning_rate": LEARNING_RATE,
+            "save_every_steps": 1,
+            "state_every_steps": 0,
+            "run_name": run.name,
+            "server_loss_reduction": "per_datum_mean",
+        },
         "loss": {"opd_mode": "token", **loss},
         "logging": {"metrics_path": str(run / "metrics.jsonl"), "stdout": False},
         "state_path": str(run / "state.json"),
-    }  # fmt: skip
+    }
     path = run / "trainer-tinker.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
-def trainer_on_fixed_batch(argv: list[str], cwd: Path, env: dict[str, str], log: Path, api_url: str,
-                           groups: list[dict], steps: int, timeout_s: float) -> None:  # fmt: skip
+def trainer_on_fixed_batch(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    log: Path,
+    api_url: str,
+    groups: list[dict],
+    steps: int,
+    timeout_s: float,
+) -> None:
     """Start a trainer (`argv`, its output to `log`), serve it the same batch for `steps` steps once it
     has registered with the API at `api_url`, and assert it exits 0; killed (its process group) if not."""
     with log.open("wb") as handle:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         wait_registered(api_url, sequences_in(groups), proc, log)
         with FixedBatchFeeder(api_url, groups, steps):
@@ -353,12 +405,29 @@ def test_stock_tinker_atropos_trains_dense_k1_groups_through_the_server(tinker_s
     scored.write_text("".join(json.dumps(g) + "\n" for g in groups))
     api = RunApi(log_path=str(tmp_path / "api.log")).start()
     log = tmp_path / "tinker-atropos.log"
-    env = {**os.environ, **client_environment(tinker_server.base_url), "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": TINKER_ATROPOS, "WANDB_MODE": "disabled"}  # fmt: skip
-    argv = [tinker_python(tinker_server), str(CLIENT_CHECKS), "atropos",
-            str(scored), "--api", api.url, "--base-model", str(tinker_server.model_dir),
-            "--steps", str(ATROPOS_STEPS), "--batch-size", str(sequences_in(groups)),
-            "--lr", str(ATROPOS_LEARNING_RATE)]  # fmt: skip
+    env = {
+        **os.environ,
+        **client_environment(tinker_server.base_url),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": TINKER_ATROPOS,
+        "WANDB_MODE": "disabled",
+    }
+    argv = [
+        tinker_python(tinker_server),
+        str(CLIENT_CHECKS),
+        "atropos",
+        str(scored),
+        "--api",
+        api.url,
+        "--base-model",
+        str(tinker_server.model_dir),
+        "--steps",
+        str(ATROPOS_STEPS),
+        "--batch-size",
+        str(sequences_in(groups)),
+        "--lr",
+        str(ATROPOS_LEARNING_RATE),
+    ]
     try:
         trainer_on_fixed_batch(argv, tmp_path, env, log, api.url, groups, ATROPOS_STEPS, timeout_s=1200)
     finally:

@@ -58,8 +58,16 @@ async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_se
     )
     task_flags = ["--env.task_source", "jsonl", "--env.task_path", str(task_file), "--env.eval_fraction", "0"]
     # A fixed held-out batch with teacher rows (same judge as the serving env), collected before training.
-    env = make_env(dev_server, tmp_path, group_size=8, max_turns=2, judge_backend="rules", task_source="jsonl",
-                   task_path=str(task_file), eval_fraction=0.0)  # fmt: skip
+    env = make_env(
+        dev_server,
+        tmp_path,
+        group_size=8,
+        max_turns=2,
+        judge_backend="rules",
+        task_source="jsonl",
+        task_path=str(task_file),
+        eval_fraction=0.0,
+    )
     await env.setup()
     heldout, _ = await env.collect_trajectories(await env.get_next_item())
     assert any(rows for seq in heldout["distill_token_ids"] for rows in seq), (
@@ -69,16 +77,24 @@ async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_se
     api_url = run_api.url
     env_proc = None
     try:
-        config = parse_trainer_config({
-            "num_steps": 2,
-            "atropos": {"url": api_url, "batch_size": 8, "max_token_len": 4096, "poll_initial_s": 0.2,
-                        "poll_max_s": 1.0, "poll_timeout_s": 400},
-            "model": {"path": str(dev_server.model_dir), "device": "cpu"},
-            "optim": {"lr": 1e-4, "micro_batch_size": 4},
-            "loss": {"w_grpo": 1.0, "w_opd": 1.0},
-            "checkpoint": {"dir": str(tmp_path / "ckpt"), "every_steps": 2, "keep_last": 1},
-            "logging": {"metrics_path": str(tmp_path / "train.jsonl"), "stdout": False},
-        })  # fmt: skip
+        config = parse_trainer_config(
+            {
+                "num_steps": 2,
+                "atropos": {
+                    "url": api_url,
+                    "batch_size": 8,
+                    "max_token_len": 4096,
+                    "poll_initial_s": 0.2,
+                    "poll_max_s": 1.0,
+                    "poll_timeout_s": 400,
+                },
+                "model": {"path": str(dev_server.model_dir), "device": "cpu"},
+                "optim": {"lr": 1e-4, "micro_batch_size": 4},
+                "loss": {"w_grpo": 1.0, "w_opd": 1.0},
+                "checkpoint": {"dir": str(tmp_path / "ckpt"), "every_steps": 2, "keep_last": 1},
+                "logging": {"metrics_path": str(tmp_path / "train.jsonl"), "stdout": False},
+            }
+        )
         from trainer_adapters.torch_trainer import TorchTrainer
 
         kl_before = TorchTrainer(config).evaluate([heldout])["opd/reverse_kl"]
@@ -92,15 +108,39 @@ async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_se
         registered = lambda: httpx.get(api_url + "/info", timeout=5).json().get("batch_size") == 8  # noqa: E731
         wait_until(registered, 60, "trainer did not register", alive=trainer.is_alive)
         env_proc = start_process(
-            [sys.executable, "-m", "environments.atropos.agentic_opd_env", "serve",
-             "--env.rollout_server_url", api_url, "--env.group_size", "2", "--env.max_turns", "2",
-             "--env.use_wandb", "false", "--env.tokenizer_name", str(dev_server.model_dir),
-             "--env.total_steps", "20", "--env.judge_backend", "rules",
-             "--env.metrics_path", str(tmp_path / "env_metrics.jsonl"), *task_flags,
-             "--openai.base_url", dev_server.base_url, "--openai.model_name", dev_server.model_name,
-             "--openai.tokenizer_name", str(dev_server.model_dir), "--openai.api_key", "EMPTY"],
+            [
+                sys.executable,
+                "-m",
+                "environments.atropos.agentic_opd_env",
+                "serve",
+                "--env.rollout_server_url",
+                api_url,
+                "--env.group_size",
+                "2",
+                "--env.max_turns",
+                "2",
+                "--env.use_wandb",
+                "false",
+                "--env.tokenizer_name",
+                str(dev_server.model_dir),
+                "--env.total_steps",
+                "20",
+                "--env.judge_backend",
+                "rules",
+                "--env.metrics_path",
+                str(tmp_path / "env_metrics.jsonl"),
+                *task_flags,
+                "--openai.base_url",
+                dev_server.base_url,
+                "--openai.model_name",
+                dev_server.model_name,
+                "--openai.tokenizer_name",
+                str(dev_server.model_dir),
+                "--openai.api_key",
+                "EMPTY",
+            ],
             tmp_path / "env.log",
-        )  # fmt: skip
+        )
         trainer.join(timeout=480)
         assert not trainer.is_alive(), "trainer did not finish: " + (tmp_path / "env.log").read_text()[-2000:]
         assert result["rc"] == 0
@@ -135,6 +175,8 @@ async def test_env_serve_feeds_reference_trainer_and_heldout_opd_kl_drops(dev_se
         for p in params:
             p -= (1e-2 / norm.float()) * p.grad
     kl_step = probe.evaluate([heldout])["opd/reverse_kl"]
-    print(f"held-out OPD reverse KL: {kl_before:.4f} -> {kl_after:.4f} after training; "
-          f"{kl_after:.4f} -> {kl_step:.4f} after one gradient step on it")  # fmt: skip
+    print(
+        f"held-out OPD reverse KL: {kl_before:.4f} -> {kl_after:.4f} after training; "
+        f"{kl_after:.4f} -> {kl_step:.4f} after one gradient step on it"
+    )
     assert kl_step < kl_after, (kl_after, kl_step)

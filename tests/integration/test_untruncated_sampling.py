@@ -45,8 +45,15 @@ def _bare_samples(server: DevServer, prompt: list[int]) -> list[tuple[int, ...]]
     samples = []
     with httpx.Client(timeout=120) as http:
         for seed in SEEDS:
-            body = {"model": server.model_name, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 1.0,
-                    "top_p": 1.0, "seed": seed, "return_token_ids": True}  # fmt: skip
+            body = {
+                "model": server.model_name,
+                "prompt": prompt,
+                "max_tokens": MAX_TOKENS,
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "seed": seed,
+                "return_token_ids": True,
+            }
             response = http.post(f"{server.base_url}/completions", json=body)
             response.raise_for_status()
             samples.append(tuple(response.json()["choices"][0]["token_ids"]))

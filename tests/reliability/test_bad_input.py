@@ -213,8 +213,11 @@ async def test_empty_dataset_fails_setup_with_a_clear_error(dev_model_dir, tmp_p
 
 async def test_dataset_with_missing_fields_names_the_line_and_field(dev_model_dir, tmp_path):
     path = tmp_path / "tasks.jsonl"
-    rows = [{"task_id": "a", "prompt": "p", "hidden_tests": HIDDEN_TESTS}, {"task_id": "b", "prompt": "p"},
-            {"task_id": "c", "prompt": None, "hidden_tests": HIDDEN_TESTS}]  # fmt: skip
+    rows = [
+        {"task_id": "a", "prompt": "p", "hidden_tests": HIDDEN_TESTS},
+        {"task_id": "b", "prompt": "p"},
+        {"task_id": "c", "prompt": None, "hidden_tests": HIDDEN_TESTS},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     env = offline_env(dev_model_dir, tmp_path, task_source="jsonl", task_path=str(path))
     with pytest.raises(TaskLoadError, match=r"tasks\.jsonl:2: field 'hidden_tests' .* is missing"):
@@ -246,8 +249,11 @@ def test_atropos_cli_reports_a_bad_config_without_a_traceback(tmp_path):
     config.write_text("env:\n  group_sise: 4\n")
     proc = subprocess.run(
         [sys.executable, "-m", "environments.atropos.agentic_opd_env", "process", "--config", str(config)],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         f"agentic-opd process: config error: {config}: env.group_sise: unknown key 'group_sise'; "

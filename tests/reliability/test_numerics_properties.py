@@ -189,9 +189,18 @@ def test_extreme_valid_rows_survive_packing_json_validation_and_collation(case, 
         "inference_logprobs": [[1.0, -0.5]],
         "distill_token_ids": [[[], row_ids]],
         "distill_logprobs": [[[], row_lps]],
-        "overrides": [{"opd": {"format_version": 1, "mode": "topk", "k": k, "turn_spans": [[1, 2]],
-                               "turns": [_scored_turn(1, 2)]}}],
-    }  # fmt: skip
+        "overrides": [
+            {
+                "opd": {
+                    "format_version": 1,
+                    "mode": "topk",
+                    "k": k,
+                    "turn_spans": [[1, 2]],
+                    "turns": [_scored_turn(1, 2)],
+                }
+            }
+        ],
+    }
     round_tripped = json.loads(json.dumps(group))
     assert round_tripped == group
     assert validate_group(round_tripped) == []
@@ -203,9 +212,17 @@ def test_extreme_valid_rows_survive_packing_json_validation_and_collation(case, 
 
 
 def _scored_turn(start: int, end: int) -> dict:
-    return {"span": [start, end], "message_index": 2, "status": "scored", "next_state_role": "tool",
-            "hint": "check the output", "votes": {"n": 1, "positive": 1}, "hint_insert_at": 0,
-            "hint_token_ids": [1, 2], "teacher_prompt_len": start + 2}  # fmt: skip
+    return {
+        "span": [start, end],
+        "message_index": 2,
+        "status": "scored",
+        "next_state_role": "tool",
+        "hint": "check the output",
+        "votes": {"n": 1, "positive": 1},
+        "hint_insert_at": 0,
+        "hint_token_ids": [1, 2],
+        "teacher_prompt_len": start + 2,
+    }
 
 
 # -- losses -----------------------------------------------------------------------------------------
@@ -213,8 +230,14 @@ scales = st.sampled_from([0.01, 1.0, 10.0, 100.0])
 
 
 @SETTINGS
-@given(seed=st.integers(0, 2**31 - 1), v=st.integers(2, 40), s_scale=scales, t_scale=scales,
-       full=st.booleans(), direction=st.sampled_from(["reverse", "forward"]))  # fmt: skip
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    v=st.integers(2, 40),
+    s_scale=scales,
+    t_scale=scales,
+    full=st.booleans(),
+    direction=st.sampled_from(["reverse", "forward"]),
+)
 def test_topk_kl_is_a_lower_bound_of_the_full_kl_and_exact_when_the_row_covers_the_vocab(
     seed, v, s_scale, t_scale, full, direction
 ):
@@ -332,12 +355,30 @@ def test_masked_vocabulary_logits_give_finite_losses_and_gradients(loss, dtype):
 def test_extreme_but_valid_teacher_rows_give_a_finite_topk_loss():
     T = 16
     row_ids, row_lps = normalize_row([0, 1, 2], [-0.01, -5.0, -3.0e38], 2, None, 3)
-    assert validate_group(
-        {"tokens": [[7, 2]], "masks": [[MASKED, 2]], "scores": [0.0], "inference_logprobs": [[1.0, -0.5]],
-         "distill_token_ids": [[[], row_ids]], "distill_logprobs": [[[], row_lps]],
-         "overrides": [{"opd": {"format_version": 1, "mode": "topk", "k": 3, "turn_spans": [[1, 2]],
-                                "turns": [_scored_turn(1, 2)]}}]}
-    ) == []  # fmt: skip
+    assert (
+        validate_group(
+            {
+                "tokens": [[7, 2]],
+                "masks": [[MASKED, 2]],
+                "scores": [0.0],
+                "inference_logprobs": [[1.0, -0.5]],
+                "distill_token_ids": [[[], row_ids]],
+                "distill_logprobs": [[[], row_lps]],
+                "overrides": [
+                    {
+                        "opd": {
+                            "format_version": 1,
+                            "mode": "topk",
+                            "k": 3,
+                            "turn_spans": [[1, 2]],
+                            "turns": [_scored_turn(1, 2)],
+                        }
+                    }
+                ],
+            }
+        )
+        == []
+    )
     logits = torch.zeros(1, T, 8, requires_grad=True)
     ids = torch.tensor(row_ids).expand(1, T, 3)
     teacher = torch.tensor(row_lps, dtype=torch.float32).expand(1, T, 3)

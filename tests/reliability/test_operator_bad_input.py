@@ -252,8 +252,10 @@ def test_send_checks_the_file_before_it_contacts_the_api(tmp_path, capsys):
     assert (
         "g.jsonl: line 2: invalid JSON" in err and "g.jsonl: line 3: invalid JSON: nested more than 64" in err
     )
-    assert err.strip().endswith("2 line(s) of " + path + " are not valid groups; nothing was sent. Fix or "
-                                "remove them, or rerun with --skip-invalid")  # fmt: skip
+    assert err.strip().endswith(
+        "2 line(s) of " + path + " are not valid groups; nothing was sent. Fix or "
+        "remove them, or rerun with --skip-invalid"
+    )
     (tmp_path / "e.jsonl").write_text("")
     assert send_groups.main([str(tmp_path / "e.jsonl"), "--atropos-url", "http://127.0.0.1:9"]) == 2
     assert one_line(capsys.readouterr().err).endswith(

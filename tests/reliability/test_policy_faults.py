@@ -163,11 +163,24 @@ async def test_policy_killed_mid_rollout_keeps_earlier_turns_and_the_group(dev_m
     tool_call, final = replies
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hermes_opd.devkit.fake_endpoints", "--port", str(port), "--replies",
-        json.dumps([tool_call, tool_call, final]), "--plan", "ok,ok", "--default", "hang",
-        "--model", "fake-model", "--announce-requests",
-        cwd=REPO, stdout=asyncio.subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "hermes_opd.devkit.fake_endpoints",
+        "--port",
+        str(port),
+        "--replies",
+        json.dumps([tool_call, tool_call, final]),
+        "--plan",
+        "ok,ok",
+        "--default",
+        "hang",
+        "--model",
+        "fake-model",
+        "--announce-requests",
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         async with asyncio.timeout(120):
             assert proc.stdout is not None

@@ -33,8 +33,9 @@ def body(text: str) -> bytes:
 
 
 async def post(http, url, data: bytes, **kwargs):
-    async with http.post(f"{url}/chat/completions", data=data, headers={"Content-Type": "application/json"},
-                         **kwargs) as response:  # fmt: skip
+    async with http.post(
+        f"{url}/chat/completions", data=data, headers={"Content-Type": "application/json"}, **kwargs
+    ) as response:
         return response.status, await response.json()
 
 
@@ -93,8 +94,10 @@ async def test_deep_json_and_a_lone_surrogate_are_400(dev_model_dir, dev_tokeniz
 async def trickle(port: int, declared: int, every_s: float, stop: asyncio.Event) -> bytes:
     """POST with a body declared `declared` bytes long, sent one byte per `every_s`; the raw reply."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {declared}\r\n\r\n".encode())  # fmt: skip
+    writer.write(
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {declared}\r\n\r\n".encode()
+    )
     try:
         while not stop.is_set() and not reader.at_eof():
             writer.write(b" ")
@@ -123,8 +126,9 @@ async def test_a_body_sent_a_byte_at_a_time_is_cut_off(dev_model_dir, dev_tokeni
 async def test_more_large_bodies_at_once_than_the_proxy_holds_are_told_to_retry(
     dev_model_dir, dev_tokenizer, tmp_path
 ):
-    config = proxy_config(NoServer(dev_model_dir), tmp_path, train=False, max_bytes_in_flight=300_000,
-                          body_read_timeout_s=20.0)  # fmt: skip
+    config = proxy_config(
+        NoServer(dev_model_dir), tmp_path, train=False, max_bytes_in_flight=300_000, body_read_timeout_s=20.0
+    )
     async with running_proxy(config, dev_tokenizer) as (url, _server), aiohttp.ClientSession() as http:
         port = int(url.split(":")[2].split("/")[0])
         stop = asyncio.Event()

@@ -37,9 +37,13 @@ def sample(session: str, turn: int, version: int = 0, length: int = 600) -> Turn
     tokens = [100 + (i % 500) for i in range(length)]
     masks = [-100] * (length - 8) + tokens[-8:]
     logprobs = [1.0] * (length - 8) + [-0.5] * 8
-    trajectory = Trajectory(tokens=tokens, masks=masks, inference_logprobs=logprobs,
-                            messages=[{"role": "user", "content": "q" * 200}, {"role": "assistant", "content": "a"}],
-                            turns=[TurnSpan(length - 8, length, 1)])  # fmt: skip
+    trajectory = Trajectory(
+        tokens=tokens,
+        masks=masks,
+        inference_logprobs=logprobs,
+        messages=[{"role": "user", "content": "q" * 200}, {"role": "assistant", "content": "a"}],
+        turns=[TurnSpan(length - 8, length, 1)],
+    )
     return TurnSample(trajectory, session, turn, f"lora-step{version}", version)
 
 
@@ -51,8 +55,11 @@ def keys(groups: list[dict]) -> list[tuple[str, int]]:
 def small_disk(path, size: str, *options: str):
     """A tmpfs of `size` at `path` (root only), unmounted at the end."""
     path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(["size=" + size, *options]), "tmpfs", str(path)],
-                             capture_output=True, text=True)  # fmt: skip
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", ",".join(["size=" + size, *options]), "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -71,8 +78,15 @@ def fill(disk, leave_bytes: int):
     return filler
 
 
-REGISTRATION = {"wandb_group": "t", "wandb_project": "t", "max_token_len": 4096, "checkpoint_dir": "/tmp/unused",
-                "save_checkpoint_interval": 0, "starting_step": 0, "num_steps": 1000}  # fmt: skip
+REGISTRATION = {
+    "wandb_group": "t",
+    "wandb_project": "t",
+    "max_token_len": 4096,
+    "checkpoint_dir": "/tmp/unused",
+    "save_checkpoint_interval": 0,
+    "starting_step": 0,
+    "num_steps": 1000,
+}
 
 
 async def register_trainer(url: str, batch_size: int) -> None:
@@ -87,8 +101,13 @@ async def test_a_full_disk_tears_no_line_and_every_group_is_written_once_when_sp
     with small_disk(tmp_path / "disk", "512k") as disk:
         path = disk / "groups.jsonl"
         sink = GroupFileSink(path)
-        feed = SampleFeed(None, OPDConfig(enabled=False), sink.write,
-                          FeedSettings(samples_per_group=1, retry_backoff_s=0.05, retry_backoff_max_s=0.2), lambda: 0)  # fmt: skip
+        feed = SampleFeed(
+            None,
+            OPDConfig(enabled=False),
+            sink.write,
+            FeedSettings(samples_per_group=1, retry_backoff_s=0.05, retry_backoff_max_s=0.2),
+            lambda: 0,
+        )
         feed.start()
         assert feed.submit(sample("s", 0))
         await wait_for(lambda: feed.stats.groups_written == 1, 20, "the first group was not written")
@@ -141,21 +160,34 @@ async def test_a_spool_on_a_full_disk_while_the_api_is_down_loses_and_doubles_no
     turns = 6
     with small_disk(tmp_path / "disk", "512k") as disk:
         await register_trainer(own_run_api.url, batch_size=2)
-        sink = AtroposSink(own_run_api.url, disk / "spool",
-                           SpoolSettings(send_attempts=1, backoff_s=0.05, request_timeout_s=5))  # fmt: skip
+        sink = AtroposSink(
+            own_run_api.url,
+            disk / "spool",
+            SpoolSettings(send_attempts=1, backoff_s=0.05, request_timeout_s=5),
+        )
         settings = FeedSettings(
             samples_per_group=2, whole_groups=True, retry_backoff_s=0.05, retry_backoff_max_s=0.2
         )
-        feed = SampleFeed(None, OPDConfig(enabled=False), sink.write, settings, lambda: 0,
-                          flush_sink=sink.flush, batch_size=sink.batch_size)  # fmt: skip
+        feed = SampleFeed(
+            None,
+            OPDConfig(enabled=False),
+            sink.write,
+            settings,
+            lambda: 0,
+            flush_sink=sink.flush,
+            batch_size=sink.batch_size,
+        )
         assert await sink.batch_size() == 2
         own_run_api.stop()  # the API goes away: groups must be spooled, and the disk is full
         filler = fill(disk, leave_bytes=0)
         feed.start()
         for turn in range(turns):
             assert feed.submit(sample(f"s{turn}", 0))
-        await wait_for(lambda: feed.stats.groups_waiting == turns // 2 and feed.stats.write_failures >= 3, 30,
-                       "the groups were not kept while nothing could take them")  # fmt: skip
+        await wait_for(
+            lambda: feed.stats.groups_waiting == turns // 2 and feed.stats.write_failures >= 3,
+            30,
+            "the groups were not kept while nothing could take them",
+        )
         assert feed.stats.disk_full and feed.stats.disk_full_episodes == 1 and feed.stats.groups_written == 0
         filler.unlink()  # space returns: the groups go to the spool
         await wait_for(lambda: feed.stats.groups_written == turns // 2, 30, "the groups were not spooled")
@@ -182,11 +214,19 @@ async def test_sigterm_saves_the_turns_waiting_for_a_down_teacher_and_the_next_s
 ):
     sessions = 4
     dead = free_port()
-    down = {"judge": {"backend": "rules"},
-            "teacher": {"base_url": f"http://127.0.0.1:{dead}/v1", "model": "t", "path": "completions",
-                        "max_attempts": 1, "check_tokenizer": False}}  # fmt: skip
-    config = proxy_config(dev_server, tmp_path, port=free_port(), samples_per_group=2, retry_backoff_s=5.0,
-                          opd=down).model_dump()  # fmt: skip
+    down = {
+        "judge": {"backend": "rules"},
+        "teacher": {
+            "base_url": f"http://127.0.0.1:{dead}/v1",
+            "model": "t",
+            "path": "completions",
+            "max_attempts": 1,
+            "check_tokenizer": False,
+        },
+    }
+    config = proxy_config(
+        dev_server, tmp_path, port=free_port(), samples_per_group=2, retry_backoff_s=5.0, opd=down
+    ).model_dump()
     config_path = tmp_path / "proxy.yaml"
     config_path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -259,15 +299,31 @@ async def stock_trainer(url: str, batch_size: int, want: int, got: list[tuple[fl
                 await asyncio.sleep(0.05)
 
 
-async def run_uneven_rate(api_url: str, spool, *, turns: int, batch_size: int, samples_per_group: int,
-                          whole_groups: bool, versions_every: int, timeout_s: float):  # fmt: skip
+async def run_uneven_rate(
+    api_url: str,
+    spool,
+    *,
+    turns: int,
+    batch_size: int,
+    samples_per_group: int,
+    whole_groups: bool,
+    versions_every: int,
+    timeout_s: float,
+):
     """Feed `turns` turns at GAPS_S into the proxy's feed and its Atropos sink; a stock trainer
     pulls. Returns (submission times, batches received with their times, the feed's stats)."""
     sink = AtroposSink(api_url, spool)
     settings = FeedSettings(samples_per_group=samples_per_group, group_wait_s=0.5, whole_groups=whole_groups)
     version = {"v": 0}
-    feed = SampleFeed(None, OPDConfig(enabled=False), sink.write, settings, lambda: version["v"],
-                      flush_sink=sink.flush, batch_size=sink.batch_size)  # fmt: skip
+    feed = SampleFeed(
+        None,
+        OPDConfig(enabled=False),
+        sink.write,
+        settings,
+        lambda: version["v"],
+        flush_sink=sink.flush,
+        batch_size=sink.batch_size,
+    )
     got: list[tuple[float, list[dict]]] = []
     trainer = asyncio.create_task(stock_trainer(api_url, batch_size, turns, got))
     feed.start()
@@ -289,9 +345,16 @@ async def run_uneven_rate(api_url: str, spool, *, turns: int, batch_size: int, s
 
 async def test_a_stock_trainer_gets_every_turn_once_in_whole_batches_at_an_uneven_rate(run_api, tmp_path):
     turns, batch_size = 36, 6  # samples_per_group 4 does not divide 6: the feed sends groups of 3
-    submitted, got, stats = await run_uneven_rate(run_api.url, tmp_path / "spool", turns=turns, batch_size=batch_size,
-                                                  samples_per_group=4, whole_groups=True, versions_every=7,
-                                                  timeout_s=20)  # fmt: skip
+    submitted, got, stats = await run_uneven_rate(
+        run_api.url,
+        tmp_path / "spool",
+        turns=turns,
+        batch_size=batch_size,
+        samples_per_group=4,
+        whole_groups=True,
+        versions_every=7,
+        timeout_s=20,
+    )
     groups = [g for _, batch in got for g in batch]
     assert {len(g["tokens"]) for g in groups} == {3}
     assert all(sum(len(g["tokens"]) for g in batch) == batch_size for _, batch in got)

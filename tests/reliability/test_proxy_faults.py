@@ -53,10 +53,22 @@ async def test_a_teacher_that_fails_then_returns_gets_every_turn_once(dev_server
         teacher_latency_s=0.0, vocab_size=len(dev_tokenizer), tokenizer_dir=str(dev_server.model_dir)
     )
     async with FakeVLLM(plan=["500"] * 4, model=None, settings=settings) as teacher:
-        config = proxy_config(dev_server, tmp_path, retry_backoff_s=0.2, samples_per_group=1, opd={
-            "judge": {"backend": "rules"},
-            "teacher": {"base_url": teacher.base_url, "model": "t", "path": "completions", "max_attempts": 1,
-                        "check_tokenizer": False}})  # fmt: skip
+        config = proxy_config(
+            dev_server,
+            tmp_path,
+            retry_backoff_s=0.2,
+            samples_per_group=1,
+            opd={
+                "judge": {"backend": "rules"},
+                "teacher": {
+                    "base_url": teacher.base_url,
+                    "model": "t",
+                    "path": "completions",
+                    "max_attempts": 1,
+                    "check_tokenizer": False,
+                },
+            },
+        )
         async with running_proxy(config) as (url, server):
             await two_turns(AsyncOpenAI(base_url=url, api_key="x"), "flaky")
             await wait_for(lambda: server.feed.stats.groups_written == 1)
@@ -68,12 +80,26 @@ async def test_a_teacher_that_fails_then_returns_gets_every_turn_once(dev_server
 
 
 async def test_a_slow_judge_and_teacher_never_delay_a_request(dev_server, tmp_path, dev_tokenizer):
-    settings = FakeSettings(judge_latency_s=8.0, teacher_latency_s=8.0, vocab_size=len(dev_tokenizer),
-                            tokenizer_dir=str(dev_server.model_dir))  # fmt: skip
+    settings = FakeSettings(
+        judge_latency_s=8.0,
+        teacher_latency_s=8.0,
+        vocab_size=len(dev_tokenizer),
+        tokenizer_dir=str(dev_server.model_dir),
+    )
     async with FakeVLLM(model=None, settings=settings) as slow:
-        config = proxy_config(dev_server, tmp_path, opd={
-            "judge": {"backend": "llm", "base_url": slow.base_url, "model": "j", "m": 1},
-            "teacher": {"base_url": slow.base_url, "model": "t", "path": "completions", "check_tokenizer": False}})  # fmt: skip
+        config = proxy_config(
+            dev_server,
+            tmp_path,
+            opd={
+                "judge": {"backend": "llm", "base_url": slow.base_url, "model": "j", "m": 1},
+                "teacher": {
+                    "base_url": slow.base_url,
+                    "model": "t",
+                    "path": "completions",
+                    "check_tokenizer": False,
+                },
+            },
+        )
         async with running_proxy(config) as (url, server):
             client = AsyncOpenAI(base_url=url, api_key="x")
             messages = first_messages()
@@ -81,18 +107,33 @@ async def test_a_slow_judge_and_teacher_never_delay_a_request(dev_server, tmp_pa
                 message, _ = await ask(client, messages, session="busy", max_tokens=16)
                 messages = messages + next_state(message)
                 if server.feed.stats.submitted:  # its judge request is on its way (8 s to answer)
-                    await wait_for(lambda: slow.stats.judge.in_flight + slow.stats.teacher.in_flight >= 1,
-                                   timeout_s=4.0, what="no judge or teacher request in flight")  # fmt: skip
+                    await wait_for(
+                        lambda: slow.stats.judge.in_flight + slow.stats.teacher.in_flight >= 1,
+                        timeout_s=4.0,
+                        what="no judge or teacher request in flight",
+                    )
                     assert server.feed.stats.groups_written == 0
     assert len(samples(tmp_path / "groups.jsonl")) == 2  # delivered after the slow parts answered
 
 
 async def test_a_judge_that_is_down_then_starts_gets_every_turn_once(dev_server, tmp_path):
     port = free_port()
-    config = proxy_config(dev_server, tmp_path, retry_backoff_s=0.2, samples_per_group=1, opd={
-        "judge": {"backend": "llm", "base_url": f"http://127.0.0.1:{port}/v1", "model": "j", "m": 1,
-                  "max_retries": 0},
-        "teacher": {"path": "completions"}})  # fmt: skip
+    config = proxy_config(
+        dev_server,
+        tmp_path,
+        retry_backoff_s=0.2,
+        samples_per_group=1,
+        opd={
+            "judge": {
+                "backend": "llm",
+                "base_url": f"http://127.0.0.1:{port}/v1",
+                "model": "j",
+                "m": 1,
+                "max_retries": 0,
+            },
+            "teacher": {"path": "completions"},
+        },
+    )
     async with running_proxy(config) as (url, server):
         await two_turns(AsyncOpenAI(base_url=url, api_key="x"), "late-judge")
         await wait_for(lambda: server.feed.stats.retried >= 2)
@@ -106,8 +147,13 @@ async def test_a_judge_that_is_down_then_starts_gets_every_turn_once(dev_server,
 
 
 def start_proxy_process(config_path, env) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen([sys.executable, "-m", "hermes_opd.commands.proxy", "--config", str(config_path)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hermes_opd.commands.proxy", "--config", str(config_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     for line in process.stdout:
         if line.startswith("hermes-opd proxy: http://"):
             return process, line.split()[2]
@@ -167,8 +213,9 @@ class SlowAtroposAPI:
             return web.json_response({"status": "received"})
 
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.add_routes([web.get("/info", info), web.post("/scored_data", scored),
-                        web.post("/scored_data_list", scored)])  # fmt: skip
+        app.add_routes(
+            [web.get("/info", info), web.post("/scored_data", scored), web.post("/scored_data_list", scored)]
+        )
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         port = free_port()
@@ -183,8 +230,9 @@ class SlowAtroposAPI:
 async def test_a_slow_atropos_api_never_delays_a_request_and_gets_every_group_once(dev_server, tmp_path):
     delay_s = 6.0
     async with SlowAtroposAPI(delay_s) as api:
-        config = proxy_config(dev_server, tmp_path, samples_per_group=1, atropos_url=api.url,
-                              spool_dir=str(tmp_path / "spool"))  # fmt: skip
+        config = proxy_config(
+            dev_server, tmp_path, samples_per_group=1, atropos_url=api.url, spool_dir=str(tmp_path / "spool")
+        )
         async with running_proxy(config) as (url, server):
             client = AsyncOpenAI(base_url=url, api_key="x")
             latencies = []

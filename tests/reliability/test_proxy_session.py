@@ -20,30 +20,54 @@ TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {
         ([], "the request body must be a JSON object", None),
         ({"messages": [{"role": "user", "content": "x"}]}, "'model' is required", "model"),
         (body(messages=[]), "'messages' must be a non-empty list", "messages"),
-        (body(messages=[{"role": "wizard", "content": "x"}]),
-         "messages[0].role must be one of ['assistant', 'developer', 'system', 'tool', 'user'], got 'wizard'",
-         "messages[0].role"),
-        (body(messages=[{"role": "user", "content": 3}]), "messages[0].content must be a string or a list of parts",
-         "messages[0].content"),
-        (body(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
-         "messages[0].content: only text parts are supported", "messages[0].content"),
-        (body(messages=[{"role": "tool", "content": "r"}]), "messages[0]: a tool message needs a 'tool_call_id' string",
-         "messages[0].tool_call_id"),
-        (body(messages=[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]),
-         "the last message must not be an assistant message (no prefill)", "messages"),
+        (
+            body(messages=[{"role": "wizard", "content": "x"}]),
+            "messages[0].role must be one of ['assistant', 'developer', 'system', 'tool', 'user'], got 'wizard'",
+            "messages[0].role",
+        ),
+        (
+            body(messages=[{"role": "user", "content": 3}]),
+            "messages[0].content must be a string or a list of parts",
+            "messages[0].content",
+        ),
+        (
+            body(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
+            "messages[0].content: only text parts are supported",
+            "messages[0].content",
+        ),
+        (
+            body(messages=[{"role": "tool", "content": "r"}]),
+            "messages[0]: a tool message needs a 'tool_call_id' string",
+            "messages[0].tool_call_id",
+        ),
+        (
+            body(messages=[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]),
+            "the last message must not be an assistant message (no prefill)",
+            "messages",
+        ),
         (body(n=2), "only n=1 is supported", "n"),
         (body(temperature=3), "'temperature' must be a number in [0.0, 2.0], got 3", "temperature"),
         (body(max_tokens=0), "'max_tokens' must be an integer >= 1, got 0", "max_tokens"),
-        (body(tool_choice="sometimes"),
-         "tool_choice must be one of ['auto', 'none', 'required'] or a function, got 'sometimes'", "tool_choice"),
+        (
+            body(tool_choice="sometimes"),
+            "tool_choice must be one of ['auto', 'none', 'required'] or a function, got 'sometimes'",
+            "tool_choice",
+        ),
         (body(tool_choice="required"), "tool_choice 'required' needs tools", "tool_choice"),
-        (body(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "read_file"}}),
-         "tool_choice names 'read_file', which is not among the tools", "tool_choice"),
-        (body(tools=[{"type": "function"}]), "tools[0] must be {'type': 'function', 'function': {...}}", "tools[0]"),
+        (
+            body(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "read_file"}}),
+            "tool_choice names 'read_file', which is not among the tools",
+            "tool_choice",
+        ),
+        (
+            body(tools=[{"type": "function"}]),
+            "tools[0] must be {'type': 'function', 'function': {...}}",
+            "tools[0]",
+        ),
         (body(stream="yes"), "'stream' must be a boolean", "stream"),
         (body(stop=[1]), "'stop' must be a string or a list of strings", "stop"),
     ],
-)  # fmt: skip
+)
 def test_malformed_requests_are_refused_with_the_openai_fields(request_body, message, param):
     with pytest.raises(WireError) as caught:
         parse_request(request_body)

@@ -88,18 +88,29 @@ def pick(rng: random.Random, valid: list[Any], rate: float) -> Any:
 # -- the Responses wire --------------------------------------------------------------------------
 def responses_item(rng: random.Random, rate: float) -> Any:
     text = rng.choice(TEXTS[:4])
-    item = rng.choice([
-        {"role": "user", "content": text},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
-        {"role": "developer", "content": [{"type": "input_text", "text": text}]},
-        {"role": "system", "content": text},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": []}]},
-        {"type": "function_call", "call_id": "c1", "name": "run", "arguments": '{"path": "a"}'},
-        {"type": "function_call_output", "call_id": "c1", "output": rng.choice(TEXTS)},
-        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": text}]},
-        {"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]},
-        {"type": "web_search_call", "id": "w"},
-    ])  # fmt: skip
+    item = rng.choice(
+        [
+            {"role": "user", "content": text},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+            {"role": "developer", "content": [{"type": "input_text", "text": text}]},
+            {"role": "system", "content": text},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            },
+            {"type": "function_call", "call_id": "c1", "name": "run", "arguments": '{"path": "a"}'},
+            {"type": "function_call_output", "call_id": "c1", "output": rng.choice(TEXTS)},
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": text}],
+            },
+            {"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]},
+            {"type": "web_search_call", "id": "w"},
+        ]
+    )
     if isinstance(item.get("content"), list) and rng.random() < rate:
         item["content"] = [mutate(rng, p, 0.5) for p in item["content"]]
     return mutate(rng, item, rate) if rng.random() < 0.7 else item
@@ -110,14 +121,33 @@ def responses_body(rng: random.Random) -> dict[str, Any]:
     tool = {"type": "function", "name": "run", "description": "Run.", "parameters": SCHEMA}
     fields: dict[str, list[Any]] = {
         "model": ["dev-model"] * 8 + ["gpt-5"],
-        "input": [rng.choice(TEXTS[:4]), [{"role": "user", "content": "hi"}],
-                  [responses_item(rng, rate) for _ in range(rng.randrange(1, 6))] + [{"role": "user", "content": "go"}]],
+        "input": [
+            rng.choice(TEXTS[:4]),
+            [{"role": "user", "content": "hi"}],
+            [responses_item(rng, rate) for _ in range(rng.randrange(1, 6))]
+            + [{"role": "user", "content": "go"}],
+        ],
         "instructions": [None, "Be brief.", ""],
-        "tools": [None, [tool], [tool, {**tool, "name": "other"}], [mutate(rng, tool, 0.5)], [{"type": "web_search"}]],
-        "tool_choice": ["auto", "none", "required", {"type": "function", "name": "run"}, {"type": "allowed_tools"}],
-        "text": [{"format": {"type": "text"}}, {"format": {"type": "json_object"}},
-                 {"format": {"type": "json_schema", "name": "o", "schema": SCHEMA}},
-                 {"format": {"type": "json_schema", "name": "o", "schema": junk(rng)}}],
+        "tools": [
+            None,
+            [tool],
+            [tool, {**tool, "name": "other"}],
+            [mutate(rng, tool, 0.5)],
+            [{"type": "web_search"}],
+        ],
+        "tool_choice": [
+            "auto",
+            "none",
+            "required",
+            {"type": "function", "name": "run"},
+            {"type": "allowed_tools"},
+        ],
+        "text": [
+            {"format": {"type": "text"}},
+            {"format": {"type": "json_object"}},
+            {"format": {"type": "json_schema", "name": "o", "schema": SCHEMA}},
+            {"format": {"type": "json_schema", "name": "o", "schema": junk(rng)}},
+        ],
         "max_output_tokens": [1, 4, 8],
         "temperature": [0.0, 0.7, 2.0],
         "top_p": [0.5, 1.0],
@@ -129,13 +159,14 @@ def responses_body(rng: random.Random) -> dict[str, Any]:
         "reasoning": [{"effort": "low"}],
         "include": [["reasoning.encrypted_content"]],
         "metadata": [{"k": "v"}],
-    }  # fmt: skip
+    }
     body: dict[str, Any] = {"model": "dev-model", "input": "hi", "max_output_tokens": 4}
     for key, valid in fields.items():
         if rng.random() < 0.5:
             body[key] = pick(rng, valid, rate)
-    if body.get("max_output_tokens") is None or (isinstance(body.get("max_output_tokens"), int) and
-                                                 0 < body["max_output_tokens"] < 2**31):  # fmt: skip
+    if body.get("max_output_tokens") is None or (
+        isinstance(body.get("max_output_tokens"), int) and 0 < body["max_output_tokens"] < 2**31
+    ):
         body["max_output_tokens"] = rng.choice([1, 4, 8])  # what vLLM runs stays short
     return body
 
@@ -144,13 +175,24 @@ def responses_body(rng: random.Random) -> dict[str, Any]:
 def anthropic_message(rng: random.Random, rate: float, role: str) -> Any:
     text = rng.choice(TEXTS[:4])
     blocks = {
-        "user": [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}},
-                 {"type": "tool_result", "tool_use_id": "t1", "content": rng.choice(TEXTS)},
-                 {"type": "tool_result", "tool_use_id": "t1", "is_error": True, "content": [{"type": "text", "text": text}]},
-                 {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}],
-        "assistant": [{"type": "text", "text": text}, {"type": "tool_use", "id": "t1", "name": "run", "input": {"path": "a"}},
-                      {"type": "thinking", "thinking": text, "signature": "s"}, {"type": "redacted_thinking", "data": "x"}],
-    }[role]  # fmt: skip
+        "user": [
+            {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}},
+            {"type": "tool_result", "tool_use_id": "t1", "content": rng.choice(TEXTS)},
+            {
+                "type": "tool_result",
+                "tool_use_id": "t1",
+                "is_error": True,
+                "content": [{"type": "text", "text": text}],
+            },
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}},
+        ],
+        "assistant": [
+            {"type": "text", "text": text},
+            {"type": "tool_use", "id": "t1", "name": "run", "input": {"path": "a"}},
+            {"type": "thinking", "thinking": text, "signature": "s"},
+            {"type": "redacted_thinking", "data": "x"},
+        ],
+    }[role]
     chosen = [
         mutate(rng, b, rate) if rng.random() < 0.5 else b for b in rng.sample(blocks, rng.randrange(1, 3))
     ]
@@ -169,12 +211,27 @@ def messages_body(rng: random.Random) -> dict[str, Any]:
     )
     fields: dict[str, list[Any]] = {
         "model": ["dev-model"] * 8 + ["claude-x"],
-        "messages": [history, [{"role": "user", "content": "hi"}], [], [{"role": "assistant", "content": "pre"}]],
+        "messages": [
+            history,
+            [{"role": "user", "content": "hi"}],
+            [],
+            [{"role": "assistant", "content": "pre"}],
+        ],
         "system": ["Be brief.", [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral"}}], ""],
-        "tools": [[tool], [tool, {**tool, "name": "other"}], [mutate(rng, tool, 0.5)], [{"type": "bash_20250124", "name": "bash"}],
-                  [{**tool, "input_schema": deep(rng.choice([5, 40, 80]))}]],
-        "tool_choice": [{"type": "auto"}, {"type": "any"}, {"type": "none"}, {"type": "tool", "name": "run"},
-                        {"type": "tool", "name": "nope"}],
+        "tools": [
+            [tool],
+            [tool, {**tool, "name": "other"}],
+            [mutate(rng, tool, 0.5)],
+            [{"type": "bash_20250124", "name": "bash"}],
+            [{**tool, "input_schema": deep(rng.choice([5, 40, 80]))}],
+        ],
+        "tool_choice": [
+            {"type": "auto"},
+            {"type": "any"},
+            {"type": "none"},
+            {"type": "tool", "name": "run"},
+            {"type": "tool", "name": "nope"},
+        ],
         "stop_sequences": [["END"], [], ["\n\n"]],
         "temperature": [0.0, 0.7, 1.0],
         "top_p": [0.5, 1.0],
@@ -182,10 +239,13 @@ def messages_body(rng: random.Random) -> dict[str, Any]:
         "stream": [True, False],
         "metadata": [{"user_id": "u"}],
         "thinking": [{"type": "enabled", "budget_tokens": 1024}, {"type": "disabled"}],
-        "output_config": [{"effort": "low"}, {"format": {"type": "json_schema", "schema": SCHEMA}},
-                          {"format": {"type": "json_schema", "schema": junk(rng)}}],
+        "output_config": [
+            {"effort": "low"},
+            {"format": {"type": "json_schema", "schema": SCHEMA}},
+            {"format": {"type": "json_schema", "schema": junk(rng)}},
+        ],
         "context_management": [{"edits": []}],
-    }  # fmt: skip
+    }
     body: dict[str, Any] = {
         "model": "dev-model",
         "max_tokens": 4,
@@ -202,8 +262,16 @@ def messages_body(rng: random.Random) -> dict[str, Any]:
 
 
 # -- sending and checking ------------------------------------------------------------------------
-RAW = [b"", b"{", b"[]", b"null", b'{"model": "dev-model", "input": "\\ud800"}', b"\xff\xfe", b'"text"',
-       json.dumps({"a": deep(200)}).encode()]  # fmt: skip
+RAW = [
+    b"",
+    b"{",
+    b"[]",
+    b"null",
+    b'{"model": "dev-model", "input": "\\ud800"}',
+    b"\xff\xfe",
+    b'"text"',
+    json.dumps({"a": deep(200)}).encode(),
+]
 
 
 def sse(text: str) -> list[dict[str, Any]]:
@@ -251,8 +319,10 @@ async def test_fuzzed_requests_never_get_a_500(dev_server, tmp_path):
     cases: list[tuple[str, str, bytes, dict[str, str]]] = []
     for index in range(CASES):
         cases.append(("responses", "/v1/responses", json.dumps(responses_body(rng)).encode(), {}))
-        headers = {"anthropic-beta": rng.choice(["", "made-up-2099", "interleaved-thinking-2025-05-14,x"]),
-                   "anthropic-version": "2023-06-01"}  # fmt: skip
+        headers = {
+            "anthropic-beta": rng.choice(["", "made-up-2099", "interleaved-thinking-2025-05-14,x"]),
+            "anthropic-version": "2023-06-01",
+        }
         path = "/v1/messages?beta=true" if index % 2 else "/v1/messages"
         cases.append(("messages", path, json.dumps(messages_body(rng)).encode(), headers))
     for raw in RAW:
@@ -264,15 +334,20 @@ async def test_fuzzed_requests_never_get_a_500(dev_server, tmp_path):
         async with aiohttp.ClientSession() as http:
 
             async def send(number: int, wire: str, path: str, body: bytes, headers: dict[str, str]) -> None:
-                async with limit, http.post(root + path, data=body, headers={"Content-Type": "application/json",
-                                                                              **headers}) as response:  # fmt: skip
+                async with (
+                    limit,
+                    http.post(
+                        root + path, data=body, headers={"Content-Type": "application/json", **headers}
+                    ) as response,
+                ):
                     text = await response.text(errors="replace")
                     statuses[response.status] = statuses.get(response.status, 0) + 1
                     try:
                         check(wire, response.status, response.headers.get("Content-Type", ""), text)
                     except Exception as exc:
-                        raise AssertionError(f"case {number} ({wire}): {body[:600]!r} -> {response.status} "
-                                             f"{text[:600]!r}") from exc  # fmt: skip
+                        raise AssertionError(
+                            f"case {number} ({wire}): {body[:600]!r} -> {response.status} {text[:600]!r}"
+                        ) from exc
 
             await asyncio.gather(*(send(i, *case) for i, case in enumerate(cases)))
     assert 500 not in statuses

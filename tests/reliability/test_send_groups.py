@@ -42,9 +42,15 @@ class PullingTrainer(threading.Thread):
         super().__init__(daemon=True)
         self.url = url
         self.registration = {
-            "wandb_group": "t", "wandb_project": "t", "batch_size": batch_size, "max_token_len": max_token_len,
-            "checkpoint_dir": "/tmp/unused", "save_checkpoint_interval": 0, "starting_step": 0, "num_steps": 10**6,
-        }  # fmt: skip
+            "wandb_group": "t",
+            "wandb_project": "t",
+            "batch_size": batch_size,
+            "max_token_len": max_token_len,
+            "checkpoint_dir": "/tmp/unused",
+            "save_checkpoint_interval": 0,
+            "starting_step": 0,
+            "num_steps": 10**6,
+        }
         self.repeats = RepeatedGroupFilter()
         self.trained: list[str] = []
         self.stopping = threading.Event()
@@ -87,14 +93,34 @@ def trainer(own_run_api):
 
 
 def send(path: Path, url: str, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--atropos-url", url,
-            "--progress", "lines", *extra]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "hermes_opd.commands.main",
+        "send",
+        str(path),
+        "--atropos-url",
+        url,
+        "--progress",
+        "lines",
+        *extra,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
 def start_send(path: Path, url: str, log: Path, *extra: str) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--atropos-url", url,
-            "--progress", "lines", *extra]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "hermes_opd.commands.main",
+        "send",
+        str(path),
+        "--atropos-url",
+        url,
+        "--progress",
+        "lines",
+        *extra,
+    ]
     with log.open("wb") as handle:
         return subprocess.Popen(
             argv, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True

@@ -36,9 +36,15 @@ GROUP_SIZE = 2
 # -- the trainer's side ------------------------------------------------------------------------------
 async def register_trainer(url: str) -> None:
     registration = {
-        "wandb_group": "test", "wandb_project": "test", "batch_size": GROUP_SIZE, "max_token_len": 4096,
-        "checkpoint_dir": "/tmp/unused", "save_checkpoint_interval": 0, "starting_step": 0, "num_steps": 1000,
-    }  # fmt: skip
+        "wandb_group": "test",
+        "wandb_project": "test",
+        "batch_size": GROUP_SIZE,
+        "max_token_len": 4096,
+        "checkpoint_dir": "/tmp/unused",
+        "save_checkpoint_interval": 0,
+        "starting_step": 0,
+        "num_steps": 1000,
+    }
     async with aiohttp.ClientSession() as session, session.post(f"{url}/register", json=registration) as r:
         assert r.status == 200, await r.text()
 

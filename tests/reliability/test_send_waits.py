@@ -22,15 +22,30 @@ from tests.support.groups import build_group, write_groups
 REPO = Path(__file__).resolve().parents[2]
 GROUP_SIZE = 2
 REGISTRATION = {
-    "wandb_group": "t", "wandb_project": "t", "batch_size": GROUP_SIZE, "max_token_len": 4096,
-    "checkpoint_dir": "/tmp/unused", "save_checkpoint_interval": 0, "starting_step": 0, "num_steps": 10**6,
-}  # fmt: skip
+    "wandb_group": "t",
+    "wandb_project": "t",
+    "batch_size": GROUP_SIZE,
+    "max_token_len": 4096,
+    "checkpoint_dir": "/tmp/unused",
+    "save_checkpoint_interval": 0,
+    "starting_step": 0,
+    "num_steps": 10**6,
+}
 
 
 def notices_while_sending(path: Path, url: str, log: Path, pattern: str, count: int) -> list[str]:
     """Start `hermes-opd send`, wait until `count` lines match `pattern` (at most 90 s), stop it."""
-    argv = [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--atropos-url", url,
-            "--progress", "lines"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "hermes_opd.commands.main",
+        "send",
+        str(path),
+        "--atropos-url",
+        url,
+        "--progress",
+        "lines",
+    ]
     with log.open("wb") as handle:
         proc = subprocess.Popen(
             argv, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True

@@ -17,7 +17,10 @@ from hermes_opd.commands.main import main as cli
 
 pytestmark = pytest.mark.reliability
 PREFIX = "hermes-opd tasks score: "
-GOOD = {"task_id": "fizzbuzz", "solution": {t.task_id: t for t in builtin_tasks()}["fizzbuzz"].reference_solution["solution.py"]}  # fmt: skip
+GOOD = {
+    "task_id": "fizzbuzz",
+    "solution": {t.task_id: t for t in builtin_tasks()}["fizzbuzz"].reference_solution["solution.py"],
+}
 TASKS_JSONL = {"task_id": "t", "prompt": "p", "hidden_tests": "def test_t():\n    assert True\n"}
 
 

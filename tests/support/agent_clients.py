@@ -80,8 +80,11 @@ async def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float
     except TimeoutError:
         os.killpg(process.pid, 9)
         out, err = await process.communicate()
-    return ClientRun(process.returncode if process.returncode is not None else -9, out.decode(errors="replace"),
-                     err.decode(errors="replace"))  # fmt: skip
+    return ClientRun(
+        process.returncode if process.returncode is not None else -9,
+        out.decode(errors="replace"),
+        err.decode(errors="replace"),
+    )
 
 
 def _base_env(home: Path) -> dict[str, str]:
@@ -92,8 +95,9 @@ def _base_env(home: Path) -> dict[str, str]:
     return env
 
 
-async def run_codex(bin_dir: Path, base_url: str, model: str, workdir: Path, prompt: str,
-                    timeout_s: float = 240.0) -> ClientRun:  # fmt: skip
+async def run_codex(
+    bin_dir: Path, base_url: str, model: str, workdir: Path, prompt: str, timeout_s: float = 240.0
+) -> ClientRun:
     """`codex exec` against `base_url` (…/v1) with the Responses wire, non-interactive."""
     home = workdir.parent / "codex-home"
     home.mkdir(exist_ok=True)
@@ -116,8 +120,9 @@ async def run_codex(bin_dir: Path, base_url: str, model: str, workdir: Path, pro
     return await _run(argv, env, workdir, timeout_s)
 
 
-async def run_claude(bin_dir: Path, root_url: str, model: str, workdir: Path, prompt: str,
-                     timeout_s: float = 240.0) -> ClientRun:  # fmt: skip
+async def run_claude(
+    bin_dir: Path, root_url: str, model: str, workdir: Path, prompt: str, timeout_s: float = 240.0
+) -> ClientRun:
     """`claude -p` against `root_url` (no /v1: the SDK adds /v1/messages), Bash allowed."""
     home = workdir.parent / "claude-home"
     home.mkdir(exist_ok=True)

@@ -49,9 +49,11 @@ def agent_server(agent_model_dir, tmp_path_factory):
         from types import SimpleNamespace
 
         yield SimpleNamespace(
-            base_url=url.rstrip("/"), model_name="agent-dev-model", served_model_name="agent-dev-model",
+            base_url=url.rstrip("/"),
+            model_name="agent-dev-model",
+            served_model_name="agent-dev-model",
             model_dir=str(agent_model_dir),
-        )  # fmt: skip
+        )
         return
     server = agent_dev_server(
         agent_model_dir, log_path=str(tmp_path_factory.mktemp("vllm-agent") / "vllm.log")

@@ -11,12 +11,31 @@ from environments.proxy.proxy_config import ProxyConfig
 from environments.proxy.server import run_app
 
 TOOLS = [
-    {"type": "function", "function": {"name": "run_python", "description": "Run a Python file.",
-     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
-    {"type": "function", "function": {"name": "write_file", "description": "Write a file.",
-     "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-                    "required": ["path", "content"]}}},
-]  # fmt: skip
+    {
+        "type": "function",
+        "function": {
+            "name": "run_python",
+            "description": "Run a Python file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Write a file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+]
 TRACEBACK = "Traceback (most recent call last):\n  File \"main.py\", line 3, in <module>\n    print(total)\nNameError: name 'total' is not defined\nexit code 1"
 
 
@@ -77,8 +96,14 @@ def next_state(message) -> list[dict]:
 async def ask(client, messages, *, stream=False, session=None, **kwargs):
     """One request; a streamed answer is put back together into (message dict, finish reason)."""
     headers = {"X-Session-Id": session} if session else None
-    params = {"model": "dev-model", "messages": messages, "tools": TOOLS, "max_tokens": 96, "temperature": 0.7,
-              **kwargs}  # fmt: skip
+    params = {
+        "model": "dev-model",
+        "messages": messages,
+        "tools": TOOLS,
+        "max_tokens": 96,
+        "temperature": 0.7,
+        **kwargs,
+    }
     if not stream:
         answer = await client.chat.completions.create(**params, extra_headers=headers)
         return answer.choices[0].message, answer.choices[0].finish_reason

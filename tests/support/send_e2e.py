@@ -41,13 +41,19 @@ class WatchedTrainer:
         config = {
             "trainer": "torch",
             "num_steps": steps,
-            "atropos": {"url": api_url, "batch_size": GROUP_SIZE, "max_token_len": 4096, "poll_initial_s": 0.05,
-                        "poll_max_s": 0.5, "poll_timeout_s": 300},
+            "atropos": {
+                "url": api_url,
+                "batch_size": GROUP_SIZE,
+                "max_token_len": 4096,
+                "poll_initial_s": 0.05,
+                "poll_max_s": 0.5,
+                "poll_timeout_s": 300,
+            },
             "model": {"path": model_dir, "device": "cpu"},
             "optim": {"lr": 1e-5, "micro_batch_size": 2},
             "checkpoint": {"dir": str(run_dir / "ckpt"), "every_steps": 0, "keep_last": 1},
             "logging": {"metrics_path": str(run_dir / "train.jsonl"), "stdout": False},
-        }  # fmt: skip
+        }
         self.config_path = run_dir / "trainer.yaml"
         self.config_path.write_text(yaml.safe_dump(config))
         self.trained: Counter[str] = Counter()
@@ -91,15 +97,32 @@ class WatchedTrainer:
 
 
 def send_argv(path: Path, url: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "hermes_opd.commands.main", "send", str(path), "--atropos-url", url,
-            "--progress", "lines", *extra]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "hermes_opd.commands.main",
+        "send",
+        str(path),
+        "--atropos-url",
+        url,
+        "--progress",
+        "lines",
+        *extra,
+    ]
 
 
 def start(argv: list[str], log: Path) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     with log.open("ab") as handle:
-        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        return subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def kill(proc: subprocess.Popen) -> None:

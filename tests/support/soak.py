@@ -117,12 +117,20 @@ class Soak:
         from environments.atropos.config_loading import Overrides, load_job_config
 
         overrides = Overrides(
-            env={"sandbox_root": str(self.sandbox_root), "data_path_to_save_groups": "null",
-                 "metrics_path": str(self.report_path.with_suffix(".metrics.jsonl")),
-                 "tokenizer_name": self.args.model_dir},
-            openai={None: {"base_url": self.args.server_url, "model_name": self.args.model_name,
-                           "tokenizer_name": self.args.model_dir}},
-        )  # fmt: skip
+            env={
+                "sandbox_root": str(self.sandbox_root),
+                "data_path_to_save_groups": "null",
+                "metrics_path": str(self.report_path.with_suffix(".metrics.jsonl")),
+                "tokenizer_name": self.args.model_dir,
+            },
+            openai={
+                None: {
+                    "base_url": self.args.server_url,
+                    "model_name": self.args.model_name,
+                    "tokenizer_name": self.args.model_dir,
+                }
+            },
+        )
         job = load_job_config(self.args.config, overrides, env_cls=AgenticOPDEnv)
         self.group_size = job.env.group_size
         self.config_summary = {
@@ -138,7 +146,7 @@ class Soak:
                     "judge_backend",
                     "distill_topk",
                 )
-            },  # fmt: skip
+            },
         }
         env = AgenticOPDEnv(job.env, list(job.servers))
         if self.args.scripted_tool_rate > 0:
@@ -345,9 +353,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--sample-s", type=float, default=30.0)
     parser.add_argument(
-        "--scripted-tool-rate", type=float, default=0.5,
+        "--scripted-tool-rate",
+        type=float,
+        default=0.5,
         help="share of rollouts whose first turn is a scripted terminal call (0: the policy only)",
-    )  # fmt: skip
+    )
     parser.add_argument("--drain-s", type=float, default=300.0, help="how long in-flight groups may finish")
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
     parser.add_argument(
@@ -383,9 +393,22 @@ def main(argv: list[str] | None = None) -> int:
 @pytest.mark.integration
 @pytest.mark.reliability
 def test_soak_two_minutes(dev_server, tmp_path):
-    argv = ["--minutes", "2", "--concurrency", "16", "--sample-s", "20", "--out", str(tmp_path / "soak.json"),
-            "--server-url", dev_server.base_url, "--model-name", dev_server.model_name,
-            "--model-dir", str(dev_server.model_dir)]  # fmt: skip
+    argv = [
+        "--minutes",
+        "2",
+        "--concurrency",
+        "16",
+        "--sample-s",
+        "20",
+        "--out",
+        str(tmp_path / "soak.json"),
+        "--server-url",
+        dev_server.base_url,
+        "--model-name",
+        dev_server.model_name,
+        "--model-dir",
+        str(dev_server.model_dir),
+    ]
     assert main(argv) == 0
     report = json.loads((tmp_path / "soak.json").read_text())
     verdict = report["verdict"]

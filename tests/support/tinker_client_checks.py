@@ -287,8 +287,14 @@ def run_train_kl(args) -> dict:
     for step in range(args.steps):
         started = time.perf_counter()
         metrics = trainer.train_step(groups)
-        rows.append({"updates": step, "k3": metrics["opd/token_kl_k3"], "gap": metrics["opd/token_logprob_gap"],
-                     "step_s": time.perf_counter() - started})  # fmt: skip
+        rows.append(
+            {
+                "updates": step,
+                "k3": metrics["opd/token_kl_k3"],
+                "gap": metrics["opd/token_logprob_gap"],
+                "step_s": time.perf_counter() - started,
+            }
+        )
     step = build_objective_step(groups, config.loss)
     metrics = step.metrics_from_forward(client.forward(step.datums, "cross_entropy").result().loss_fn_outputs)
     rows.append(

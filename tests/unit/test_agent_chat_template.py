@@ -18,8 +18,14 @@ from judge.prompt import SYSTEM_PROMPT
 
 
 def _fn(name, properties, required):
-    return {"type": "function", "function": {"name": name, "description": "d",
-            "parameters": {"type": "object", "properties": properties, "required": required}}}  # fmt: skip
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": "d",
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
 
 
 CODEX = [
@@ -32,17 +38,34 @@ CODEX = [
             "timeout_ms": {"type": "number"},
         },
         ["command"],
-    ),  # fmt: skip
+    ),
 ]
 CLAUDE_CODE = [
     _fn("Task", {"description": {"type": "string"}, "prompt": {"type": "string"}}, ["description", "prompt"]),
     _fn("Bash", {"command": {"type": "string"}, "timeout": {"type": "number"}}, ["command"]),
 ]
-OPENCODE = [_fn("read", {"filePath": {"type": "string"}}, ["filePath"]),
-            _fn("bash", {"command": {"type": "string"}, "description": {"type": "string"}}, ["command", "description"])]  # fmt: skip
-OTHER = [_fn("get_weather", {"city": {"type": "string"}, "units": {"type": "string", "enum": ["c", "f"]},
-                             "days": {"type": ["integer", "null"]}, "note": {"type": "string"}}, ["city", "units", "days"])]  # fmt: skip
-SMOLAGENTS = [_fn("web_search", {"query": {"type": "string"}}, ["query"]), _fn("final_answer", {"answer": {"type": "string"}}, ["answer"])]  # fmt: skip
+OPENCODE = [
+    _fn("read", {"filePath": {"type": "string"}}, ["filePath"]),
+    _fn(
+        "bash", {"command": {"type": "string"}, "description": {"type": "string"}}, ["command", "description"]
+    ),
+]
+OTHER = [
+    _fn(
+        "get_weather",
+        {
+            "city": {"type": "string"},
+            "units": {"type": "string", "enum": ["c", "f"]},
+            "days": {"type": ["integer", "null"]},
+            "note": {"type": "string"},
+        },
+        ["city", "units", "days"],
+    )
+]
+SMOLAGENTS = [
+    _fn("web_search", {"query": {"type": "string"}}, ["query"]),
+    _fn("final_answer", {"answer": {"type": "string"}}, ["answer"]),
+]
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,13 @@ def test_role_resolution_own_endpoints_rules_judge_and_opd_off():
     from environments.pipeline.role_servers import describe_role_servers, resolve_role_servers
 
     policy = SimpleNamespace(base_url="http://p/v1", model_name="m", api_key="EMPTY")
-    config = AgenticOPDConfig(tokenizer_name="x", judge_backend="llm", judge_base_url="http://j/v1",
-                              judge_model="jm", teacher_model="tm")  # fmt: skip
+    config = AgenticOPDConfig(
+        tokenizer_name="x",
+        judge_backend="llm",
+        judge_base_url="http://j/v1",
+        judge_model="jm",
+        teacher_model="tm",
+    )
     roles = resolve_role_servers(config, [policy])
     assert [(r.role, r.base_url, r.model, r.fallback) for r in roles] == [
         ("policy", "http://p/v1", "m", None),
@@ -40,15 +45,26 @@ def test_role_resolution_own_endpoints_rules_judge_and_opd_off():
 def test_eval_report_round_trips():
     from environments.atropos.eval_report import EvalReport, format_eval_report
 
-    report = EvalReport("agentic-opd", {"eval/pass@1": 0.4, "eval/mean_score": 0.5625, "eval/tasks": 5.0}, 12.34,
-                        Path("runs/x/metrics.jsonl"), Path("evals/metrics.json"), "dev-model", "http://h/v1")  # fmt: skip
+    report = EvalReport(
+        "agentic-opd",
+        {"eval/pass@1": 0.4, "eval/mean_score": 0.5625, "eval/tasks": 5.0},
+        12.34,
+        Path("runs/x/metrics.jsonl"),
+        Path("evals/metrics.json"),
+        "dev-model",
+        "http://h/v1",
+    )
     text = format_eval_report(report)
     assert text.splitlines()[0] == "evaluate: agentic-opd, 5 eval tasks, model dev-model at http://h/v1"
     assert parse_eval_report("noise\n" + text + "\ntrailing") == {
         "header": "evaluate: agentic-opd, 5 eval tasks, model dev-model at http://h/v1",
-        "pass@1": "0.400", "mean score": "0.562", "tasks": "5", "time": "12.3 s",
-        "metrics": 'runs/x/metrics.jsonl (the last line with "kind": "eval")', "eval log": "evals/metrics.json",
-    }  # fmt: skip
+        "pass@1": "0.400",
+        "mean score": "0.562",
+        "tasks": "5",
+        "time": "12.3 s",
+        "metrics": 'runs/x/metrics.jsonl (the last line with "kind": "eval")',
+        "eval log": "evals/metrics.json",
+    }
 
 
 def test_command_line_check_refuses_what_atroposlib_cannot_take(tmp_path):
@@ -60,8 +76,20 @@ def test_command_line_check_refuses_what_atroposlib_cannot_take(tmp_path):
     assert set(commands) == set(envs) == {"serve", "process", "evaluate"}
     assert all(envs[mode].cli_mode == mode and issubclass(envs[mode], AgenticOPDEnv) for mode in envs)
     serve = commands["serve"]
-    check_command_line(AgenticOPDEnv, ["--config", str(LOCAL_CPU), "--env.group_size", "2", "--slurm", "false",
-                                       "--env.data_path_to_save_groups", "None"], serve)  # fmt: skip
+    check_command_line(
+        AgenticOPDEnv,
+        [
+            "--config",
+            str(LOCAL_CPU),
+            "--env.group_size",
+            "2",
+            "--slurm",
+            "false",
+            "--env.data_path_to_save_groups",
+            "None",
+        ],
+        serve,
+    )
     with pytest.raises(ConfigError, match=r"^--openai\.N\.KEY is a `hermes-opd process` flag"):
         check_command_line(AgenticOPDEnv, ["--openai.0.base_url", "http://x/v1"], serve)
     two = tmp_path / "two.yaml"

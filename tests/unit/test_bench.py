@@ -170,9 +170,15 @@ def test_payload_bench_on_a_groups_file(capsys, tmp_path):
         turn_ids.append(row[0])
         turn_lps.append(row[1])
     place_turn_rows(ids_rows, lp_rows, start, turn_ids, turn_lps)
-    group = {"tokens": [tokens], "masks": [masks], "inference_logprobs": [inference], "scores": [1.0],
-             "distill_token_ids": [ids_rows], "distill_logprobs": [lp_rows],
-             "overrides": [{"opd": {"k": k}}]}  # fmt: skip
+    group = {
+        "tokens": [tokens],
+        "masks": [masks],
+        "inference_logprobs": [inference],
+        "scores": [1.0],
+        "distill_token_ids": [ids_rows],
+        "distill_logprobs": [lp_rows],
+        "overrides": [{"opd": {"k": k}}],
+    }
     path = tmp_path / "groups.jsonl"
     path.write_text(json.dumps(group) + "\n")
     result = run_bench(capsys, ["payload", "--quick", "--groups", str(path)])

@@ -46,14 +46,25 @@ def test_unknown_command_and_bad_level_are_usage_errors(capsys):
 @pytest.mark.parametrize(
     ("module", "argv", "old", "dest", "value"),
     [
-        ("hermes_opd.commands.send", ["f.jsonl", "--api", "http://a:1"], "--api", "atropos_url", "http://a:1"),
+        (
+            "hermes_opd.commands.send",
+            ["f.jsonl", "--api", "http://a:1"],
+            "--api",
+            "atropos_url",
+            "http://a:1",
+        ),
         ("hermes_opd.commands.process", ["--send", "http://a:1"], "--send", "atropos_url", "http://a:1"),
         ("hermes_opd.commands.proxy", ["--atropos", "http://a:1"], "--atropos", "atropos_url", "http://a:1"),
         ("hermes_opd.commands.demo", ["--vllm-url", "http://v:1"], "--vllm-url", "policy_url", "http://v:1"),
-        ("hermes_opd.commands.demo", ["--server-url", "http://v:1/v1"], "--server-url", "policy_url",
-         "http://v:1/v1"),
+        (
+            "hermes_opd.commands.demo",
+            ["--server-url", "http://v:1/v1"],
+            "--server-url",
+            "policy_url",
+            "http://v:1/v1",
+        ),
     ],
-)  # fmt: skip
+)
 def test_old_spellings_still_work_with_one_notice(module, argv, old, dest, value, capsys):
     import importlib
 
@@ -83,7 +94,10 @@ def test_proxy_takes_keys_from_flags_a_file_or_the_environment(tmp_path, monkeyp
     monkeypatch.setenv(KEYS_ENV, "env-key")
     assert config_from(build_parser().parse_args(base)).api_keys == ["env-key"]
     assert config_from(build_parser().parse_args([*base, "--api-key", "a", "--api-key", "b,c"])).api_keys == [
-        "a", "b", "c"]  # fmt: skip
+        "a",
+        "b",
+        "c",
+    ]
     keys = tmp_path / "keys"
     keys.write_text("# trained\nk1\n\nk2\n")
     assert config_from(build_parser().parse_args([*base, "--api-key-file", str(keys)])).api_keys == [

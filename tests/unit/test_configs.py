@@ -130,9 +130,21 @@ def test_invalid_value_is_named(tmp_path):
 def test_overrides_parse_types_and_win_over_yaml(tmp_path):
     path = _write(tmp_path, "env:\n  max_turns: 3\n  seed: 1\nopenai:\n  base_url: http://a/v1\n")
     overrides, rest = split_overrides(
-        ["--env.max_turns", "5", "--env.opd_enabled=false", "--env.judge_model", "null",
-         "--openai.base_url", "http://b:1/v1", "--openai.api_key", "123", "--out", "x.jsonl", "--env.include_messages"]
-    )  # fmt: skip
+        [
+            "--env.max_turns",
+            "5",
+            "--env.opd_enabled=false",
+            "--env.judge_model",
+            "null",
+            "--openai.base_url",
+            "http://b:1/v1",
+            "--openai.api_key",
+            "123",
+            "--out",
+            "x.jsonl",
+            "--env.include_messages",
+        ]
+    )
     assert rest == ["--out", "x.jsonl"]
     job = load_job_config(path, overrides, env_cls=AgenticOPDEnv)
     assert job.env.max_turns == 5 and job.env.seed == 1

@@ -44,8 +44,9 @@ def test_the_shipped_tasks_are_found_by_id_and_others_are_not():
         True,
     )
     assert (name.kind, sorted(name.candidates)) == (
-        "name", ["compute_quota", "fetch_quota", "find_quota", "get_quota"],
-    )  # fmt: skip
+        "name",
+        ["compute_quota", "fetch_quota", "find_quota", "get_quota"],
+    )
     assert convention_task("humaneval-3") is None
     assert classify_attempt("humaneval-3", transcript(write("helpers.py", "")), True) is None
 
@@ -63,8 +64,10 @@ def test_written_files_reads_write_file_calls_of_assistant_messages_only():
         ("tools.py", "x = 1"),
     ]
     assert defined_functions("def a(x):\n    def inner (y): pass\nclass B:\n  def  c(self): ...\n") == [
-        "a", "inner", "c",
-    ]  # fmt: skip
+        "a",
+        "inner",
+        "c",
+    ]
 
 
 def test_module_tasks_are_classified_by_the_first_candidate_file_written():
@@ -114,14 +117,22 @@ def test_the_summary_counts_per_kind_and_the_metrics_are_flat_floats():
     ]
     assert choice_summary(choices) == {
         "name": {"attempts": 1, "followed": 0, "rate": 0.0, "passed": 0, "chosen": {"get": 1}},
-        "module": {"attempts": 3, "followed": 2, "rate": 2 / 3, "passed": 1,
-                   "chosen": {"helpers.py": 2, "utils.py": 1}},
-    }  # fmt: skip
+        "module": {
+            "attempts": 3,
+            "followed": 2,
+            "rate": 2 / 3,
+            "passed": 1,
+            "chosen": {"helpers.py": 2, "utils.py": 1},
+        },
+    }
     assert choice_metrics(choices) == {
-        "eval/convention_name_rate": 0.0, "eval/convention_name_followed": 0.0,
-        "eval/convention_name_attempts": 1.0, "eval/convention_module_rate": 2 / 3,
-        "eval/convention_module_followed": 2.0, "eval/convention_module_attempts": 3.0,
-    }  # fmt: skip
+        "eval/convention_name_rate": 0.0,
+        "eval/convention_name_followed": 0.0,
+        "eval/convention_name_attempts": 1.0,
+        "eval/convention_module_rate": 2 / 3,
+        "eval/convention_module_followed": 2.0,
+        "eval/convention_module_attempts": 3.0,
+    }
     assert choice_metrics([]) == {}
     assert classify_attempt(MODULE_TASK, transcript(write("helpers.py", "")), True) == ConventionChoice(
         MODULE_TASK, "module", "helpers.py", True, True, "helpers.py"

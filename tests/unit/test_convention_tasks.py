@@ -117,9 +117,12 @@ def test_verifier_feedback_after_a_final_tool_call_is_that_turns_next_state():
         {"role": "user", "name": "verifier", "content": "0/3 hidden tests passed."},
     ]
     trajectory = Trajectory(
-        tokens=[1, 2, 3, 4], masks=[-100, -100, 3, 4], inference_logprobs=[0.0] * 4, messages=messages,
+        tokens=[1, 2, 3, 4],
+        masks=[-100, -100, 3, 4],
+        inference_logprobs=[0.0] * 4,
+        messages=messages,
         turns=[TurnSpan(2, 4, message_index=2)],
-    )  # fmt: skip
+    )
     (pair,) = extract_turn_pairs(trajectory)
     assert pair.next_state_role == "tool"
     assert (
@@ -129,9 +132,12 @@ def test_verifier_feedback_after_a_final_tool_call_is_that_turns_next_state():
     # A user message after the results of a turn that another turn follows is not pulled in.
     messages.insert(4, {"role": "assistant", "content": "Done."})
     trajectory = Trajectory(
-        tokens=[1, 2, 3, 4, 5, 6], masks=[-100, -100, 3, 4, -100, 6], inference_logprobs=[0.0] * 6,
-        messages=messages, turns=[TurnSpan(2, 4, message_index=2), TurnSpan(5, 6, message_index=4)],
-    )  # fmt: skip
+        tokens=[1, 2, 3, 4, 5, 6],
+        masks=[-100, -100, 3, 4, -100, 6],
+        inference_logprobs=[0.0] * 6,
+        messages=messages,
+        turns=[TurnSpan(2, 4, message_index=2), TurnSpan(5, 6, message_index=4)],
+    )
     first, second = extract_turn_pairs(trajectory)
     assert first.next_state_text == "[write_file]\nWrote 40 bytes to utils.py."
     assert second.next_state_role == "user" and second.next_state_text == "0/3 hidden tests passed."

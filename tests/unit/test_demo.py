@@ -27,11 +27,15 @@ def test_read_hints_counts_the_judged_turns_hints_and_a_failing_rollouts_feedbac
             {"opd": {"version": 1, "turns": [turn("no_hint"), turn("no_next_state")]}},
         ],
         "messages": [
-            [{"role": "user", "content": "task"}, {"role": "assistant", "content": "call"},
-             {"role": "tool", "content": "wrote helpers.py"}, {"role": "user", "content": "ImportError: compute_mileage"}],
+            [
+                {"role": "user", "content": "task"},
+                {"role": "assistant", "content": "call"},
+                {"role": "tool", "content": "wrote helpers.py"},
+                {"role": "user", "content": "ImportError: compute_mileage"},
+            ],
             [{"role": "user", "content": "task"}, {"role": "assistant", "content": "call"}],
         ],
-    }  # fmt: skip
+    }
     path = tmp_path / "groups.jsonl"
     path.write_text(json.dumps(group) + "\n")
     hints, judged, feedback = read_hints(path)

@@ -73,9 +73,19 @@ def test_process_job_warns_once_and_records_it(tmp_path):
     writer = GroupWriter(tmp_path / "groups.jsonl")
     result = JobResult(out=tmp_path / "groups.jsonl", metrics_path=tmp_path / "m.jsonl", target=3)
     asyncio.run(
-        _collect_loop(Env(), SimpleNamespace(), writer, progress, StopController(progress), deque([0, 1, 2]),
-                      result, concurrency=1, max_attempts=1, max_consecutive_failures=3)
-    )  # fmt: skip
+        _collect_loop(
+            Env(),
+            SimpleNamespace(),
+            writer,
+            progress,
+            StopController(progress),
+            deque([0, 1, 2]),
+            result,
+            concurrency=1,
+            max_attempts=1,
+            max_consecutive_failures=3,
+        )
+    )
     writer.close()
     assert result.written == 3
     assert len(result.warnings) == 1 and TRAIN_COMMAND in result.warnings[0]

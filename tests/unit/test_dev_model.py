@@ -76,9 +76,15 @@ def test_chat_template_renders_tools_calls_and_tool_results(dev_tokenizer):
     tools = [{"type": "function", "function": {"name": "terminal", "description": "Run.", "parameters": {}}}]
     messages = [
         {"role": "user", "content": "list files"},
-        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "terminal", "arguments": {"command": "ls"}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": "terminal", "arguments": {"command": "ls"}}}
+            ],
+        },
         {"role": "tool", "name": "terminal", "content": "a.py"},
-    ]  # fmt: skip
+    ]
     text = dev_tokenizer.apply_chat_template(
         messages, tools=tools, tokenize=False, add_generation_prompt=True
     )

@@ -34,9 +34,13 @@ def make_trajectory() -> Trajectory:
         {"role": "user", "content": "tests fail", "name": "verifier"},
     ]
     return Trajectory(
-        tokens=tokens, masks=masks, inference_logprobs=[1.0 if m == MASKED else -0.5 for m in masks],
-        messages=messages, turns=turns, content_ends={0: 2, 1: 5, 3: 10},
-    )  # fmt: skip
+        tokens=tokens,
+        masks=masks,
+        inference_logprobs=[1.0 if m == MASKED else -0.5 for m in masks],
+        messages=messages,
+        turns=turns,
+        content_ends={0: 2, 1: 5, 3: 10},
+    )
 
 
 def test_hint_anchor_is_after_the_last_user_message_before_the_turn():

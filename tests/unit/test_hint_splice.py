@@ -47,9 +47,13 @@ def pieces(tokenizer, ids):
 
 def test_dev_tokenizer_merges_punctuation_with_newlines(dev_tokenizer):
     # The boundary effect production BPEs have: without it no test would see a non-canonical splice.
-    assert pieces(dev_tokenizer, dev_tokenizer.encode("in solution.py.\n\n[user", add_special_tokens=False))[-3:] == [
-        ".\n\n", "[", "user",
-    ]  # fmt: skip
+    assert pieces(dev_tokenizer, dev_tokenizer.encode("in solution.py.\n\n[user", add_special_tokens=False))[
+        -3:
+    ] == [
+        ".\n\n",
+        "[",
+        "user",
+    ]
     assert (
         pieces(dev_tokenizer, dev_tokenizer.encode("def f(x):\n    pass", add_special_tokens=False))[3]
         == "):\n"
@@ -134,16 +138,40 @@ def test_rebuilt_from_provenance_and_audited(dev_tokenizer):
     traj, span = record(dev_tokenizer, "Write `add(a, b)` in solution.py.")
     splice = build_canonical_teacher_input(traj, span, HINT, dev_tokenizer)
     turn = {
-        "span": [span.start, span.end], "message_index": span.message_index, "status": "scored",
-        "next_state_role": "tool", "hint": HINT, "votes": {"n": 1}, "hint_insert_at": splice.hint_insert_at,
-        "replaced_range": list(splice.replaced), "replacement_ids": splice.replacement_ids,
+        "span": [span.start, span.end],
+        "message_index": span.message_index,
+        "status": "scored",
+        "next_state_role": "tool",
+        "hint": HINT,
+        "votes": {"n": 1},
+        "hint_insert_at": splice.hint_insert_at,
+        "replaced_range": list(splice.replaced),
+        "replacement_ids": splice.replacement_ids,
         "teacher_prompt_len": splice.prompt_len,
-    }  # fmt: skip
-    record_ = TurnRecord(span=(span.start, span.end), status="scored", hint=HINT, replaced_range=splice.replaced,
-                         replacement_ids=splice.replacement_ids, hint_insert_at=splice.hint_insert_at)  # fmt: skip
+    }
+    record_ = TurnRecord(
+        span=(span.start, span.end),
+        status="scored",
+        hint=HINT,
+        replaced_range=splice.replaced,
+        replacement_ids=splice.replacement_ids,
+        hint_insert_at=splice.hint_insert_at,
+    )
     assert teacher_input_ids(traj.tokens, record_) == splice.ids
-    group = {"tokens": [traj.tokens], "overrides": [{"opd": {"format_version": 2, "mode": "topk", "k": 5,
-             "turn_spans": [[span.start, span.end]], "turns": [turn]}}]}  # fmt: skip
+    group = {
+        "tokens": [traj.tokens],
+        "overrides": [
+            {
+                "opd": {
+                    "format_version": 2,
+                    "mode": "topk",
+                    "k": 5,
+                    "turn_spans": [[span.start, span.end]],
+                    "turns": [turn],
+                }
+            }
+        ],
+    }
     codec = tokenizer_codec(dev_tokenizer)
     assert [c.canonical for c in audit_groups([group], **codec)] == [True]
     assert [c.canonical for c in audit_groups([group], as_v1=True, **codec)] == [False]

@@ -67,8 +67,10 @@ def test_the_factory_and_the_flat_env_keys_name_it():
     env = AgenticOPDConfig(judge_backend="constant", judge_constant_hint_turns="every")
     judge = env.opd_config().judge
     assert (judge.backend, judge.constant_hint, judge.constant_hint_turns) == (
-        "constant", DEFAULT_CONSTANT_HINT, "every",
-    )  # fmt: skip
+        "constant",
+        DEFAULT_CONSTANT_HINT,
+        "every",
+    )
 
 
 @pytest.mark.reliability

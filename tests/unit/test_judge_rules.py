@@ -155,17 +155,29 @@ def test_missing_path():
 @pytest.mark.parametrize(
     "text, quoted, advice",
     [
-        ('[invalid_tool_call]\nError: tool call is not valid JSON (Expecting value: line 2 column 1 (char 1)); '
-         'expected <tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>',
-         "tool call is not valid JSON (Expecting value: line 2 column 1 (char 1))", "one valid JSON object"),
-        ("[shell]\nError: unknown tool 'shell'; available tools: patch, read_file, terminal, write_file",
-         "unknown tool 'shell'; available tools: patch, read_file, terminal, write_file", "by its exact name"),
-        ("[write_file]\nError: invalid arguments for write_file: missing 'content'. Expected write_file(path, content)",
-         "invalid arguments for write_file: missing 'content'. Expected write_file(path, content)", "signature"),
-        ("[read_file]\nError: read_file failed: Permission denied", "read_file failed: Permission denied",
-         "Fix what the error names"),
+        (
+            "[invalid_tool_call]\nError: tool call is not valid JSON (Expecting value: line 2 column 1 (char 1)); "
+            'expected <tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>',
+            "tool call is not valid JSON (Expecting value: line 2 column 1 (char 1))",
+            "one valid JSON object",
+        ),
+        (
+            "[shell]\nError: unknown tool 'shell'; available tools: patch, read_file, terminal, write_file",
+            "unknown tool 'shell'; available tools: patch, read_file, terminal, write_file",
+            "by its exact name",
+        ),
+        (
+            "[write_file]\nError: invalid arguments for write_file: missing 'content'. Expected write_file(path, content)",
+            "invalid arguments for write_file: missing 'content'. Expected write_file(path, content)",
+            "signature",
+        ),
+        (
+            "[read_file]\nError: read_file failed: Permission denied",
+            "read_file failed: Permission denied",
+            "Fix what the error names",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_refused_tool_call_gets_a_hint(text, quoted, advice):
     hint = rule_hint(text, PATTERNS)
     assert hint is not None

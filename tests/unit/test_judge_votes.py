@@ -85,9 +85,18 @@ def test_majority_is_strict_over_the_votes_requested():
 
 @pytest.mark.parametrize(
     ("m", "quorum", "positives", "accepted"),
-    [(3, None, 2, True), (3, None, 1, False), (4, None, 2, False), (4, None, 3, True),
-     (5, 1, 1, True), (5, 4, 3, False), (5, 4, 4, True), (3, 3, 2, False), (3, 3, 3, True)],
-)  # fmt: skip
+    [
+        (3, None, 2, True),
+        (3, None, 1, False),
+        (4, None, 2, False),
+        (4, None, 3, True),
+        (5, 1, 1, True),
+        (5, 4, 3, False),
+        (5, 4, 4, True),
+        (3, 3, 2, False),
+        (3, 3, 3, True),
+    ],
+)
 def test_configurable_quorum(m, quorum, positives, accepted):
     votes = [pos()] * positives + [failed()] * (m - positives)
     outcome = decide_votes(votes, "majority", quorum=quorum)

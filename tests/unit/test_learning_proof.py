@@ -15,24 +15,42 @@ from hermes_opd.learning_study.proof import (
 
 
 def evaluation(passed: int, module: int, name: int) -> dict:
-    return {"eval/pass@1": passed / 24, "eval/tasks": 24.0, "conventions": {
-        "module": {"attempts": 12, "followed": module}, "name": {"attempts": 12, "followed": name},
-    }}  # fmt: skip
+    return {
+        "eval/pass@1": passed / 24,
+        "eval/tasks": 24.0,
+        "conventions": {
+            "module": {"attempts": 12, "followed": module},
+            "name": {"attempts": 12, "followed": name},
+        },
+    }
 
 
 def run(end: tuple[int, int, int], gap_end: float = 0.30) -> dict:
-    return {"arm": "opd", "seed": 3, "evals": [evaluation(5, 6, 0), evaluation(7, 6, 0), evaluation(*end)],
-            "probe": {"teacher_gap_all_start": 0.32, "teacher_gap_all_end": gap_end}}  # fmt: skip
+    return {
+        "arm": "opd",
+        "seed": 3,
+        "evals": [evaluation(5, 6, 0), evaluation(7, 6, 0), evaluation(*end)],
+        "probe": {"teacher_gap_all_start": 0.32, "teacher_gap_all_end": gap_end},
+    }
 
 
 def test_a_run_passes_only_when_the_revealed_conventions_rose_by_the_margin():
     assert MIN_MODULE_GAIN == 2
     facts = run_facts(run((12, 10, 3)))
     assert facts == {
-        "arm": "opd", "seed": 3, "tasks": 24, "passed_start": 5, "passed_end": 12, "followed_start": 6,
-        "followed_end": 13, "module_start": 6, "module_end": 10, "name_start": 0, "name_end": 3,
+        "arm": "opd",
+        "seed": 3,
+        "tasks": 24,
+        "passed_start": 5,
+        "passed_end": 12,
+        "followed_start": 6,
+        "followed_end": 13,
+        "module_start": 6,
+        "module_end": 10,
+        "name_start": 0,
+        "name_end": 3,
         "teacher_gap_fell": True,
-    }  # fmt: skip
+    }
     assert verdict(facts) == []
     assert verdict_line(facts).endswith("teacher gap fell: True: PASS")
     # success rose by 3 and the name convention by 2, the module one by 1: what a constant hint produced

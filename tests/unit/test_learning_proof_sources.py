@@ -10,9 +10,14 @@ from hermes_opd.learning_study.proof import main
 
 
 def evaluation(passed: int, module: int, name: int) -> dict:
-    return {"eval/pass@1": passed / 24, "eval/tasks": 24.0, "conventions": {
-        "module": {"attempts": 12, "followed": module}, "name": {"attempts": 12, "followed": name},
-    }}  # fmt: skip
+    return {
+        "eval/pass@1": passed / 24,
+        "eval/tasks": 24.0,
+        "conventions": {
+            "module": {"attempts": 12, "followed": module},
+            "name": {"attempts": 12, "followed": name},
+        },
+    }
 
 
 def live_run(end: tuple[int, int, int]) -> dict:
@@ -34,9 +39,17 @@ def test_finished_runs_are_judged_before_any_summary_is_written(tmp_path, capsys
     (live_dir / "opd-seed3").mkdir(parents=True)
     (live_dir / "opd-seed3" / "run.json").write_text(json.dumps(live_run((6, 7, 0))))
     (bench_dir / "opd-seed0").mkdir(parents=True)
-    (bench_dir / "opd-seed0" / "run.json").write_text(json.dumps({
-        "arm": "opd", "seed": 0, "start_eval": evaluation(5, 6, 0), "evals": [evaluation(7, 8, 1)], "probe": {},
-    }))  # fmt: skip
+    (bench_dir / "opd-seed0" / "run.json").write_text(
+        json.dumps(
+            {
+                "arm": "opd",
+                "seed": 0,
+                "start_eval": evaluation(5, 6, 0),
+                "evals": [evaluation(7, 8, 1)],
+                "probe": {},
+            }
+        )
+    )
     assert main([str(live_dir), str(bench_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith(": PASS")  # live margin 1

@@ -70,8 +70,12 @@ def test_headline_ratio_is_hybrid_generations_to_grpo_final_over_grpo_generation
         "hybrid_final",
         "hybrid_generations_over_grpo",
     ]
-    assert result == {"opd_only_gain": pytest.approx(0.25), "grpo_only_final": 0.5, "hybrid_final": 0.7,
-                      "hybrid_generations_over_grpo": 0.25}  # fmt: skip
+    assert result == {
+        "opd_only_gain": pytest.approx(0.25),
+        "grpo_only_final": 0.5,
+        "hybrid_final": 0.7,
+        "hybrid_generations_over_grpo": 0.25,
+    }
     bands["hybrid"] = [(0, 0.1, 0.1, 0.1), (80, 0.4, 0.4, 0.4)]
     assert headline(bands)["hybrid_generations_over_grpo"] is None  # never reached
     assert generations_to_reach(bands["hybrid"], 0.0) == 0
@@ -80,16 +84,28 @@ def test_headline_ratio_is_hybrid_generations_to_grpo_final_over_grpo_generation
         "hybrid": [(0, 0.0, 0.0, 0.0), (80, 0.0, 0.0, 0.0)],
     }
     assert headline(flat)["hybrid_generations_over_grpo"] is None  # GRPO-only learned nothing to reach
-    assert headline({"opd": [(0, 0.0, 0.0, 0.0)]}) == {"opd_only_gain": None, "grpo_only_final": None,
-                                                        "hybrid_final": None, "hybrid_generations_over_grpo": None}  # fmt: skip
+    assert headline({"opd": [(0, 0.0, 0.0, 0.0)]}) == {
+        "opd_only_gain": None,
+        "grpo_only_final": None,
+        "hybrid_final": None,
+        "hybrid_generations_over_grpo": None,
+    }
 
 
 def test_stage_timings_follow_the_version_each_step_trained_from():
     run = RunRecords(arm="hybrid", seed=0, generations_per_step=8)
-    group = {"group/rollout_mean_s": 2.0, "group/opd_duration_mean_s": 0.5, "group/tail_after_rollouts_s": 0.4,
-             "group/scores_equal": 1.0, "opd/hint_rate": 0.25}  # fmt: skip
-    run.env_groups = [{**group, "policy_version": 0}, {**group, "policy_version": 0},
-                      {**group, "policy_version": 1, "group/scores_equal": 0.0, "opd/hint_rate": 0.75}]  # fmt: skip
+    group = {
+        "group/rollout_mean_s": 2.0,
+        "group/opd_duration_mean_s": 0.5,
+        "group/tail_after_rollouts_s": 0.4,
+        "group/scores_equal": 1.0,
+        "opd/hint_rate": 0.25,
+    }
+    run.env_groups = [
+        {**group, "policy_version": 0},
+        {**group, "policy_version": 0},
+        {**group, "policy_version": 1, "group/scores_equal": 0.0, "opd/hint_rate": 0.75},
+    ]
     run.trainer_steps = [
         {
             "policy/lag_mean": 0.0,
@@ -125,12 +141,26 @@ def test_stage_timings_follow_the_version_each_step_trained_from():
 
 def test_which_convention_moved_is_summarised_per_arm_and_printed_per_run():
     def evaluation(version: int, module: int, name: int) -> dict:
-        return {"policy_version": version, "eval/pass@1": (module + name) / 24, "conventions": {
-            "module": {"attempts": 12, "followed": module, "rate": module / 12, "passed": module,
-                       "chosen": {"helpers.py": module, "utils.py": 12 - module}},
-            "name": {"attempts": 12, "followed": name, "rate": name / 12, "passed": name,
-                     "chosen": {"compute": name, "get": 12 - name}},
-        }}  # fmt: skip
+        return {
+            "policy_version": version,
+            "eval/pass@1": (module + name) / 24,
+            "conventions": {
+                "module": {
+                    "attempts": 12,
+                    "followed": module,
+                    "rate": module / 12,
+                    "passed": module,
+                    "chosen": {"helpers.py": module, "utils.py": 12 - module},
+                },
+                "name": {
+                    "attempts": 12,
+                    "followed": name,
+                    "rate": name / 12,
+                    "passed": name,
+                    "chosen": {"compute": name, "get": 12 - name},
+                },
+            },
+        }
 
     runs = []
     for seed, (module, name) in enumerate([(10, 3), (8, 1)]):
@@ -138,11 +168,16 @@ def test_which_convention_moved_is_summarised_per_arm_and_printed_per_run():
         run.evals = [evaluation(0, 6, 3), evaluation(6, module, name)]
         runs.append(run)
     summary = convention_summary(runs)
-    assert summary == pytest.approx({
-        "opd_module_convention_start": 0.5, "opd_module_convention_end": 0.75,
-        "opd_module_convention_gain": 0.25, "opd_name_convention_start": 0.25,
-        "opd_name_convention_end": 2 / 12, "opd_name_convention_gain": 2 / 12 - 0.25,
-    })  # fmt: skip
+    assert summary == pytest.approx(
+        {
+            "opd_module_convention_start": 0.5,
+            "opd_module_convention_end": 0.75,
+            "opd_module_convention_gain": 0.25,
+            "opd_name_convention_start": 0.25,
+            "opd_name_convention_end": 2 / 12,
+            "opd_name_convention_gain": 2 / 12 - 0.25,
+        }
+    )
     rows = summary_table(runs).splitlines()
     assert rows[0].split()[4:6] == ["module", "name"]
     assert [row.split()[4:6] for row in rows[2:]] == [["6>10/12", "3>3/12"], ["6>8/12", "3>1/12"]]
@@ -151,8 +186,9 @@ def test_which_convention_moved_is_summarised_per_arm_and_printed_per_run():
 def test_the_figure_is_a_png(tmp_path):
     from hermes_opd.learning_study.plot import plot_learning_curves
 
-    path = plot_learning_curves({"opd": [(0, 0.1, 0.0, 0.2), (8, 0.3, 0.2, 0.4)], "grpo": []},
-                                tmp_path / "curve.png", "dev", 2)  # fmt: skip
+    path = plot_learning_curves(
+        {"opd": [(0, 0.1, 0.0, 0.2), (8, 0.3, 0.2, 0.4)], "grpo": []}, tmp_path / "curve.png", "dev", 2
+    )
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -207,11 +243,18 @@ def test_report_only_rebuilds_the_outputs_from_finished_run_directories(tmp_path
     for arm, end in (("grpo", 0.2), ("hybrid", 0.4)):
         run_dir = tmp_path / f"{arm}-seed0"
         run_dir.mkdir()
-        (run_dir / "run.json").write_text(json.dumps({
-            "arm": arm, "seed": 0, "generations_per_step": 8, "probe": {},
-            "start_eval": {"policy_version": 0, "eval/pass@1": 0.0},
-            "end_eval": {"policy_version": 2, "eval/pass@1": end},
-        }))  # fmt: skip
+        (run_dir / "run.json").write_text(
+            json.dumps(
+                {
+                    "arm": arm,
+                    "seed": 0,
+                    "generations_per_step": 8,
+                    "probe": {},
+                    "start_eval": {"policy_version": 0, "eval/pass@1": 0.0},
+                    "end_eval": {"policy_version": 2, "eval/pass@1": end},
+                }
+            )
+        )
         (run_dir / "trainer.jsonl").write_text(
             "".join(
                 json.dumps({"step": s, "policy/lag_mean": 0.0, "step_time_s": 1.0}) + "\n" for s in (1, 2)
@@ -223,12 +266,17 @@ def test_report_only_rebuilds_the_outputs_from_finished_run_directories(tmp_path
     (tmp_path / "opd-seed0").mkdir()  # an unfinished run (no run.json) is left out
     assert run(_args(report_only=True, out=str(tmp_path), student_model=str(dev_model_dir))) == 0
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert last == {"grpo_only_final": 0.2, "hybrid_final": 0.4, "opd_only_gain": None,
-                    "hybrid_generations_over_grpo": 0.5}  # fmt: skip
+    assert last == {
+        "grpo_only_final": 0.2,
+        "hybrid_final": 0.4,
+        "opd_only_gain": None,
+        "hybrid_generations_over_grpo": 0.5,
+    }
     document = json.loads((tmp_path / "learning.json").read_text())
     assert [(r["arm"], r["curve"]) for r in document["runs"]] == [
-        ("grpo", [[0, 0.0], [8, 0.1], [16, 0.2]]), ("hybrid", [[0, 0.0], [8, 0.2], [16, 0.4]])
-    ]  # fmt: skip
+        ("grpo", [[0, 0.0], [8, 0.1], [16, 0.2]]),
+        ("hybrid", [[0, 0.0], [8, 0.2], [16, 0.4]]),
+    ]
     assert (tmp_path / "learning.png").is_file()
 
 
@@ -246,11 +294,21 @@ def test_a_run_evaluated_after_training_reads_its_evaluations_from_run_json(tmp_
 
     from hermes_opd.learning_study.loop import load_run
 
-    (tmp_path / "run.json").write_text(json.dumps({
-        "arm": "opd", "seed": 1, "generations_per_step": 8, "probe": {},
-        "start_eval": {"policy_version": 0, "eval/pass@1": 0.25},
-        "evals": [{"policy_version": 2, "eval/pass@1": 0.5}, {"policy_version": 3, "eval/pass@1": 0.625}],
-    }))  # fmt: skip
+    (tmp_path / "run.json").write_text(
+        json.dumps(
+            {
+                "arm": "opd",
+                "seed": 1,
+                "generations_per_step": 8,
+                "probe": {},
+                "start_eval": {"policy_version": 0, "eval/pass@1": 0.25},
+                "evals": [
+                    {"policy_version": 2, "eval/pass@1": 0.5},
+                    {"policy_version": 3, "eval/pass@1": 0.625},
+                ],
+            }
+        )
+    )
     # a serve-loop evaluation in env.jsonl (an earlier bench's) is not read when run.json has `evals`
     (tmp_path / "env.jsonl").write_text(
         json.dumps({"kind": "eval", "eval/pass@1": 1.0, "eval/policy_version": 1})

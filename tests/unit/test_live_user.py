@@ -61,8 +61,14 @@ def test_a_reply_is_drawn_by_the_seeded_rng_and_names_the_convention():
 @pytest.mark.parametrize("outcome", [o for o in OUTCOMES if o != "accept"])
 def test_every_default_correction_is_never_a_plus_one_and_is_a_quoted_hint(outcome):
     for template in getattr(Phrasings(), outcome):
-        text = template.format(function="compute_total", module="helpers.py", verb="compute", noun="total",
-                               expression="x + 2", written="utils.py")  # fmt: skip
+        text = template.format(
+            function="compute_total",
+            module="helpers.py",
+            verb="compute",
+            noun="total",
+            expression="x + 2",
+            written="utils.py",
+        )
         pair = pair_with(tool("Wrote 40 bytes to utils.py", "write_file"), {"role": "user", "content": text})
         # the lexical PRM reads a correction word; "Nothing was written. Please write ..." has none (0)
         expected = {-1, 0} if outcome == "no_file" else {-1}

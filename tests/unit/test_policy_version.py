@@ -35,19 +35,26 @@ def test_step_sync_loads_a_new_name_each_step_and_unloads_beyond_keep(tmp_path):
         seen.append((request.url.path, json.loads(request.content)))
         return httpx.Response(200, text="ok")
 
-    sync = vllm_lora_step_sync("http://vllm/", "policy", keep_adapters=2, timeout_s=5,
-                               transport=httpx.MockTransport(handler))  # fmt: skip
+    sync = vllm_lora_step_sync(
+        "http://vllm/", "policy", keep_adapters=2, timeout_s=5, transport=httpx.MockTransport(handler)
+    )
     for step in (1, 2, 3):
         sync(tmp_path / f"step_{step:08d}", step)
     assert seen == [
-        ("/v1/load_lora_adapter", {"lora_name": "policy-step1",
-                                   "lora_path": str((tmp_path / "step_00000001" / "model").resolve())}),
-        ("/v1/load_lora_adapter", {"lora_name": "policy-step2",
-                                   "lora_path": str((tmp_path / "step_00000002" / "model").resolve())}),
-        ("/v1/load_lora_adapter", {"lora_name": "policy-step3",
-                                   "lora_path": str((tmp_path / "step_00000003" / "model").resolve())}),
+        (
+            "/v1/load_lora_adapter",
+            {"lora_name": "policy-step1", "lora_path": str((tmp_path / "step_00000001" / "model").resolve())},
+        ),
+        (
+            "/v1/load_lora_adapter",
+            {"lora_name": "policy-step2", "lora_path": str((tmp_path / "step_00000002" / "model").resolve())},
+        ),
+        (
+            "/v1/load_lora_adapter",
+            {"lora_name": "policy-step3", "lora_path": str((tmp_path / "step_00000003" / "model").resolve())},
+        ),
         ("/v1/unload_lora_adapter", {"lora_name": "policy-step1"}),
-    ]  # fmt: skip
+    ]
     assert all("load_inplace" not in body for _, body in seen)
 
 
@@ -60,8 +67,9 @@ def test_step_sync_fails_on_a_refused_load_but_not_on_a_refused_unload(tmp_path,
             return httpx.Response(400, text="rank too large")
         return httpx.Response(200)
 
-    sync = vllm_lora_step_sync("http://vllm", "policy", keep_adapters=1, timeout_s=5,
-                               transport=httpx.MockTransport(handler))  # fmt: skip
+    sync = vllm_lora_step_sync(
+        "http://vllm", "policy", keep_adapters=1, timeout_s=5, transport=httpx.MockTransport(handler)
+    )
     sync(tmp_path / "a", 1)
     sync(tmp_path / "b", 2)
     assert "unload_lora_adapter 'policy-step1' answered 404: gone already" in caplog.text
@@ -93,8 +101,10 @@ def test_split_stale_keeps_groups_within_the_bound_and_unversioned_ones():
     assert split_stale(groups, 5, None) == (groups, [])
     assert split_stale(groups, 5, 0)[1] == [4, 2, 1]
     assert stale_metrics([4, 2], 7) == {
-        "policy/stale_groups_dropped": 2.0, "policy/stale_lag_max": 4.0, "policy/stale_groups_dropped_total": 7.0,
-    }  # fmt: skip
+        "policy/stale_groups_dropped": 2.0,
+        "policy/stale_lag_max": 4.0,
+        "policy/stale_groups_dropped_total": 7.0,
+    }
     assert stale_metrics([], 0)["policy/stale_lag_max"] == 0.0
 
 
@@ -138,8 +148,15 @@ def test_the_server_wrapper_sends_the_adapter_name_atroposlib_would_overwrite():
     from environments.atropos.server import CurrentVLLMServer
     from hermes_opd.vllm_api.sampling_params import ENFORCED_SAMPLING_PARAMS
 
-    server = CurrentVLLMServer(APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="dev-model",
-                                               api_key="EMPTY", timeout=5, health_check=False))  # fmt: skip
+    server = CurrentVLLMServer(
+        APIServerConfig(
+            base_url="http://127.0.0.1:9/v1",
+            model_name="dev-model",
+            api_key="EMPTY",
+            timeout=5,
+            health_check=False,
+        )
+    )
     payloads = []
 
     async def post(path, payload):
@@ -151,8 +168,11 @@ def test_the_server_wrapper_sends_the_adapter_name_atroposlib_would_overwrite():
     server.client.post = post
     for adapter in ("policy-step4", None):
         kwargs = {"policy_model": adapter} if adapter else {}
-        asyncio.run(server._tokens_and_logprobs_completion_wrapper(model="dev-model", input_ids=[1, 2], n=1,
-                                                                   max_tokens=3, **kwargs))  # fmt: skip
+        asyncio.run(
+            server._tokens_and_logprobs_completion_wrapper(
+                model="dev-model", input_ids=[1, 2], n=1, max_tokens=3, **kwargs
+            )
+        )
     (path, with_adapter), (_, plain) = payloads
     assert path == "/completions"
     assert (with_adapter["model"], plain["model"]) == ("policy-step4", "dev-model")

@@ -89,9 +89,18 @@ def test_missing_votes_count_against_the_majority_and_parsed_policy_leaves_them_
 def test_as_dict_and_refusals():
     outcome = decide_process_votes(votes(1, 1, None), requested=3)
     assert outcome.as_dict() == {
-        "n": 3, "requested": 3, "positive": 2, "negative": 0, "neutral": 0, "unparsed": 1, "failed": 1,
-        "policy": "majority", "quorum": 2, "tie": False, "score": 1,
-    }  # fmt: skip
+        "n": 3,
+        "requested": 3,
+        "positive": 2,
+        "negative": 0,
+        "neutral": 0,
+        "unparsed": 1,
+        "failed": 1,
+        "policy": "majority",
+        "quorum": 2,
+        "tie": False,
+        "score": 1,
+    }
     with pytest.raises(ValueError, match="does not decide a process score"):
         decide_process_votes(votes(1), "any")
     with pytest.raises(ValueError, match="2 votes for 1 requested"):
@@ -228,14 +237,23 @@ async def test_rules_backend_gives_m_identical_votes_through_the_parser():
 
 # -- the LLM backend (the hint judge's plumbing) --------------------------------------------------------
 def llm_config(fake: FakeOpenAI, **overrides: Any) -> JudgeConfig:
-    settings: dict[str, Any] = {"backend": "llm", "base_url": fake.base_url, "model": "fake-judge", "m": 3,
-                                "timeout_s": 5.0, "max_retries": 0}  # fmt: skip
+    settings: dict[str, Any] = {
+        "backend": "llm",
+        "base_url": fake.base_url,
+        "model": "fake-judge",
+        "m": 3,
+        "timeout_s": 5.0,
+        "max_retries": 0,
+    }
     return JudgeConfig(**{**settings, **overrides})
 
 
 async def test_llm_backend_sends_the_prm_prompt_m_times_and_takes_the_majority(fake_server):  # noqa: F811
-    fake_server.actions = [fake_server.reply("\\boxed{-1}"), fake_server.reply("\\boxed{0}"),
-                           fake_server.reply("bad\n\\boxed{-1}")]  # fmt: skip
+    fake_server.actions = [
+        fake_server.reply("\\boxed{-1}"),
+        fake_server.reply("\\boxed{0}"),
+        fake_server.reply("bad\n\\boxed{-1}"),
+    ]
     pair = pair_with(user("No, I meant slug.py"))
     result = await run_prm(llm_config(fake_server), pair)
     assert (result.score, result.outcome.negative, result.outcome.neutral) == (-1, 2, 1)
@@ -245,8 +263,11 @@ async def test_llm_backend_sends_the_prm_prompt_m_times_and_takes_the_majority(f
 
 
 async def test_llm_backend_tie_is_zero_and_failures_count_against_the_majority(fake_server):  # noqa: F811
-    fake_server.actions = [fake_server.reply("\\boxed{1}"), fake_server.reply("\\boxed{-1}"),
-                           fake_server.reply("\\boxed{0}")]  # fmt: skip
+    fake_server.actions = [
+        fake_server.reply("\\boxed{1}"),
+        fake_server.reply("\\boxed{-1}"),
+        fake_server.reply("\\boxed{0}"),
+    ]
     result = await run_prm(llm_config(fake_server), pair_with(user("ok")))
     assert (result.score, result.outcome.tie) == (0, True)
     fake_server.actions = [fake_server.reply("\\boxed{1}"), fake_server.status(400), fake_server.status(400)]

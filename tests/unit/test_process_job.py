@@ -152,8 +152,11 @@ def test_cli_entry_point_exit_code(tmp_path):
     config.write_text("openai:\n  base_url: http://127.0.0.1:1/v1\n  modle_name: x\n")
     proc = subprocess.run(
         [sys.executable, "-m", "hermes_opd.commands.main", "process", "--config", str(config)],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "openai.modle_name: unknown key 'modle_name'; did you mean 'model_name'" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -163,11 +166,30 @@ def test_run_totals_sum_every_group_summary_count():
     from hermes_opd.commands.progress import GroupSummary, RunTotals
 
     totals = RunTotals()
-    totals.add(GroupSummary(sequences=2, scores=[1.0, 0.0], turns=3, judged_turns=2, hints=1,
-                            scored_turns=1, tokens_scored=5, tokens_generated=9, tokens_total=20))  # fmt: skip
+    totals.add(
+        GroupSummary(
+            sequences=2,
+            scores=[1.0, 0.0],
+            turns=3,
+            judged_turns=2,
+            hints=1,
+            scored_turns=1,
+            tokens_scored=5,
+            tokens_generated=9,
+            tokens_total=20,
+        )
+    )
     totals.add(GroupSummary(sequences=1, scores=[0.5], turns=1, judged_turns=2, hints=2))
     assert totals.to_dict() == {
-        "groups": 2, "sequences": 3, "mean_score": 0.5, "turns": 4, "judged_turns": 4, "hints": 3,
-        "hint_rate": 0.75, "scored_turns": 1, "tokens_scored": 5, "tokens_generated": 9,
-    }  # fmt: skip
+        "groups": 2,
+        "sequences": 3,
+        "mean_score": 0.5,
+        "turns": 4,
+        "judged_turns": 4,
+        "hints": 3,
+        "hint_rate": 0.75,
+        "scored_turns": 1,
+        "tokens_scored": 5,
+        "tokens_generated": 9,
+    }
     assert totals.scores == [1.0, 0.0, 0.5] and totals.tokens_total == 20

@@ -97,20 +97,45 @@ def _break(path: str, value) -> dict:
     [
         ("advantages.0.4", 1.0, [(0, 4, "advantages[4] is 1.0; the PRM carrier says -1.0")]),
         ("advantages.0.7", -1.0, [(0, 7, "advantages[7] is -1.0; the PRM carrier says 0.0")]),
-        ("advantages.0", [0.0] * 3, [(0, None, "advantages must be a list of 9 numbers (the PRM carrier), got 3")]),
-        ("overrides.0.prm.turns.0.effective", False,
-         [(0, None, "prm.turns[0] has score -1 and is not effective (a non-zero score always is)")]),
-        ("overrides.0.prm.turns.1.score", 1, [(0, None, "prm.turns[1] has status no_next_state but score 1 / effective False")]),
+        (
+            "advantages.0",
+            [0.0] * 3,
+            [(0, None, "advantages must be a list of 9 numbers (the PRM carrier), got 3")],
+        ),
+        (
+            "overrides.0.prm.turns.0.effective",
+            False,
+            [(0, None, "prm.turns[0] has score -1 and is not effective (a non-zero score always is)")],
+        ),
+        (
+            "overrides.0.prm.turns.1.score",
+            1,
+            [(0, None, "prm.turns[1] has status no_next_state but score 1 / effective False")],
+        ),
         ("overrides.0.prm.turns.0.score", 2, [(0, None, "prm.turns[0].score 2 is not -1, 0 or 1")]),
-        ("overrides.0.prm.turns.0.status", "maybe",
-         [(0, None, "prm.turns[0].status 'maybe' is not one of scored, no_next_state, judge_error, skipped")]),
+        (
+            "overrides.0.prm.turns.0.status",
+            "maybe",
+            [
+                (
+                    0,
+                    None,
+                    "prm.turns[0].status 'maybe' is not one of scored, no_next_state, judge_error, skipped",
+                )
+            ],
+        ),
         ("overrides.0.prm.carrier", "scores", [(0, None, "prm.carrier 'scores' is not 'advantages'")]),
-        ("overrides.0.prm.turns.0.span", [2, 6],
-         [(0, None, "prm.turns spans [[2, 6], [7, 9]] differ from turn_spans"),
-          (0, 2, "prm turn span [2, 6] covers a position the policy did not generate"),
-          (0, 2, "advantages[2] is 0.0; the PRM carrier says -1.0")]),
+        (
+            "overrides.0.prm.turns.0.span",
+            [2, 6],
+            [
+                (0, None, "prm.turns spans [[2, 6], [7, 9]] differ from turn_spans"),
+                (0, 2, "prm turn span [2, 6] covers a position the policy did not generate"),
+                (0, 2, "advantages[2] is 0.0; the PRM carrier says -1.0"),
+            ],
+        ),
     ],
-)  # fmt: skip
+)
 def test_validator_reports_each_break_of_the_carrier(path, value, expected):
     assert _prm_violations(_break(path, value)) == expected
 
@@ -126,13 +151,17 @@ def test_advantages_without_a_prm_block_break_only_our_own_output():
 
 
 # -- the pipeline and the group builder -----------------------------------------------------------------
-TOOL_STATES = ["Traceback (most recent call last):\nNameError: name 'x' is not defined\nexit code 1",
-               "wrote helpers.py\nexit code 0"]  # fmt: skip
+TOOL_STATES = [
+    "Traceback (most recent call last):\nNameError: name 'x' is not defined\nexit code 1",
+    "wrote helpers.py\nexit code 0",
+]
 
 
 def _trajectories(tokenizer, feedback: list[str], tool_states: list[str] = TOOL_STATES):
-    trajectories = synth_group(tokenizer, SynthSpec(rollouts=len(feedback), turns=3, prompt_tokens=48,
-                                                    turn_tokens=16, state_tokens=16))  # fmt: skip
+    trajectories = synth_group(
+        tokenizer,
+        SynthSpec(rollouts=len(feedback), turns=3, prompt_tokens=48, turn_tokens=16, state_tokens=16),
+    )
     for trajectory, last in zip(trajectories, feedback, strict=True):
         tools = [m for m in trajectory.messages if m["role"] == "tool"]
         for message, text in zip(tools, tool_states, strict=True):
@@ -205,11 +234,18 @@ def test_group_metrics_report_the_process_reward_only_when_it_is_on(dev_tokenize
     metrics = group_metrics(distills)
     prm = {k: v for k, v in metrics.items() if k.startswith("prm/") and "latency" not in k}
     assert prm == {
-        "prm/turns": 6, "prm/turns_scored": 6, "prm/turns_no_next_state": 0, "prm/turns_judge_error": 0,
-        "prm/turns_skipped": 0, "prm/score_mean": pytest.approx(-1 / 3), "prm/scored_positive_frac": 1 / 6,
-        "prm/scored_negative_frac": 3 / 6, "prm/scored_zero_frac": 2 / 6, "prm/effective_turns": 4,
+        "prm/turns": 6,
+        "prm/turns_scored": 6,
+        "prm/turns_no_next_state": 0,
+        "prm/turns_judge_error": 0,
+        "prm/turns_skipped": 0,
+        "prm/score_mean": pytest.approx(-1 / 3),
+        "prm/scored_positive_frac": 1 / 6,
+        "prm/scored_negative_frac": 3 / 6,
+        "prm/scored_zero_frac": 2 / 6,
+        "prm/effective_turns": 4,
         "prm/tie_frac": 0.0,
-    }  # fmt: skip
+    }
     for distill in distills:
         distill.prm = None
     assert not any(k.startswith("prm/") for k in group_metrics(distills))

@@ -13,11 +13,25 @@ SNAPSHOT = {
     "tokens_held": 4096,
     "policy_model": "live-step4",
     "policy_version": 4,
-    "latency": {"requests": 12, "own_ms_p50": 1.5, "own_ms_p95": 4.0, "upstream_ms_p50": 120.0,
-                "upstream_ms_p95": 300.0, "first_text_ms_p50": 80.0, "first_text_ms_p95": 200.0},
-    "feed": {"submitted": 7, "scored_turns": 5, "groups_written": 1, "statuses": {"ok": 5, "failed": 2},
-             "disk_full": False, "groups_waiting": 0, "pending": 2},
-}  # fmt: skip
+    "latency": {
+        "requests": 12,
+        "own_ms_p50": 1.5,
+        "own_ms_p95": 4.0,
+        "upstream_ms_p50": 120.0,
+        "upstream_ms_p95": 300.0,
+        "first_text_ms_p50": 80.0,
+        "first_text_ms_p95": 200.0,
+    },
+    "feed": {
+        "submitted": 7,
+        "scored_turns": 5,
+        "groups_written": 1,
+        "statuses": {"ok": 5, "failed": 2},
+        "disk_full": False,
+        "groups_waiting": 0,
+        "pending": 2,
+    },
+}
 
 
 def _families() -> dict[str, object]:
@@ -65,13 +79,16 @@ def test_feed_counters_gauges_and_statuses():
     assert families["hermes_opd_proxy_feed_pending"].type == "gauge"
     assert families["hermes_opd_proxy_feed_disk_full"].samples[0].value == 0
     statuses = _samples(families["hermes_opd_proxy_feed_turns"])
-    assert statuses == {("hermes_opd_proxy_feed_turns_total", (("status", "failed"),)): 2,
-                        ("hermes_opd_proxy_feed_turns_total", (("status", "ok"),)): 5}  # fmt: skip
+    assert statuses == {
+        ("hermes_opd_proxy_feed_turns_total", (("status", "failed"),)): 2,
+        ("hermes_opd_proxy_feed_turns_total", (("status", "ok"),)): 5,
+    }
 
 
 def test_a_proxy_without_a_feed_or_requests_still_renders():
-    text = render_proxy_metrics({"counts": {}, "sessions": 0, "policy_model": "m", "policy_version": 0,
-                                 "latency": {"requests": 0}})  # fmt: skip
+    text = render_proxy_metrics(
+        {"counts": {}, "sessions": 0, "policy_model": "m", "policy_version": 0, "latency": {"requests": 0}}
+    )
     names = {f.name for f in text_string_to_metric_families(text)}
     assert names == {
         "hermes_opd_proxy_sessions",

@@ -12,10 +12,13 @@ from environments.proxy.proxy_config import ProxyConfig
 
 async def test_prm_alone_with_live_weights_has_no_teacher_to_follow(dev_model_dir, dev_tokenizer, tmp_path):
     config = ProxyConfig(
-        policy_base_url="http://127.0.0.1:9/v1", policy_model="dev-model", tokenizer=str(dev_model_dir),
-        groups_path=str(tmp_path / "g.jsonl"), policy_lora_prefix="live",
+        policy_base_url="http://127.0.0.1:9/v1",
+        policy_model="dev-model",
+        tokenizer=str(dev_model_dir),
+        groups_path=str(tmp_path / "g.jsonl"),
+        policy_lora_prefix="live",
         opd={"enabled": False, "prm": {"enabled": True, "judge": {"backend": "rules"}}},
-    )  # fmt: skip
+    )
     server = await build_proxy(config, dev_tokenizer)
     try:
         assert server.feed.pipeline is not None and server.feed.pipeline.teacher is None

@@ -13,9 +13,13 @@ from tests.support.waiting import wait_for
 
 
 def sample(session: str, turn: int, version: int) -> TurnSample:
-    trajectory = Trajectory(tokens=[5, 6, 7, 8], masks=[-100, -100, 7, 8], inference_logprobs=[1.0, 1.0, -0.2, -0.3],
-                            messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
-                            turns=[TurnSpan(2, 4, 1)])  # fmt: skip
+    trajectory = Trajectory(
+        tokens=[5, 6, 7, 8],
+        masks=[-100, -100, 7, 8],
+        inference_logprobs=[1.0, 1.0, -0.2, -0.3],
+        messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+        turns=[TurnSpan(2, 4, 1)],
+    )
     return TurnSample(trajectory, session, turn, f"lora-step{version}", version)
 
 
@@ -26,8 +30,13 @@ async def test_groups_are_per_policy_version_and_each_sample_records_its_lag():
         written.append(group)
 
     newest = {"version": 3}
-    feed = SampleFeed(None, OPDConfig(enabled=False), write, FeedSettings(samples_per_group=2, group_wait_s=60),
-                      lambda: newest["version"])  # fmt: skip
+    feed = SampleFeed(
+        None,
+        OPDConfig(enabled=False),
+        write,
+        FeedSettings(samples_per_group=2, group_wait_s=60),
+        lambda: newest["version"],
+    )
     feed.start()
     for s in (sample("a", 0, 1), sample("b", 0, 2), sample("a", 1, 1)):
         assert feed.submit(s)
@@ -36,8 +45,9 @@ async def test_groups_are_per_policy_version_and_each_sample_records_its_lag():
     await feed.stop()
     assert [g["group_overrides"]["policy_version"] for g in written] == [1, 2]  # the partial one at the end
     provenance = [[o["proxy"] for o in g["overrides"]] for g in written]
-    assert [[(p["session"], p["turn"], p["policy_version"], p["policy_lag"]) for p in g] for g in provenance] == [
-        [("a", 0, 1, 2), ("a", 1, 1, 2)], [("b", 0, 2, 1)]]  # fmt: skip
+    assert [
+        [(p["session"], p["turn"], p["policy_version"], p["policy_lag"]) for p in g] for g in provenance
+    ] == [[("a", 0, 1, 2), ("a", 1, 1, 2)], [("b", 0, 2, 1)]]
     assert [g["group_overrides"]["group_size"] for g in written] == [2, 1]
     assert all(validate_group(g) == [] for g in written)
 

@@ -20,9 +20,15 @@ from tests.support.waiting import wait_for
 
 
 def sample(session: str, turn: int, version: int = 0) -> TurnSample:
-    trajectory = Trajectory(tokens=[5, 6, 7, 8], masks=[-100, -100, 7, 8], inference_logprobs=[1.0, 1.0, -0.2, -0.3],
-                            messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
-                            turns=[TurnSpan(2, 4, 1)], content_ends={0: 2}, sampled_topk={2: ([7, 9], [-0.1, -2.5])})  # fmt: skip
+    trajectory = Trajectory(
+        tokens=[5, 6, 7, 8],
+        masks=[-100, -100, 7, 8],
+        inference_logprobs=[1.0, 1.0, -0.2, -0.3],
+        messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+        turns=[TurnSpan(2, 4, 1)],
+        content_ends={0: 2},
+        sampled_topk={2: ([7, 9], [-0.1, -2.5])},
+    )
     return TurnSample(trajectory, session, turn, f"lora-step{version}", version)
 
 
@@ -47,8 +53,13 @@ class DiskFullUntil:
 
 async def test_a_group_the_sink_cannot_take_stays_queued_and_is_written_once_later():
     sink = DiskFullUntil()
-    feed = SampleFeed(None, OPDConfig(enabled=False), sink.write,
-                      FeedSettings(samples_per_group=1, retry_backoff_s=0.05, retry_backoff_max_s=0.2), lambda: 0)  # fmt: skip
+    feed = SampleFeed(
+        None,
+        OPDConfig(enabled=False),
+        sink.write,
+        FeedSettings(samples_per_group=1, retry_backoff_s=0.05, retry_backoff_max_s=0.2),
+        lambda: 0,
+    )
     feed.start()
     for turn in range(5):
         assert feed.submit(sample("s", turn))
@@ -68,8 +79,13 @@ async def test_a_group_the_sink_cannot_take_stays_queued_and_is_written_once_lat
 async def test_groups_still_unwritable_at_stop_are_saved_as_pending_turns(tmp_path):
     sink = DiskFullUntil()
     pending = tmp_path / "pending.jsonl"
-    feed = SampleFeed(None, OPDConfig(enabled=False), sink.write,
-                      FeedSettings(samples_per_group=2, retry_backoff_s=0.05, pending_path=str(pending)), lambda: 0)  # fmt: skip
+    feed = SampleFeed(
+        None,
+        OPDConfig(enabled=False),
+        sink.write,
+        FeedSettings(samples_per_group=2, retry_backoff_s=0.05, pending_path=str(pending)),
+        lambda: 0,
+    )
     feed.start()
     for turn in range(4):
         feed.submit(sample("s", turn))
@@ -191,8 +207,13 @@ async def test_a_write_under_way_at_stop_is_finished_and_counted_not_also_saved(
         written.append(group)
 
     pending = tmp_path / "pending.jsonl"
-    feed = SampleFeed(None, OPDConfig(enabled=False), slow_write,
-                      FeedSettings(samples_per_group=1, pending_path=str(pending)), lambda: 0)  # fmt: skip
+    feed = SampleFeed(
+        None,
+        OPDConfig(enabled=False),
+        slow_write,
+        FeedSettings(samples_per_group=1, pending_path=str(pending)),
+        lambda: 0,
+    )
     feed.start()
     feed.submit(sample("s", 0))
     await wait_for(lambda: started, 10, "the write did not start")

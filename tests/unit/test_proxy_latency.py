@@ -16,9 +16,15 @@ def test_own_time_is_the_handler_minus_the_upstream_call_over_the_last_requests(
     window.add(0.100, 0.090)  # pushed out by the three below
     for handler_s, upstream_s in ((0.050, 0.049), (0.042, 0.040), (0.033, 0.030)):
         window.add(handler_s, upstream_s)
-    assert window.summary() == {"requests": 3, "own_ms_p50": 2.0, "own_ms_p95": 3.0,
-                                "upstream_ms_p50": 40.0, "upstream_ms_p95": 49.0,
-                                "first_text_ms_p50": 0.0, "first_text_ms_p95": 0.0}  # fmt: skip
+    assert window.summary() == {
+        "requests": 3,
+        "own_ms_p50": 2.0,
+        "own_ms_p95": 3.0,
+        "upstream_ms_p50": 40.0,
+        "upstream_ms_p95": 49.0,
+        "first_text_ms_p50": 0.0,
+        "first_text_ms_p95": 0.0,
+    }
 
 
 def test_time_to_first_text_counts_only_the_answers_that_had_text():

@@ -31,8 +31,12 @@ from environments.proxy.messages.routes import add_routes
 from tests.support.fake_turn_service import FakeService, client_for, sse_events
 
 EVENT = TypeAdapter(RawMessageStreamEvent)
-TOOL = {"name": "run", "description": "Run it.", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
-        "cache_control": {"type": "ephemeral"}}  # fmt: skip
+TOOL = {
+    "name": "run",
+    "description": "Run it.",
+    "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    "cache_control": {"type": "ephemeral"},
+}
 BASE: dict[str, Any] = {
     "model": "dev-model",
     "max_tokens": 64,
@@ -57,7 +61,7 @@ def test_every_field_of_a_request():
         system=[
             {"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}},
             {"type": "text", "text": "Use tools."},
-        ],  # fmt: skip
+        ],
         messages=[
             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
         ],
@@ -87,7 +91,7 @@ def test_every_field_of_a_request():
                 "type": "function",
                 "function": {"name": "run", "description": "Run it.", "parameters": TOOL["input_schema"]},
             }
-        ],  # fmt: skip
+        ],
         tool_choice=NamedTool("run"),
         output_format=OutputFormat("json_schema", {"type": "object"}),
         max_tokens=9,
@@ -121,26 +125,43 @@ def test_blocks_into_messages():
     got = conversation(
         messages=[
             {"role": "user", "content": "go"},
-            {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "Plan.", "signature": "sig"},
-                {"type": "redacted_thinking", "data": "xxx"},
-                {"type": "text", "text": "Running it."},
-                {"type": "tool_use", "id": "toolu_1", "name": "run", "input": {"path": "a"}},
-                {"type": "tool_use", "id": "toolu_2", "name": "run", "input": {}},
-            ]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "out1", "cache_control": {"type": "ephemeral"}},
-                {"type": "tool_result", "tool_use_id": "toolu_2", "is_error": True,
-                 "content": [{"type": "text", "text": "bad"}, {"type": "text", "text": "worse"}]},
-                {"type": "tool_result", "tool_use_id": "toolu_9"},
-                {"type": "text", "text": "and now?"},
-            ]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "Plan.", "signature": "sig"},
+                    {"type": "redacted_thinking", "data": "xxx"},
+                    {"type": "text", "text": "Running it."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "run", "input": {"path": "a"}},
+                    {"type": "tool_use", "id": "toolu_2", "name": "run", "input": {}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": "out1",
+                        "cache_control": {"type": "ephemeral"},
+                    },
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_2",
+                        "is_error": True,
+                        "content": [{"type": "text", "text": "bad"}, {"type": "text", "text": "worse"}],
+                    },
+                    {"type": "tool_result", "tool_use_id": "toolu_9"},
+                    {"type": "text", "text": "and now?"},
+                ],
+            },
             {"role": "assistant", "content": "plain"},
             {"role": "user", "content": []},
         ]
-    )  # fmt: skip
-    calls = [{"id": "toolu_1", "type": "function", "function": {"name": "run", "arguments": '{"path": "a"}'}},
-             {"id": "toolu_2", "type": "function", "function": {"name": "run", "arguments": "{}"}}]  # fmt: skip
+    )
+    calls = [
+        {"id": "toolu_1", "type": "function", "function": {"name": "run", "arguments": '{"path": "a"}'}},
+        {"id": "toolu_2", "type": "function", "function": {"name": "run", "arguments": "{}"}},
+    ]
     assert got.messages == [
         {"role": "user", "content": "go"},
         {"role": "assistant", "content": "Running it.", "reasoning_content": "Plan.", "tool_calls": calls},
@@ -171,22 +192,82 @@ USER = [{"role": "user", "content": "hi"}]
         ({**BASE, "messages": [{"role": "system", "content": "x"}]}, "messages"),
         ({**BASE, "messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
         ({**BASE, "messages": [{"role": "user"}]}, "messages[0].content"),
-        ({**BASE, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "messages[0].content[0]"),
-        ({**BASE, "messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
-        ({**BASE, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
-         "messages[0].content[0].tool_use_id"),
-        ({**BASE, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
-                                                             "content": [{"type": "image", "source": {}}]}]}]},
-         "messages[0].content[0].content[0]"),
-        ({**BASE, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": "y"}]}]},
-         "messages[0].content[0].is_error"),
-        ({**BASE, "messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]},
-         "messages[0].content"),
-        ({**BASE, "messages": [*USER, {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}, *USER]},
-         "messages[1].content"),
-        ({**BASE, "messages": [*USER, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f",
-                                                                         "input": "x"}]}, *USER]},
-         "messages[1].content[0].input"),
+        (
+            {**BASE, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+            "messages[0].content[0]",
+        ),
+        (
+            {**BASE, "messages": [{"role": "user", "content": [{"type": "text"}]}]},
+            "messages[0].content[0].text",
+        ),
+        (
+            {**BASE, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
+            "messages[0].content[0].tool_use_id",
+        ),
+        (
+            {
+                **BASE,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": "t",
+                                "content": [{"type": "image", "source": {}}],
+                            }
+                        ],
+                    }
+                ],
+            },
+            "messages[0].content[0].content[0]",
+        ),
+        (
+            {
+                **BASE,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": "y"}],
+                    }
+                ],
+            },
+            "messages[0].content[0].is_error",
+        ),
+        (
+            {
+                **BASE,
+                "messages": [
+                    {"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}
+                ],
+            },
+            "messages[0].content",
+        ),
+        (
+            {
+                **BASE,
+                "messages": [
+                    *USER,
+                    {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+                    *USER,
+                ],
+            },
+            "messages[1].content",
+        ),
+        (
+            {
+                **BASE,
+                "messages": [
+                    *USER,
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "x"}],
+                    },
+                    *USER,
+                ],
+            },
+            "messages[1].content[0].input",
+        ),
         ({**BASE, "messages": [*USER, {"role": "assistant", "content": "prefill"}]}, "messages"),
         ({**BASE, "system": 5}, "system"),
         ({**BASE, "system": [{"type": "image"}]}, "system[0]"),
@@ -207,7 +288,7 @@ USER = [{"role": "user", "content": "hi"}]
         ({**BASE, "seed": -1}, "seed"),
         ({**BASE, "output_config": {"format": {"type": "json_schema"}}}, "output_config.format.schema"),
     ],
-)  # fmt: skip
+)
 def test_each_wrong_field_is_one_400_naming_it(body, param):
     error = refused(body)
     assert error.param == param, error.message
@@ -216,8 +297,14 @@ def test_each_wrong_field_is_one_400_naming_it(body, param):
 
 # -- answers -------------------------------------------------------------------------------------
 def turn(content="Hello there", reasoning=None, calls=(), finish="stop") -> AssistantTurn:
-    return AssistantTurn(content=content, reasoning=reasoning, tool_calls=list(calls), finish_reason=finish,
-                         prompt_tokens=11, completion_tokens=5)  # fmt: skip
+    return AssistantTurn(
+        content=content,
+        reasoning=reasoning,
+        tool_calls=list(calls),
+        finish_reason=finish,
+        prompt_tokens=11,
+        completion_tokens=5,
+    )
 
 
 def run_stream(events: list) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -240,16 +327,25 @@ def run_stream(events: list) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def test_a_streamed_answer_with_thinking_text_and_calls():
     calls = [ToolCall("toolu_1", "run", '{"path": "a.py"}'), ToolCall("toolu_2", "run", "{}")]
-    events, final = run_stream([ReasoningDelta("I should "), ReasoningDelta("run it."), ContentDelta("Running"),
-                                ContentDelta(" it."), TurnDone(turn("Running it.", "I should run it.", calls, "tool_calls"))])  # fmt: skip
+    events, final = run_stream(
+        [
+            ReasoningDelta("I should "),
+            ReasoningDelta("run it."),
+            ContentDelta("Running"),
+            ContentDelta(" it."),
+            TurnDone(turn("Running it.", "I should run it.", calls, "tool_calls")),
+        ]
+    )
     kinds = [e["type"] for e in events]
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
     message = Message.model_validate(final)
     assert message.stop_reason == "tool_use"
     assert [b.type for b in message.content] == ["thinking", "text", "tool_use", "tool_use"]
     assert message.content[0].thinking == "I should run it." and message.content[1].text == "Running it."
-    assert [(b.id, b.name, b.input) for b in message.content[2:]] == [("toolu_1", "run", {"path": "a.py"}),
-                                                                       ("toolu_2", "run", {})]  # fmt: skip
+    assert [(b.id, b.name, b.input) for b in message.content[2:]] == [
+        ("toolu_1", "run", {"path": "a.py"}),
+        ("toolu_2", "run", {}),
+    ]
     assert (message.usage.input_tokens, message.usage.output_tokens) == (11, 5)
     assert [e["index"] for e in events if e["type"] == "content_block_start"] == [0, 1, 2, 3]
 
@@ -285,12 +381,24 @@ def test_an_answer_sent_back_is_the_message_the_session_recorded():
     _, final = run_stream([ContentDelta("Running"), TurnDone(done)])
     # as the anthropic SDK re-sends it: the message's content blocks, dumped
     blocks = [b.model_dump(exclude_none=True) for b in Message.model_validate(final).content]
-    history = [*USER, {"role": "assistant", "content": blocks},
-               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}]  # fmt: skip
+    history = [
+        *USER,
+        {"role": "assistant", "content": blocks},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]},
+    ]
     got = conversation(messages=history, tools=[TOOL])
-    assert got.messages[1] == {"role": "assistant", "content": "Running it.", "reasoning_content": "Plan.",
-                               "tool_calls": [{"id": "toolu_1", "type": "function",
-                                               "function": {"name": "run", "arguments": '{"path": "a.py"}'}}]}  # fmt: skip
+    assert got.messages[1] == {
+        "role": "assistant",
+        "content": "Running it.",
+        "reasoning_content": "Plan.",
+        "tool_calls": [
+            {
+                "id": "toolu_1",
+                "type": "function",
+                "function": {"name": "run", "arguments": '{"path": "a.py"}'},
+            }
+        ],
+    }
     assert got.messages[2] == {"role": "tool", "content": "ok", "tool_call_id": "toolu_1", "name": "run"}
 
 
@@ -329,16 +437,23 @@ async def test_the_route_refuses_in_anthropics_shape_before_and_during_a_stream(
     try:
         streamed = await client.post("/v1/messages", json={**BASE, "stream": True})
         assert streamed.status == 200
-        assert sse_events(await streamed.text())[-1] == {"type": "error", "error": {
-            "type": "api_error", "message": "the policy server failed"}}  # fmt: skip
+        assert sse_events(await streamed.text())[-1] == {
+            "type": "error",
+            "error": {"type": "api_error", "message": "the policy server failed"},
+        }
     finally:
         await client.close()
 
 
 def test_a_system_message_inside_messages_stays_at_its_place():
     """Claude Code sends `{"role": "system"}` after the first user message (captured 2.1.197)."""
-    body = {**BASE, "messages": [{"role": "user", "content": "hi"},
-                                 {"role": "system", "content": [{"type": "text", "text": "agents: ..."}]}]}  # fmt: skip
+    body = {
+        **BASE,
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "agents: ..."}]},
+        ],
+    }
     _, conv = parse_request(body)
     assert conv.messages[-2:] == [
         {"role": "user", "content": "hi"},

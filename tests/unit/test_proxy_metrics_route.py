@@ -12,10 +12,12 @@ from environments.proxy.proxy_config import ProxyConfig
 
 async def test_metrics_is_prometheus_text_and_json_is_kept(dev_model_dir, dev_tokenizer, tmp_path):
     config = ProxyConfig(
-        policy_base_url="http://127.0.0.1:9/v1", policy_model="dev-model", tokenizer=str(dev_model_dir),
+        policy_base_url="http://127.0.0.1:9/v1",
+        policy_model="dev-model",
+        tokenizer=str(dev_model_dir),
         groups_path=str(tmp_path / "g.jsonl"),
         opd={"enabled": False, "prm": {"enabled": True, "judge": {"backend": "rules"}}},
-    )  # fmt: skip
+    )
     server = await build_proxy(config, dev_tokenizer)
     server.service.counts["requests"] += 3
     server.feed.pipeline.prm_judge.feedback_tally.record(["unread", "acceptance"])

@@ -40,18 +40,30 @@ PERSON = {
 
 def test_a_schema_grammar_takes_the_templates_json_and_nothing_else():
     grammar = schema_grammar(PERSON)
-    for value in ({"name": "Ann", "age": 3}, {"name": "Bé \"q\"\n", "age": -10, "tags": [], "score": None},
-                  {"name": "x", "age": 0, "tags": ["a", "b"], "kind": "b", "score": 1.5}):  # fmt: skip
+    for value in (
+        {"name": "Ann", "age": 3},
+        {"name": 'Bé "q"\n', "age": -10, "tags": [], "score": None},
+        {"name": "x", "age": 0, "tags": ["a", "b"], "kind": "b", "score": 1.5},
+    ):
         assert accepts(grammar, tojson(value)), value
-    for text in ('{"name":"Ann","age":3}', '{"age": 3, "name": "Ann"}', '{"name": "Ann"}',
-                 '{"name": "Ann", "age": 3, "extra": 1}', '{"name": "Ann", "age": 3.5}',
-                 '{"name": "Ann", "age": 3, "kind": "c"}'):  # fmt: skip
+    for text in (
+        '{"name":"Ann","age":3}',
+        '{"age": 3, "name": "Ann"}',
+        '{"name": "Ann"}',
+        '{"name": "Ann", "age": 3, "extra": 1}',
+        '{"name": "Ann", "age": 3.5}',
+        '{"name": "Ann", "age": 3, "kind": "c"}',
+    ):
         assert not accepts(grammar, text), text
 
 
 def test_refs_and_any_object():
-    schema = {"$defs": {"P": {"type": "object", "properties": {"x": {"type": "boolean"}}, "required": ["x"]}},
-              "type": "object", "properties": {"p": {"$ref": "#/$defs/P"}}, "required": ["p"]}  # fmt: skip
+    schema = {
+        "$defs": {"P": {"type": "object", "properties": {"x": {"type": "boolean"}}, "required": ["x"]}},
+        "type": "object",
+        "properties": {"p": {"$ref": "#/$defs/P"}},
+        "required": ["p"],
+    }
     assert accepts(schema_grammar(schema), '{"p": {"x": true}}')
     assert accepts(any_object_grammar(), tojson({"a": [1, {"b": None}], "c": "d"}))
     assert not accepts(any_object_grammar(), "[1]")
@@ -59,9 +71,14 @@ def test_refs_and_any_object():
 
 @pytest.mark.parametrize(
     "schema",
-    [{"type": "string", "pattern": "^a+$"}, {"type": "integer", "minimum": 3}, {"not": {}},
-     {"type": "array", "maxItems": 2}, {"$ref": "https://example.com/s.json"}],
-)  # fmt: skip
+    [
+        {"type": "string", "pattern": "^a+$"},
+        {"type": "integer", "minimum": 3},
+        {"not": {}},
+        {"type": "array", "maxItems": 2},
+        {"$ref": "https://example.com/s.json"},
+    ],
+)
 def test_what_a_grammar_cannot_honour_is_refused_by_name(schema):
     with pytest.raises(GrammarError):
         schema_grammar(schema)
@@ -70,9 +87,11 @@ def test_what_a_grammar_cannot_honour_is_refused_by_name(schema):
 def test_tool_calls_are_forced_in_the_templates_own_markup(dev_tokenizer):
     markup = call_markup(dev_tokenizer, TOOLS)
     run = {"id": "c0", "type": "function", "function": {"name": "run_python", "arguments": {"path": "a.py"}}}
-    rendered = dev_tokenizer.apply_chat_template([{"role": "user", "content": "x"},
-                                                  {"role": "assistant", "content": "", "tool_calls": [run, run]}],
-                                                 tools=TOOLS, tokenize=False)  # fmt: skip
+    rendered = dev_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [run, run]}],
+        tools=TOOLS,
+        tokenize=False,
+    )
     one = markup.before("run_python") + tojson({"path": "a.py"}) + markup.after
     assert one + markup.between + one in rendered
     required = tool_call_grammar(TOOLS, markup, None)

@@ -21,17 +21,37 @@ def _call(state, tokenizer, messages, call_id, query):
     """Answer with one tool call: (plan, generated, the reply as the client got it, committed)."""
     raw = f'<tool_call>\n{{"name": "web_search", "arguments": {{"q": "{query}"}}}}\n</tool_call>'
     args = {"q": query}
-    reply = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": "web_search", "arguments": json.dumps(args)}}]}  # fmt: skip
-    message = {"role": "assistant", "content": "", "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": "web_search", "arguments": args}}]}  # fmt: skip
+    reply = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": "web_search", "arguments": json.dumps(args)},
+            }
+        ],
+    }
+    message = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "web_search", "arguments": args}}
+        ],
+    }
     return answer(state, tokenizer, messages, raw, tools=TOOLS, reply=reply, message=message)
 
 
 def _smolagents(reply):
     """How smolagents re-sends our tool-call reply: plain text."""
-    calls = [{"id": c["id"], "type": "function", "function": {"name": c["function"]["name"],
-              "arguments": json.loads(c["function"]["arguments"])}} for c in reply["tool_calls"]]  # fmt: skip
+    calls = [
+        {
+            "id": c["id"],
+            "type": "function",
+            "function": {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])},
+        }
+        for c in reply["tool_calls"]
+    ]
     return {"role": "assistant", "content": f"Calling tools:\n{calls}"}
 
 
@@ -81,8 +101,9 @@ def test_an_assistant_message_that_is_not_our_reply_finishes_nothing(dev_tokeniz
         "role": "assistant",
         "content": "Calling tools:\n[{'id': 'call_zzzz', 'function': {'name': 'web_search'}}]",
     }
-    plan, _, _, done = answer(state, dev_tokenizer, [*m1, other, {"role": "user", "content": "Observation: 1"}], "ok",
-                              tools=TOOLS)  # fmt: skip
+    plan, _, _, done = answer(
+        state, dev_tokenizer, [*m1, other, {"role": "user", "content": "Observation: 1"}], "ok", tools=TOOLS
+    )
     assert plan.forked == "history_edited" and done.finished is None
     assert state.branches[0].waiting[0] == 0  # still waiting for its own client
 
@@ -91,8 +112,12 @@ def test_more_than_one_new_assistant_message_is_not_a_rerendering(dev_tokenizer)
     state = SessionState("s", dev_tokenizer, named=True)
     m1 = [SYSTEM, {"role": "user", "content": "New task: what is x?"}]
     _, _, r1, _ = _call(state, dev_tokenizer, m1, "call_1a2b", "x")
-    extra = [_smolagents(r1), {"role": "user", "content": "Observation: 1"}, {"role": "assistant", "content": "hm"},
-             {"role": "user", "content": "go on"}]  # fmt: skip
+    extra = [
+        _smolagents(r1),
+        {"role": "user", "content": "Observation: 1"},
+        {"role": "assistant", "content": "hm"},
+        {"role": "user", "content": "go on"},
+    ]
     plan, _, _, done = answer(state, dev_tokenizer, [*m1, *extra], "ok", tools=TOOLS)
     assert plan.forked != "history_rerendered" and done.finished is None
 

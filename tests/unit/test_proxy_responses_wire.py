@@ -29,8 +29,13 @@ from environments.proxy.responses.routes import add_routes
 from tests.support.fake_turn_service import FakeService, client_for, sse_events
 
 EVENT = TypeAdapter(ResponseStreamEvent)
-TOOL = {"type": "function", "name": "run", "description": "Run it.", "strict": False,
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}  # fmt: skip
+TOOL = {
+    "type": "function",
+    "name": "run",
+    "description": "Run it.",
+    "strict": False,
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+}
 BASE: dict[str, Any] = {"model": "dev-model", "input": "hi"}
 
 
@@ -87,7 +92,7 @@ def test_every_field_of_a_request():
                 "type": "function",
                 "function": {"name": "run", "description": "Run it.", "parameters": TOOL["parameters"]},
             }
-        ],  # fmt: skip
+        ],
         tool_choice=NamedTool("run"),
         output_format=OutputFormat("json_schema", {"type": "object"}, "out"),
         max_tokens=7,
@@ -123,14 +128,14 @@ def test_an_assistant_turn_of_several_items_is_one_message():
                 "summary": [{"type": "summary_text", "text": "sum"}],
                 "content": [{"type": "reasoning_text", "text": "think"}],
                 "encrypted_content": None,
-            },  # fmt: skip
+            },
             {
                 "type": "message",
                 "role": "assistant",
                 "id": "msg_1",
                 "status": "completed",
                 "content": [{"type": "output_text", "text": "ok", "annotations": []}],
-            },  # fmt: skip
+            },
             {
                 "type": "function_call",
                 "call_id": "c1",
@@ -152,8 +157,10 @@ def test_an_assistant_turn_of_several_items_is_one_message():
             {"role": "system", "content": "late"},
         ]
     )
-    calls = [{"id": "c1", "type": "function", "function": {"name": "run", "arguments": '{"path": "a"}'}},
-             {"id": "c2", "type": "function", "function": {"name": "run", "arguments": "{}"}}]  # fmt: skip
+    calls = [
+        {"id": "c1", "type": "function", "function": {"name": "run", "arguments": '{"path": "a"}'}},
+        {"id": "c2", "type": "function", "function": {"name": "run", "arguments": "{}"}},
+    ]
     assert got.messages == [
         {"role": "user", "content": "go"},
         {"role": "assistant", "content": "ok", "reasoning_content": "think", "tool_calls": calls},
@@ -184,20 +191,20 @@ def test_an_assistant_turn_of_several_items_is_one_message():
         (
             {**BASE, "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
             "input[0].content[0]",
-        ),  # fmt: skip
+        ),
         (
             {**BASE, "input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]},
             "input[0].content[0].text",
-        ),  # fmt: skip
+        ),
         ({**BASE, "input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]}, "input[0].name"),
         (
             {**BASE, "input": [{"type": "function_call", "call_id": "", "name": "f", "arguments": "{}"}]},
             "input[0].call_id",
-        ),  # fmt: skip
+        ),
         (
             {**BASE, "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}]},
             "input[0].arguments",
-        ),  # fmt: skip
+        ),
         ({**BASE, "input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output"),
         ({**BASE, "input": [{"type": "reasoning", "summary": "x"}]}, "input[0].summary"),
         ({**BASE, "input": [{"role": "system", "content": "only"}]}, "input"),
@@ -214,7 +221,7 @@ def test_an_assistant_turn_of_several_items_is_one_message():
                 ],
             },
             "input",
-        ),  # fmt: skip
+        ),
         ({**BASE, "instructions": 5}, "instructions"),
         ({**BASE, "tools": {"type": "function"}}, "tools"),
         ({**BASE, "tools": [{"name": "x"}]}, "tools[0]"),
@@ -260,8 +267,14 @@ def test_nesting_is_bounded():
 
 # -- answers -------------------------------------------------------------------------------------
 def turn(content="Hello there", reasoning=None, calls=(), finish="stop") -> AssistantTurn:
-    return AssistantTurn(content=content, reasoning=reasoning, tool_calls=list(calls), finish_reason=finish,
-                         prompt_tokens=11, completion_tokens=5)  # fmt: skip
+    return AssistantTurn(
+        content=content,
+        reasoning=reasoning,
+        tool_calls=list(calls),
+        finish_reason=finish,
+        prompt_tokens=11,
+        completion_tokens=5,
+    )
 
 
 def run_stream(body: dict[str, Any], events: list) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -287,7 +300,7 @@ def test_a_streamed_answer_with_reasoning_text_and_calls():
             ContentDelta("Running"),
             ContentDelta(" it."),
             TurnDone(done),
-        ],  # fmt: skip
+        ],
     )
     kinds = [e["type"] for e in events]
     assert kinds[:2] == ["response.created", "response.in_progress"]
@@ -298,7 +311,9 @@ def test_a_streamed_answer_with_reasoning_text_and_calls():
     )
     assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "Running it."
     assert [e["arguments"] for e in events if e["type"] == "response.function_call_arguments.done"] == [
-        '{"path": "a.py"}', "{}"]  # fmt: skip
+        '{"path": "a.py"}',
+        "{}",
+    ]
     response = Response.model_validate(final)
     assert response.status == "completed" and response.output_text == "Running it."
     assert [o.type for o in response.output] == ["reasoning", "message", "function_call", "function_call"]
@@ -336,9 +351,15 @@ def test_a_cut_answer_is_incomplete():
 
 
 def test_the_response_echoes_what_was_asked():
-    body = {**BASE, "instructions": "Be brief.", "tools": [TOOL], "tool_choice": {"type": "function", "name": "run"},
-            "text": {"format": {"type": "json_schema", "name": "o", "schema": {"type": "object"}}},
-            "temperature": 0.3, "top_p": 0.8}  # fmt: skip
+    body = {
+        **BASE,
+        "instructions": "Be brief.",
+        "tools": [TOOL],
+        "tool_choice": {"type": "function", "name": "run"},
+        "text": {"format": {"type": "json_schema", "name": "o", "schema": {"type": "object"}}},
+        "temperature": 0.3,
+        "top_p": 0.8,
+    }
     _, final = run_stream(body, [TurnDone(turn("{}"))])
     response = Response.model_validate(final)
     assert response.instructions == "Be brief." and response.model == "dev-model"
@@ -360,7 +381,8 @@ def test_an_error_mid_stream_is_an_error_event_then_failed():
 
 def test_error_bodies_are_openais_shape():
     assert error_body(WireError("bad", param="input", code="c")) == {
-        "error": {"message": "bad", "type": "invalid_request_error", "param": "input", "code": "c"}}  # fmt: skip
+        "error": {"message": "bad", "type": "invalid_request_error", "param": "input", "code": "c"}
+    }
     assert error_body(WireError("no key", "authentication"))["error"]["type"] == "authentication_error"
 
 
@@ -372,9 +394,14 @@ def test_an_answer_sent_back_as_input_is_the_message_the_session_recorded():
     items = [item.model_dump(exclude_none=True) for item in Response.model_validate(final).output]
     outputs = [{"type": "function_call_output", "call_id": "call_1", "output": "ok"}]
     got = conversation(input=[{"role": "user", "content": "hi"}, *items, *outputs], tools=[TOOL])
-    assert got.messages[1] == {"role": "assistant", "content": "Running it.", "reasoning_content": "Plan.",
-                               "tool_calls": [{"id": "call_1", "type": "function",
-                                               "function": {"name": "run", "arguments": '{"path": "a.py"}'}}]}  # fmt: skip
+    assert got.messages[1] == {
+        "role": "assistant",
+        "content": "Running it.",
+        "reasoning_content": "Plan.",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "run", "arguments": '{"path": "a.py"}'}}
+        ],
+    }
     assert got.messages[2] == {"role": "tool", "content": "ok", "tool_call_id": "call_1", "name": "run"}
 
 
@@ -424,8 +451,14 @@ def test_namespace_functions_are_offered_and_hosted_tools_left_out():
     """Codex CLI 0.171 always sends a `namespace` tool and `web_search` (captured first request)."""
     fn = {"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {}}}
     sub = {"type": "function", "name": "spawn_agent", "parameters": {"type": "object", "properties": {}}}
-    body = {**BASE, "tools": [fn, {"type": "namespace", "name": "multi_agent_v1", "description": "d", "tools": [sub]},
-                              {"type": "web_search", "external_web_access": False}]}  # fmt: skip
+    body = {
+        **BASE,
+        "tools": [
+            fn,
+            {"type": "namespace", "name": "multi_agent_v1", "description": "d", "tools": [sub]},
+            {"type": "web_search", "external_web_access": False},
+        ],
+    }
     _, conv = parse_request(body)
     assert [t["function"]["name"] for t in conv.tools] == ["exec_command", "spawn_agent"]
     _, only_hosted = parse_request({**BASE, "tools": [{"type": "web_search"}]})

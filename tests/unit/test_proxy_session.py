@@ -23,24 +23,47 @@ TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {
 def test_a_valid_request_is_read_with_openai_defaults():
     chat, include_usage = parse_request(body(tools=TOOLS, max_completion_tokens=7, stop="END", seed=3))
     assert (chat.temperature, chat.top_p, chat.max_tokens, chat.stop, chat.seed, chat.tool_names) == (
-        1.0, 1.0, 7, ["END"], 3, {"write_file"},
-    )  # fmt: skip
+        1.0,
+        1.0,
+        7,
+        ["END"],
+        3,
+        {"write_file"},
+    )
     assert (chat.tool_choice, chat.output_format, chat.stream, include_usage) == ("auto", None, False, False)
 
 
 def test_template_form_names_tool_results_and_parses_arguments():
     messages = [
         {"role": "developer", "content": "sys"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "write_file", "arguments": '{"path": "a"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "write_file", "arguments": '{"path": "a"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-    ]  # fmt: skip
+    ]
     expected = [
         {"role": "system", "content": "sys"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "write_file", "arguments": {"path": "a"}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "write_file", "arguments": {"path": "a"}},
+                }
+            ],
+        },
         {"role": "tool", "content": "ok", "tool_call_id": "c1", "name": "write_file"},
-    ]  # fmt: skip
+    ]
     assert template_form(messages) == expected
     # the live path: the wire's Conversation form (arguments as JSON text), then the template form
     chat, _ = parse_request(body(messages=messages))
@@ -48,10 +71,22 @@ def test_template_form_names_tool_results_and_parses_arguments():
 
 
 def test_comparable_ignores_sdk_extras_and_argument_formatting():
-    ours = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1, "b": 2}'}}]}  # fmt: skip
-    echoed = {"role": "assistant", "content": "", "refusal": None, "annotations": [], "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"b":2,"a":1}'}}]}  # fmt: skip
+    ours = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1, "b": 2}'}}
+        ],
+    }
+    echoed = {
+        "role": "assistant",
+        "content": "",
+        "refusal": None,
+        "annotations": [],
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"b":2,"a":1}'}}
+        ],
+    }
     assert comparable(ours) == comparable(echoed)
     edited = {
         **echoed,
@@ -95,8 +130,9 @@ def test_the_second_turn_is_cut_with_the_first_masked(dev_tokenizer):
 
 
 def _snapshot(state):
-    records = [(b.expected, b.waiting, copy.deepcopy(vars(b.recorder) | {"tokenizer": None}))
-               for b in state.branches]  # fmt: skip
+    records = [
+        (b.expected, b.waiting, copy.deepcopy(vars(b.recorder) | {"tokenizer": None})) for b in state.branches
+    ]
     return state.version, state.turn_count, records, list(state.continued)
 
 
@@ -124,8 +160,14 @@ def test_a_plan_made_before_another_commit_is_refused(dev_tokenizer):
     stale = state.plan(m1, None)
     answer(state, dev_tokenizer, m1, "one")
     with pytest.raises(RuntimeError, match="stale plan"):
-        state.commit(stale, generated(dev_tokenizer, "x"), {"role": "assistant", "content": "x"}, "x",
-                     {"role": "assistant", "content": "x"}, ("m", 0))  # fmt: skip
+        state.commit(
+            stale,
+            generated(dev_tokenizer, "x"),
+            {"role": "assistant", "content": "x"},
+            "x",
+            {"role": "assistant", "content": "x"},
+            ("m", 0),
+        )
 
 
 def test_a_turn_served_but_not_recorded_still_finishes_the_waiting_one(dev_tokenizer):
@@ -143,14 +185,30 @@ def test_a_turn_served_but_not_recorded_still_finishes_the_waiting_one(dev_token
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        (lambda m, r: [m[0], {**r, "content": "def add(a, b): return b + a"}, {"role": "user", "content": "ok"}],
-         "history_edited"),
-        (lambda m, r: [{"role": "user", "content": "write sub"}, r, {"role": "user", "content": "ok"}], "history_edited"),
+        (
+            lambda m, r: [
+                m[0],
+                {**r, "content": "def add(a, b): return b + a"},
+                {"role": "user", "content": "ok"},
+            ],
+            "history_edited",
+        ),
+        (
+            lambda m, r: [{"role": "user", "content": "write sub"}, r, {"role": "user", "content": "ok"}],
+            "history_edited",
+        ),
         (lambda m, r: [m[0]], "resent_without_reply"),
-        (lambda m, r: [m[0], r, {"role": "assistant", "content": "mine"}, {"role": "user", "content": "ok"}],
-         "foreign_assistant_message"),
+        (
+            lambda m, r: [
+                m[0],
+                r,
+                {"role": "assistant", "content": "mine"},
+                {"role": "user", "content": "ok"},
+            ],
+            "foreign_assistant_message",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_changed_history_starts_a_branch_and_never_trains_foreign_tokens(dev_tokenizer, change, reason):
     state = SessionState("s", dev_tokenizer)  # no table: a new record is a branch here (not a session)
     first = [{"role": "user", "content": "write add"}]

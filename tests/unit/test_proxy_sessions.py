@@ -20,8 +20,17 @@ def _ask(table, tokenizer, messages, text, owner="open", session_id=None, may_tr
 
 
 def _tracked_empty(table):
-    return (len(table), table.tokens_held, table._by_reply, table._by_request, table._continued, table._indexed,
-            table._tokens, dict(table._owner_tokens), dict(table._owner_sessions))  # fmt: skip
+    return (
+        len(table),
+        table.tokens_held,
+        table._by_reply,
+        table._by_request,
+        table._continued,
+        table._indexed,
+        table._tokens,
+        dict(table._owner_tokens),
+        dict(table._owner_sessions),
+    )
 
 
 @pytest.mark.parametrize(
@@ -58,11 +67,13 @@ def test_a_side_call_with_the_main_sessions_header_neither_joins_nor_stops_it(de
     table = SessionTable(dev_tokenizer)
     main = [{"role": "system", "content": "you code"}, {"role": "user", "content": "write add"}]
     held, _, _, r1, _ = _ask(table, dev_tokenizer, main, "def add(a, b): return a + b", session_id="cc-1")
-    side, _, plan, _, side_done = _ask(table, dev_tokenizer, [{"role": "user", "content": "title this"}], "Add",
-                                       session_id="cc-1")  # fmt: skip
+    side, _, plan, _, side_done = _ask(
+        table, dev_tokenizer, [{"role": "user", "content": "title this"}], "Add", session_id="cc-1"
+    )
     assert side is held and plan.forked is not None and side_done.finished is None
-    _, _, plan2, _, done = _ask(table, dev_tokenizer, [*main, r1, {"role": "user", "content": "now sub"}], "ok",
-                                session_id="cc-1")  # fmt: skip
+    _, _, plan2, _, done = _ask(
+        table, dev_tokenizer, [*main, r1, {"role": "user", "content": "now sub"}], "ok", session_id="cc-1"
+    )
     assert plan2.forked is None
     trajectory, (turn, _, _) = done.finished
     assert turn == 0 and trajectory.messages[-1]["content"] == "now sub"
@@ -122,8 +133,9 @@ def test_keys_never_share_sessions_even_with_one_history(dev_tokenizer):
     table = SessionTable(dev_tokenizer)
     m1 = [{"role": "user", "content": "a"}]
     _, _, _, r1, _ = _ask(table, dev_tokenizer, m1, "one", owner="key-a")
-    _, created, _, _, done = _ask(table, dev_tokenizer, [*m1, r1, {"role": "user", "content": "b"}], "two",
-                                  owner="key-b")  # fmt: skip
+    _, created, _, _, done = _ask(
+        table, dev_tokenizer, [*m1, r1, {"role": "user", "content": "b"}], "two", owner="key-b"
+    )
     assert created and done.finished is None
 
 
@@ -225,8 +237,15 @@ def test_a_hostile_history_is_compared_without_raising():
     from environments.proxy.history import comparable, template_form
 
     deep = "[" * 100_000 + "]" * 100_000
-    message = {"role": "assistant", "content": "x", "tool_calls": [
-        {"id": "c", "function": {"name": "f", "arguments": deep}}, {"id": 1, "function": "oops"}, "x"]}  # fmt: skip
+    message = {
+        "role": "assistant",
+        "content": "x",
+        "tool_calls": [
+            {"id": "c", "function": {"name": "f", "arguments": deep}},
+            {"id": 1, "function": "oops"},
+            "x",
+        ],
+    }
     assert comparable(message)[3][0][2] == f'"{deep}"'
     assert template_form([message])[0]["tool_calls"][0]["function"]["arguments"] == deep
     table = SessionTable(None)

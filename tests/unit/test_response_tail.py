@@ -21,8 +21,11 @@ def _entry(rng: random.Random, actual: int, k: int, vocab: int) -> dict[str, dic
     lps = sorted((-rng.random() * 8 for _ in range(k)), reverse=True)
     entry = {}
     if actual not in top:  # vLLM: the actual token first, ranked below the top K
-        entry[str(actual)] = {"logprob": lps[-1] - 1.0, "rank": k + 1 + rng.randrange(50),
-                              "decoded_token": rng.choice(NASTY)}  # fmt: skip
+        entry[str(actual)] = {
+            "logprob": lps[-1] - 1.0,
+            "rank": k + 1 + rng.randrange(50),
+            "decoded_token": rng.choice(NASTY),
+        }
     for rank, (tok, lp) in enumerate(zip(top, lps, strict=True), start=1):
         entry[str(tok)] = {"logprob": lp, "rank": rank, "decoded_token": rng.choice(NASTY)}
     return entry
@@ -32,15 +35,37 @@ def vllm_body(entries: list, route: str, prompt_tokens: int, text: str = " x") -
     """A body laid out as vLLM 0.32 writes it (starlette: compact separators, this key order)."""
     usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + 1, "completion_tokens": 1}
     if route == "completions":
-        body = {"id": "cmpl-1", "object": "text_completion", "model": "m",
-                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length",
-                             "stop_reason": None, "token_ids": None, "prompt_logprobs": entries,
-                             "prompt_token_ids": None}],
-                "usage": usage, "kv_transfer_params": None}  # fmt: skip
+        body = {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "text": text,
+                    "logprobs": None,
+                    "finish_reason": "length",
+                    "stop_reason": None,
+                    "token_ids": None,
+                    "prompt_logprobs": entries,
+                    "prompt_token_ids": None,
+                }
+            ],
+            "usage": usage,
+            "kv_transfer_params": None,
+        }
     else:
-        body = {"request_id": "r", "model": "m", "created": 1, "usage": usage, "prompt_logprobs": entries,
-                "prompt_token_id_logprobs": None, "prompt_token_ids": None, "output_mode": "tokens",
-                "choices": [{"index": 0, "logprobs": None, "finish_reason": "length", "token_ids": [5]}]}  # fmt: skip
+        body = {
+            "request_id": "r",
+            "model": "m",
+            "created": 1,
+            "usage": usage,
+            "prompt_logprobs": entries,
+            "prompt_token_id_logprobs": None,
+            "prompt_token_ids": None,
+            "output_mode": "tokens",
+            "choices": [{"index": 0, "logprobs": None, "finish_reason": "length", "token_ids": [5]}],
+        }
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 

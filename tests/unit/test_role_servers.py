@@ -27,8 +27,18 @@ def _endpoints(roles) -> dict[str, tuple]:
     return {r.role: (r.base_url, r.model, r.api_key) for r in roles}
 
 
-COMBINATIONS = list(itertools.product([None, "http://t/v1"], [False, True], [None, "http://j/v1"], [False, True],
-                                      [False, True], [None, "http://r/v1"], [False, True], [None, "pk"]))  # fmt: skip
+COMBINATIONS = list(
+    itertools.product(
+        [None, "http://t/v1"],
+        [False, True],
+        [None, "http://j/v1"],
+        [False, True],
+        [False, True],
+        [None, "http://r/v1"],
+        [False, True],
+        [None, "pk"],
+    )
+)
 
 
 @pytest.mark.parametrize("combo", COMBINATIONS, ids=lambda c: "-".join(str(bool(x))[0] for x in c))
@@ -39,8 +49,9 @@ def test_env_and_proxy_resolve_the_same_servers_and_keys(combo, monkeypatch):
     opd = _opd_block(*opd_args)
     policy = SimpleNamespace(base_url="http://p/v1", model_name="pm", api_key=policy_key)
     env_roles = resolve_role_servers(AgenticOPDConfig(tokenizer_name="x", opd=opd), [policy])
-    proxy = ProxyConfig(policy_base_url="http://p/v1", policy_model="pm", policy_api_key=policy_key,
-                        tokenizer="x", opd=opd)  # fmt: skip
+    proxy = ProxyConfig(
+        policy_base_url="http://p/v1", policy_model="pm", policy_api_key=policy_key, tokenizer="x", opd=opd
+    )
     proxy_roles = proxy_role_servers(proxy)
     assert _endpoints(env_roles) == _endpoints(proxy_roles)
     assert env_roles.teacher_is_policy == proxy_roles.teacher_is_policy

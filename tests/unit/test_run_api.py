@@ -11,9 +11,15 @@ import pytest
 from hermes_opd.devkit.run_api import RunApi, RunApiError, running_run_api
 
 REGISTRATION = {
-    "wandb_group": "t", "wandb_project": "t", "batch_size": 2, "max_token_len": 64, "checkpoint_dir": "/tmp/unused",
-    "save_checkpoint_interval": -1, "starting_step": 0, "num_steps": 1,
-}  # fmt: skip
+    "wandb_group": "t",
+    "wandb_project": "t",
+    "batch_size": 2,
+    "max_token_len": 64,
+    "checkpoint_dir": "/tmp/unused",
+    "save_checkpoint_interval": -1,
+    "starting_step": 0,
+    "num_steps": 1,
+}
 
 
 def test_reset_forgets_the_trainer_and_a_restart_keeps_the_port(tmp_path):

@@ -98,8 +98,13 @@ def test_recorder_keeps_each_row_at_its_token_position(dev_tokenizer):
         assert ids[0] == traj.tokens[pos]  # the row of the token that sits at that position
         assert (ids, lps) == made[pos]
     with pytest.raises(ValueError, match="that no turn generated"):
-        Trajectory(tokens=[1, 2], masks=[MASKED, 2], inference_logprobs=[1.0, -0.1],
-                   turns=[TurnSpan(1, 2, 1)], sampled_topk={0: ([1], [-0.1])})  # fmt: skip
+        Trajectory(
+            tokens=[1, 2],
+            masks=[MASKED, 2],
+            inference_logprobs=[1.0, -0.1],
+            turns=[TurnSpan(1, 2, 1)],
+            sampled_topk={0: ([1], [-0.1])},
+        )
 
 
 def test_group_builder_writes_a_block_the_validator_accepts(dev_tokenizer):
@@ -118,8 +123,9 @@ def test_group_builder_writes_a_block_the_validator_accepts(dev_tokenizer):
     teacher = {p: [LN(0.5), None] for p in range(first.start, first.end)}
     ids_rows, lp_rows = empty_rows(len(traj.tokens))
     distill = SequenceDistill(ids_rows, lp_rows, {}, student_topk_teacher=teacher)
-    with_opd = build_group([FinishedRollout(traj, 1.0, distill)], include_messages=False, opd=opd,
-                           student_topk_k=2)  # fmt: skip
+    with_opd = build_group(
+        [FinishedRollout(traj, 1.0, distill)], include_messages=False, opd=opd, student_topk_k=2
+    )
     block = with_opd["overrides"][0]["student_topk"]
     assert block["teacher_unknown"] == len(first)
     assert block["teacher_logprobs"] == [teacher.get(p, []) for p in block["positions"]]

@@ -54,8 +54,10 @@ def test_every_enforced_parameter_is_checked_and_named():
     assert training_sampling_problem(1.0, 1.0, {**NEUTRAL_SAMPLING_PARAMS, "top_k": 0}) is None
     problem = training_sampling_problem(1.0, 1.0, {**NEUTRAL_SAMPLING_PARAMS, "top_k": 1, "min_p": 0.1})
     assert "top_k=1, min_p=0.1" in problem
-    assert "Enforced parameters: temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, " \
-        "frequency_penalty." in problem  # fmt: skip
+    assert (
+        "Enforced parameters: temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty, "
+        "frequency_penalty." in problem
+    )
     missing = {k: v for k, v in NEUTRAL_SAMPLING_PARAMS.items() if k != "repetition_penalty"}
     assert "(repetition_penalty left to the server's generation config)" in training_sampling_problem(
         1.0, 1.0, missing

@@ -12,6 +12,13 @@ def test_every_enforced_parameter_is_sent_at_its_neutral_value():
 
     params = explicit_sampling_params(1.0, 1.0)
     assert tuple(params) == ENFORCED_SAMPLING_PARAMS
-    assert params == {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
-                      "presence_penalty": 0.0, "frequency_penalty": 0.0}  # fmt: skip
+    assert params == {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+    }
     assert set(NEUTRAL_SAMPLING_PARAMS) | {"temperature", "top_p"} == set(ENFORCED_SAMPLING_PARAMS)

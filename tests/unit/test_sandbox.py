@@ -291,9 +291,13 @@ async def test_a_killed_env_leaves_no_command_running(tmp_path):
     """SIGKILL gives the env no chance to clean up: its sandboxed commands die with it anyway (the
     parent-death signal), and the next start's reap removes the directory."""
     holder = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", HOLDER, str(tmp_path), stdout=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-c",
+        HOLDER,
+        str(tmp_path),
+        stdout=asyncio.subprocess.PIPE,
         cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
+    )
     assert (await asyncio.wait_for(holder.stdout.readline(), 60)) == b"ready\n"
     assert await wait_until(lambda: len(processes_matching("sleep 96.441")) >= 2, 5)
     holder.kill()

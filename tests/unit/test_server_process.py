@@ -23,8 +23,9 @@ from hermes_opd.runtime.server_process import (
 def test_a_server_comes_up_healthy_and_its_group_goes_down(tmp_path):
     port = free_port()
     log = tmp_path / "server.log"
-    server = start_process_group([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], log,
-                                 cwd=tmp_path)  # fmt: skip
+    server = start_process_group(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], log, cwd=tmp_path
+    )
     try:
         wait_healthy(
             server, f"http://127.0.0.1:{port}/", what="http.server", timeout_s=30, log_path=log, poll_s=0.1

@@ -101,14 +101,17 @@ async def test_each_case_gets_a_clear_verdict(tmp_path):
     task = Task(
         task_id="v",
         prompt="p",
-        hidden_tests={"kind": "stdio", "cases": [
-            {"name": "ok", "input": "1\n", "output": "1\n"},
-            {"name": "wrong", "input": "2\n", "output": "3\n"},
-            {"name": "crash", "input": "boom\n", "output": "x\n"},
-            {"name": "slow", "input": "loop\n", "output": "x\n"},
-            {"name": "flood", "input": "flood\n", "output": "x\n"},
-        ]},
-    )  # fmt: skip
+        hidden_tests={
+            "kind": "stdio",
+            "cases": [
+                {"name": "ok", "input": "1\n", "output": "1\n"},
+                {"name": "wrong", "input": "2\n", "output": "3\n"},
+                {"name": "crash", "input": "boom\n", "output": "x\n"},
+                {"name": "slow", "input": "loop\n", "output": "x\n"},
+                {"name": "flood", "input": "flood\n", "output": "x\n"},
+            ],
+        },
+    )
     source = """
         import sys
         line = input()

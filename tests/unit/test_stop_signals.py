@@ -44,8 +44,14 @@ SYNC_COMMAND = textwrap.dedent(
 def test_a_sync_command_unwinds_through_finally_on_a_real_signal(tmp_path, sig, code):
     marker = tmp_path / "cleanup"
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen([sys.executable, "-c", SYNC_COMMAND, str(marker)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SYNC_COMMAND, str(marker)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(sig)

@@ -23,8 +23,15 @@ def experiments():
 def test_previous_token_head_attends_to_the_previous_position(experiments):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager")  # fmt: skip
+    config = Qwen2Config(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_implementation="eager",
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config)
     experiments.install_previous_token_head(model)

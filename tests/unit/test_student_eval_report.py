@@ -6,8 +6,15 @@ from hermes_opd.learning_study.hint_following import Attempt, HintReport
 
 
 def attempt(task: str, hinted: bool, passed: bool, convention: str | None, followed: bool | None) -> Attempt:
-    return Attempt(task_id=task, hinted=hinted, passed=passed, parsed_call=True, written=None,
-                   convention=convention, followed=followed)  # fmt: skip
+    return Attempt(
+        task_id=task,
+        hinted=hinted,
+        passed=passed,
+        parsed_call=True,
+        written=None,
+        convention=convention,
+        followed=followed,
+    )
 
 
 def test_the_summary_counts_which_convention_each_attempt_followed_with_and_without_the_hint():

@@ -29,8 +29,16 @@ from hermes_opd.learning_study.student_model import (
 from hermes_opd.record.hint import HINT_SEPARATOR, enhance_messages
 
 SYSTEM_PROMPT = AgenticOPDConfig.model_fields["system_prompt"].default
-TINY = StudentSpec(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=1, num_kv_heads=1,
-                   steps=2, batch=2, warmup_steps=1)  # fmt: skip
+TINY = StudentSpec(
+    hidden_size=32,
+    intermediate_size=64,
+    num_layers=1,
+    num_heads=1,
+    num_kv_heads=1,
+    steps=2,
+    batch=2,
+    warmup_steps=1,
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +52,13 @@ def words():
 
 
 def _build(path, spec):
-    build_student(path, tools=TOOL_SCHEMAS, system_prompt=SYSTEM_PROMPT,
-                  excluded_values=frozenset(convention_values()), spec=spec)  # fmt: skip
+    build_student(
+        path,
+        tools=TOOL_SCHEMAS,
+        system_prompt=SYSTEM_PROMPT,
+        excluded_values=frozenset(convention_values()),
+        spec=spec,
+    )
     return weights_sha256(path)
 
 
@@ -123,8 +136,10 @@ def test_stream_renders_the_envs_prompt_and_masks_only_assistant_tokens(tokenize
     stream = PretrainStream(tokenizer, TOOL_SCHEMAS, SYSTEM_PROMPT, words, seed=0)
     env_render = tokenizer.apply_chat_template(
         [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "anything"}],
-        tools=TOOL_SCHEMAS, tokenize=True, return_dict=False,
-    )  # fmt: skip
+        tools=TOOL_SCHEMAS,
+        tokenize=True,
+        return_dict=False,
+    )
     assert env_render[: len(stream.prefix)] == stream.prefix and len(stream.prefix) > 500
     ids, mask = stream.example_ids()
     learned = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
@@ -150,7 +165,7 @@ def test_shared_prefix_loss_equals_the_plain_forward(tokenizer, words):
             num_attention_heads=2,
             num_key_value_heads=1,
             tie_word_embeddings=False,
-        )  # fmt: skip
+        )
     ).eval()
     batch = stream.batch(3)
     shared = shared_prefix_loss(model, stream.prefix, batch)

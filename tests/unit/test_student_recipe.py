@@ -27,15 +27,18 @@ SYSTEM_PROMPT = AgenticOPDConfig.model_fields["system_prompt"].default
 TINY_SHAPE = StudentSpec(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=1, num_kv_heads=1)
 TINY_RECIPE = (
     Phase("induction", steps=2, induct=4, induct_len=6, warmup_steps=1),
-    Phase("mix", steps=2, conv=1, choice=2, drill=2, induct=2, pseudo=50, verbatim=True, seed=1, warmup_steps=1),
-)  # fmt: skip
+    Phase(
+        "mix", steps=2, conv=1, choice=2, drill=2, induct=2, pseudo=50, verbatim=True, seed=1, warmup_steps=1
+    ),
+)
 
 
 @pytest.fixture(scope="module")
 def corpus():
     phase = Phase("t", steps=1, induct=1, induct_len=8, pseudo=50, verbatim=True)
-    return recipe_corpus(dev_tokenizer(DevModelSpec()), TOOL_SCHEMAS, SYSTEM_PROMPT,
-                         frozenset(convention_values()), phase)  # fmt: skip
+    return recipe_corpus(
+        dev_tokenizer(DevModelSpec()), TOOL_SCHEMAS, SYSTEM_PROMPT, frozenset(convention_values()), phase
+    )
 
 
 def test_verbatim_writes_the_backtick_tokens_after_def_and_the_same_text(corpus):
@@ -94,8 +97,14 @@ def test_schedule_and_bad_phases():
 
 
 def _build(path, recipe=TINY_RECIPE):
-    build_recipe_student(path, tools=TOOL_SCHEMAS, system_prompt=SYSTEM_PROMPT,
-                         excluded_values=frozenset(convention_values()), recipe=recipe, spec=TINY_SHAPE)  # fmt: skip
+    build_recipe_student(
+        path,
+        tools=TOOL_SCHEMAS,
+        system_prompt=SYSTEM_PROMPT,
+        excluded_values=frozenset(convention_values()),
+        recipe=recipe,
+        spec=TINY_SHAPE,
+    )
     return weights_sha256(path)
 
 

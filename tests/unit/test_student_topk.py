@@ -22,9 +22,17 @@ def test_parse_top_rows_best_first_and_drops_the_extra_sampled_entry():
 
 
 def test_parse_generated_checks_one_row_per_token():
-    body = {"choices": [{"index": 0, "token_ids": [5, 6], "finish_reason": "length", "text": "",
-                         "logprobs": {"token_logprobs": [-0.1, -0.2],
-                                      "top_logprobs": [{"token_id:5": -0.1}]}}]}  # fmt: skip
+    body = {
+        "choices": [
+            {
+                "index": 0,
+                "token_ids": [5, 6],
+                "finish_reason": "length",
+                "text": "",
+                "logprobs": {"token_logprobs": [-0.1, -0.2], "top_logprobs": [{"token_id:5": -0.1}]},
+            }
+        ]
+    }
     with pytest.raises(UnexpectedResponseError, match="2 token ids but 1 top-logprob rows"):
         parse_generated(body, 1, top_k=1)
     assert parse_generated(body, 1)[0].top_ids is None  # not asked for: not read

@@ -22,8 +22,13 @@ MBPP_LIKE = [
         "    j = s.rfind(ch)\n    if j >= 0:\n        s = s[:j] + s[j + 1:]\n    return s\n",
     }
 ]
-MBPP_MAP = {"task_id": "id", "prompt": "text", "hidden_tests": "test_list", "public_tests": "challenge_test_list",
-            "reference_solution": "code"}  # fmt: skip
+MBPP_MAP = {
+    "task_id": "id",
+    "prompt": "text",
+    "hidden_tests": "test_list",
+    "public_tests": "challenge_test_list",
+    "reference_solution": "code",
+}
 
 
 async def test_an_hf_dataset_of_assert_lines_loads_and_scores(tmp_path):

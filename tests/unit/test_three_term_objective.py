@@ -64,9 +64,16 @@ def make_group(lps: list[dict[int, float]]) -> dict:
         advantages.append(process_advantages(len(tokens), PRM_TURNS[seq]))
         block = make_prm_block(PRM_TURNS[seq], m=3, backend="rules", at_least_one_effective=True)
         overrides.append({"turn_spans": [list(s) for s in SPANS], "prm": block})
-    return {"tokens": [list(t) for t in TOKENS], "masks": masks, "scores": SCORES, "inference_logprobs": inference,
-            "advantages": advantages, "distill_token_ids": ids_rows, "distill_logprobs": lp_rows,
-            "overrides": overrides}  # fmt: skip
+    return {
+        "tokens": [list(t) for t in TOKENS],
+        "masks": masks,
+        "scores": SCORES,
+        "inference_logprobs": inference,
+        "advantages": advantages,
+        "distill_token_ids": ids_rows,
+        "distill_logprobs": lp_rows,
+        "overrides": overrides,
+    }
 
 
 def ppo(r: float, a: float, low: float, high: float) -> float:
@@ -140,9 +147,16 @@ def test_torch_trainer_runs_the_three_term_objective(weights, tmp_path):
 
     torch.manual_seed(0)
     Qwen2ForCausalLM(
-        Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                    num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
-    ).save_pretrained(tmp_path / "tiny")  # fmt: skip
+        Qwen2Config(
+            vocab_size=V,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=64,
+        )
+    ).save_pretrained(tmp_path / "tiny")
     w_grpo, w_prm, w_opd = weights
     trainer = TorchTrainer(
         parse_trainer_config(

@@ -63,11 +63,15 @@ def _torch_objective(table: LogitTable, batch, config: LossConfig):
     index = torch.cat([batch.target_ids_BT[..., None], batch.teacher_topk_ids_BTK], dim=-1)
     logits = torch.stack(
         [
-            torch.cat([table(batch.input_ids_BT[b, : int(batch.attention_mask_BT[b].sum())].tolist()),
-                       torch.zeros(batch.input_ids_BT.shape[1] - int(batch.attention_mask_BT[b].sum()), V)])
+            torch.cat(
+                [
+                    table(batch.input_ids_BT[b, : int(batch.attention_mask_BT[b].sum())].tolist()),
+                    torch.zeros(batch.input_ids_BT.shape[1] - int(batch.attention_mask_BT[b].sum()), V),
+                ]
+            )
             for b in range(batch.batch_size)
         ]
-    )  # fmt: skip
+    )
     gathered = gather_logprobs(logits, index)
     return compute_objective(StudentLogprobs(gathered[..., 0], gathered[..., 1:]), batch, config)
 
@@ -129,8 +133,13 @@ def test_tinker_optimizes_the_torch_grpo_loss_with_its_clip():
 
 @pytest.mark.parametrize(
     ("mode", "direction", "objective"),
-    [("topk", "reverse", "pg"), ("topk", "forward", "pg"), ("token", "reverse", "pg"), ("token", "reverse", "ppo")],
-)  # fmt: skip
+    [
+        ("topk", "reverse", "pg"),
+        ("topk", "forward", "pg"),
+        ("token", "reverse", "pg"),
+        ("token", "reverse", "ppo"),
+    ],
+)
 def test_one_custom_call_equals_the_torch_objective_value_and_gradient(mode, direction, objective):
     config = _tinker_config(
         opd_mode=mode, kl_direction=direction, opd_token_objective=objective, w_grpo=0.6, w_opd=0.7
@@ -206,8 +215,16 @@ def test_zero_weight_terms_are_still_logged(zero):
     config = _tinker_config(**{zero: 0.0})
     metrics = TinkerOPDTrainer(config, FakeTinkerService(table)).train_step(groups)
     full = _torch_objective(table, build_objective_step(groups, LossConfig()).batch, LossConfig())
-    for name in ("loss/grpo", "loss/opd", "grpo/clip_frac", "grpo/ratio_mean", "grpo/approx_kl",
-                 "opd/reverse_kl", "opd/forward_kl", "opd/teacher_topk_mass"):  # fmt: skip
+    for name in (
+        "loss/grpo",
+        "loss/opd",
+        "grpo/clip_frac",
+        "grpo/ratio_mean",
+        "grpo/approx_kl",
+        "opd/reverse_kl",
+        "opd/forward_kl",
+        "opd/teacher_topk_mass",
+    ):
         assert metrics[name] == pytest.approx(float(full.metrics[name]), rel=1e-5, abs=1e-7), name
     other = "opd" if zero == "w_grpo" else "grpo"
     assert metrics["loss/total"] == pytest.approx(float(full.metrics[f"loss/{other}"]), rel=1e-5)
@@ -296,9 +313,16 @@ def test_torch_trainer_and_tinker_adapter_give_the_same_loss_and_gradient(tmp_pa
     torch.manual_seed(0)
     model_dir = tmp_path / "tiny"
     Qwen2ForCausalLM(
-        Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                    num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
-    ).save_pretrained(model_dir)  # fmt: skip
+        Qwen2Config(
+            vocab_size=V,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=64,
+        )
+    ).save_pretrained(model_dir)
     loss = {"w_grpo": 0.8, "w_opd": 0.5, "clip_low": 0.1, "clip_high": 0.3}
     torch_trainer = TorchTrainer(
         parse_trainer_config(

@@ -59,9 +59,15 @@ def dropout_model_dir(tmp_path):
 
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, attention_dropout=0.3,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        attention_dropout=0.3,
+    )
     path = tmp_path / "dropout-qwen2"
     Qwen2ForCausalLM(config).save_pretrained(path)
     return path

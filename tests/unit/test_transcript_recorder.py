@@ -24,12 +24,16 @@ def test_each_context_is_a_prefix_of_the_next_and_spans_are_exact(dev_tokenizer)
     # The first context is exactly the template's rendering with a generation prompt.
     expected = dev_tokenizer.apply_chat_template(
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Write add."}],
-        tools=DEV_TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False,
-    )  # fmt: skip
+        tools=DEV_TOOLS,
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
     assert first == expected
     gen1 = generate(dev_tokenizer, " " + CALL)  # a leading space: BPE would merge it differently in context
-    span1 = recorder.record_generation(gen1, [-0.5] * len(gen1), {"role": "assistant", "content": ""},
-                                       dev_tokenizer.decode(gen1[:-1]))  # fmt: skip
+    span1 = recorder.record_generation(
+        gen1, [-0.5] * len(gen1), {"role": "assistant", "content": ""}, dev_tokenizer.decode(gen1[:-1])
+    )
     second = recorder.extend([{"role": "tool", "name": "terminal", "content": "solution.py"}])
     assert second[: len(first)] == first
     assert second[span1.start : span1.end] == gen1, "generated ids are kept exactly, never re-tokenized"
@@ -201,10 +205,15 @@ def test_qwen3_style_template_records_tool_loops_exactly_and_starts_a_new_sequen
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Write add."}]
     )
     assert recorder.history.as_dict() == {
-        "tool_append_only": True, "user_append_only": False, "past_reasoning": "dropped_before_last_user",
-    }  # fmt: skip
-    raw = ["<think>\nI write it first.\n</think>\n\n" + CALL, "<think>\nNow check.\n</think>\n\n" + CALL,
-           "<think>\nIt works.\n</think>\n\nDone."]  # fmt: skip
+        "tool_append_only": True,
+        "user_append_only": False,
+        "past_reasoning": "dropped_before_last_user",
+    }
+    raw = [
+        "<think>\nI write it first.\n</think>\n\n" + CALL,
+        "<think>\nNow check.\n</think>\n\n" + CALL,
+        "<think>\nIt works.\n</think>\n\nDone.",
+    ]
     spans, contexts = [], [context]
     for i, text in enumerate(raw):
         gen = generate(qwen3, text)

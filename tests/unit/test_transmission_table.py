@@ -8,9 +8,14 @@ from hermes_opd.learning_study.transmission import main, run_rows
 
 
 def evaluation(passed: int, module: int, name: int) -> dict:
-    return {"eval/pass@1": passed / 24, "eval/tasks": 24.0, "conventions": {
-        "module": {"attempts": 12, "followed": module}, "name": {"attempts": 12, "followed": name},
-    }}  # fmt: skip
+    return {
+        "eval/pass@1": passed / 24,
+        "eval/tasks": 24.0,
+        "conventions": {
+            "module": {"attempts": 12, "followed": module},
+            "name": {"attempts": 12, "followed": name},
+        },
+    }
 
 
 def document(constant: bool) -> dict:

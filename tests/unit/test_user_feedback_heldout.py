@@ -51,8 +51,10 @@ def test_another_reader_module_is_scored_with_its_own_api(tmp_path):
     reader.write_text(OLD_READER)
     run = subprocess.run(
         [sys.executable, "-m", "judge.eval.user_feedback_score", "--reader", str(reader)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0 and run.stdout.strip().endswith(")"), run
     assert run.stdout.startswith("1/40 read right (acceptances 0/20, corrections 1/20, unread 39)"), (
         run.stdout

@@ -50,8 +50,17 @@ def test_prompt_topk_rejects_bad_shapes(body, message):
 
 
 def test_generated_parsing_and_errors():
-    body = {"choices": [{"index": 0, "token_ids": [5, 2], "logprobs": {"token_logprobs": [-0.5, -0.1]},
-                         "finish_reason": "stop", "text": "a"}]}  # fmt: skip
+    body = {
+        "choices": [
+            {
+                "index": 0,
+                "token_ids": [5, 2],
+                "logprobs": {"token_logprobs": [-0.5, -0.1]},
+                "finish_reason": "stop",
+                "text": "a",
+            }
+        ]
+    }
     (seq,) = parse_generated(body, expected_n=1)
     assert seq.token_ids == [5, 2] and seq.logprobs == [-0.5, -0.1] and seq.finish_reason == "stop"
     with pytest.raises(UnexpectedResponseError, match="asked for n=2"):

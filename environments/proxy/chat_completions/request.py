@@ -102,16 +102,24 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> ToolChoice:
         return "auto"
     if isinstance(value, str):
         if value not in TOOL_CHOICES:
-            raise WireError(f"tool_choice must be one of {sorted(TOOL_CHOICES)} or a function, got {value!r:.40}",
-                            param="tool_choice")  # fmt: skip
+            raise WireError(
+                f"tool_choice must be one of {sorted(TOOL_CHOICES)} or a function, got {value!r:.40}",
+                param="tool_choice",
+            )
         if value == "required" and not tools:
             raise WireError("tool_choice 'required' needs tools", param="tool_choice")
         return value  # type: ignore[return-value]
     function = value.get("function") if isinstance(value, dict) else None
-    if not isinstance(value, dict) or value.get("type") != "function" or not isinstance(function, dict) \
-            or not isinstance(function.get("name"), str):  # fmt: skip
-        raise WireError("tool_choice must be a string or {'type': 'function', 'function': {'name': ...}}",
-                        param="tool_choice")  # fmt: skip
+    if (
+        not isinstance(value, dict)
+        or value.get("type") != "function"
+        or not isinstance(function, dict)
+        or not isinstance(function.get("name"), str)
+    ):
+        raise WireError(
+            "tool_choice must be a string or {'type': 'function', 'function': {'name': ...}}",
+            param="tool_choice",
+        )
     name = function["name"]
     if name not in {t["function"]["name"] for t in tools or []}:
         raise WireError(f"tool_choice names {name!r:.80}, which is not among the tools", param="tool_choice")
@@ -210,8 +218,16 @@ def conversation_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]
             for call in message["tool_calls"]:
                 function = call["function"]
                 names[str(call.get("id"))] = function["name"]
-                converted["tool_calls"].append({"id": call.get("id"), "type": "function", "function": {
-                    "name": function["name"], "arguments": _arguments_text(function.get("arguments"))}})  # fmt: skip
+                converted["tool_calls"].append(
+                    {
+                        "id": call.get("id"),
+                        "type": "function",
+                        "function": {
+                            "name": function["name"],
+                            "arguments": _arguments_text(function.get("arguments")),
+                        },
+                    }
+                )
         if role == "tool":
             converted["tool_call_id"] = message["tool_call_id"]
             converted["name"] = message.get("name") or names.get(message["tool_call_id"], "tool")

@@ -23,8 +23,14 @@ ERROR_TYPES = {
 
 
 def error_body(error: WireError) -> dict[str, Any]:
-    return {"error": {"message": error.message, "type": ERROR_TYPES.get(error.kind, "invalid_request_error"),
-                      "param": error.param, "code": error.code}}  # fmt: skip
+    return {
+        "error": {
+            "message": error.message,
+            "type": ERROR_TYPES.get(error.kind, "invalid_request_error"),
+            "param": error.param,
+            "code": error.code,
+        }
+    }
 
 
 def reply_message(turn: AssistantTurn) -> dict[str, Any]:
@@ -44,8 +50,11 @@ def reply_message(turn: AssistantTurn) -> dict[str, Any]:
 
 
 def usage(turn: AssistantTurn) -> dict[str, int]:
-    return {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
-            "total_tokens": turn.prompt_tokens + turn.completion_tokens}  # fmt: skip
+    return {
+        "prompt_tokens": turn.prompt_tokens,
+        "completion_tokens": turn.completion_tokens,
+        "total_tokens": turn.prompt_tokens + turn.completion_tokens,
+    }
 
 
 def completion_body(completion_id: str, model: str, turn: AssistantTurn) -> dict[str, Any]:
@@ -78,9 +87,15 @@ class ChunkWriter:
         return f"data: {json.dumps(body, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return self._event({"id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
-                            "model": self.model,
-                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})  # fmt: skip
+        return self._event(
+            {
+                "id": self.completion_id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            }
+        )
 
     def role(self) -> bytes:
         return self.chunk({"role": "assistant", "content": ""})
@@ -105,14 +120,23 @@ class ChunkWriter:
                         }
                     ]
                 }
-            )  # fmt: skip
+            )
             for i, c in enumerate(turn.tool_calls)
         ]
         out.append(self.chunk({}, turn.finish_reason))
         if include_usage:
-            out.append(self._event({"id": self.completion_id, "object": "chat.completion.chunk",
-                                    "created": self.created, "model": self.model, "choices": [],
-                                    "usage": usage(turn)}))  # fmt: skip
+            out.append(
+                self._event(
+                    {
+                        "id": self.completion_id,
+                        "object": "chat.completion.chunk",
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": usage(turn),
+                    }
+                )
+            )
         out.append(b"data: [DONE]\n\n")
         return b"".join(out)
 

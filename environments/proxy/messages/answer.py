@@ -93,8 +93,11 @@ class MessageStream:
         if not text:
             return []
         block.text += text
-        delta = {"type": "thinking_delta", "thinking": text} if block.kind == "thinking" else {
-            "type": "text_delta", "text": text}  # fmt: skip
+        delta = (
+            {"type": "thinking_delta", "thinking": text}
+            if block.kind == "thinking"
+            else {"type": "text_delta", "text": text}
+        )
         return [{"type": "content_block_delta", "index": block.index, "delta": delta}]
 
     def _close(self, block: _Block, final: str) -> list[dict[str, Any]]:
@@ -155,11 +158,18 @@ class MessageStream:
                 "input": _input(call.arguments),
             }
             events += [
-                {"type": "content_block_start", "index": block.index, "content_block": {**block.done, "input": {}}},
-                {"type": "content_block_delta", "index": block.index,
-                 "delta": {"type": "input_json_delta", "partial_json": json.dumps(block.done["input"])}},
+                {
+                    "type": "content_block_start",
+                    "index": block.index,
+                    "content_block": {**block.done, "input": {}},
+                },
+                {
+                    "type": "content_block_delta",
+                    "index": block.index,
+                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(block.done["input"])},
+                },
                 {"type": "content_block_stop", "index": block.index},
-            ]  # fmt: skip
+            ]
         self.final = self._message(turn)
         usage = {"input_tokens": turn.prompt_tokens, "output_tokens": turn.completion_tokens}
         return events + [
@@ -167,6 +177,6 @@ class MessageStream:
                 "type": "message_delta",
                 "delta": {"stop_reason": self.final["stop_reason"], "stop_sequence": None},
                 "usage": usage,
-            },  # fmt: skip
+            },
             {"type": "message_stop"},
         ]

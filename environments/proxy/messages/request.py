@@ -139,8 +139,10 @@ def _text(content: str | list[TextBlock] | None, joiner: str = "\n\n") -> str:
 
 def _only(index: int, role: str, block: Any, allowed: tuple[type, ...]) -> None:
     if not isinstance(block, allowed):
-        raise WireError(f"messages[{index}]: a {block.type} block cannot be in a {role} message",
-                        param=f"messages[{index}].content")  # fmt: skip
+        raise WireError(
+            f"messages[{index}]: a {block.type} block cannot be in a {role} message",
+            param=f"messages[{index}].content",
+        )
 
 
 def _user(index: int, message: Message, names: dict[str, str]) -> list[dict[str, Any]]:
@@ -187,8 +189,13 @@ def _assistant(index: int, message: Message, names: dict[str, str]) -> dict[str,
             thinking.append(block.thinking)
         elif isinstance(block, ToolUseBlock):
             names[block.id] = block.name
-            reply.setdefault("tool_calls", []).append({"id": block.id, "type": "function",
-                "function": {"name": block.name, "arguments": json.dumps(block.input)}})  # fmt: skip
+            reply.setdefault("tool_calls", []).append(
+                {
+                    "id": block.id,
+                    "type": "function",
+                    "function": {"name": block.name, "arguments": json.dumps(block.input)},
+                }
+            )
         # redacted thinking is encrypted elsewhere: nothing of it is text this model wrote
     if thinking:
         reply["reasoning_content"] = "".join(thinking)
@@ -206,8 +213,10 @@ def _tools(request: MessagesRequest) -> list[dict[str, Any]] | None:
                 f"tools[{index}]: a second tool named {tool.name!r}", param=f"tools[{index}].name"
             )
         if tool.type not in (None, "custom"):
-            raise WireError(f"tools[{index}]: server tools ({tool.type!r}) are not supported, only client tools",
-                            param=f"tools[{index}].type")  # fmt: skip
+            raise WireError(
+                f"tools[{index}]: server tools ({tool.type!r}) are not supported, only client tools",
+                param=f"tools[{index}].type",
+            )
         if tool.input_schema is None:
             raise WireError(f"tools[{index}].input_schema is required", param=f"tools[{index}].input_schema")
         seen.add(tool.name)

@@ -163,7 +163,7 @@ class ResponseStream:
                 output_index=item.index,
                 content_index=0,
                 part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
-            ),  # fmt: skip
+            ),
         ]
 
     def _delta(self, item: _Item, text: str) -> list[dict[str, Any]]:
@@ -181,8 +181,13 @@ class ResponseStream:
         events = self._delta(item, final[len(item.text) :]) if final.startswith(item.text) else []
         self.open = None
         if item.kind == "reasoning":
-            item.done = {"id": item.id, "type": "reasoning", "summary": [], "status": "completed",
-                         "content": [{"type": "reasoning_text", "text": final}]}  # fmt: skip
+            item.done = {
+                "id": item.id,
+                "type": "reasoning",
+                "summary": [],
+                "status": "completed",
+                "content": [{"type": "reasoning_text", "text": final}],
+            }
             return events + [
                 self._event(
                     "response.reasoning_text.done",
@@ -190,7 +195,7 @@ class ResponseStream:
                     output_index=item.index,
                     content_index=0,
                     text=final,
-                ),  # fmt: skip
+                ),
                 self._event("response.output_item.done", output_index=item.index, item=item.done),
             ]
         part = {"type": "output_text", "text": final, "annotations": [], "logprobs": []}
@@ -209,14 +214,14 @@ class ResponseStream:
                 content_index=0,
                 text=final,
                 logprobs=[],
-            ),  # fmt: skip
+            ),
             self._event(
                 "response.content_part.done",
                 item_id=item.id,
                 output_index=item.index,
                 content_index=0,
                 part=part,
-            ),  # fmt: skip
+            ),
             self._event("response.output_item.done", output_index=item.index, item=item.done),
         ]
 
@@ -260,8 +265,14 @@ class ResponseStream:
         for call in turn.tool_calls:
             item = _Item(len(self.items), "function_call")
             self.items.append(item)
-            added = {"id": item.id, "type": "function_call", "call_id": call.id, "name": call.name,
-                     "arguments": "", "status": "in_progress"}  # fmt: skip
+            added = {
+                "id": item.id,
+                "type": "function_call",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": "",
+                "status": "in_progress",
+            }
             item.done = {**added, "arguments": call.arguments, "status": "completed"}
             events += [
                 self._event("response.output_item.added", output_index=item.index, item=added),
@@ -270,14 +281,14 @@ class ResponseStream:
                     item_id=item.id,
                     output_index=item.index,
                     delta=call.arguments,
-                ),  # fmt: skip
+                ),
                 self._event(
                     "response.function_call_arguments.done",
                     item_id=item.id,
                     output_index=item.index,
                     name=call.name,
                     arguments=call.arguments,
-                ),  # fmt: skip
+                ),
                 self._event("response.output_item.done", output_index=item.index, item=item.done),
             ]
         status = "incomplete" if turn.finish_reason == "length" else "completed"

@@ -17,8 +17,14 @@ TYPES = {
 
 
 def error_body(error: WireError) -> dict[str, Any]:
-    return {"error": {"message": error.message, "type": TYPES.get(error.kind, "invalid_request_error"),
-                      "param": error.param, "code": error.code}}  # fmt: skip
+    return {
+        "error": {
+            "message": error.message,
+            "type": TYPES.get(error.kind, "invalid_request_error"),
+            "param": error.param,
+            "code": error.code,
+        }
+    }
 
 
 def stream_error_code(error: WireError) -> str:

@@ -131,11 +131,25 @@ class HostedTool(_Part):
     type: str = Field(min_length=1, max_length=64)
 
 
-HOSTED_TOOLS = frozenset({
-    "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
-    "file_search", "code_interpreter", "image_generation", "computer", "computer_use_preview", "mcp",
-    "local_shell", "shell", "apply_patch", "custom", "tool_search",
-})  # fmt: skip
+HOSTED_TOOLS = frozenset(
+    {
+        "web_search",
+        "web_search_preview",
+        "web_search_2025_08_26",
+        "web_search_preview_2025_03_11",
+        "file_search",
+        "code_interpreter",
+        "image_generation",
+        "computer",
+        "computer_use_preview",
+        "mcp",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "custom",
+        "tool_search",
+    }
+)
 """The provider-run tool types of OpenAI's Responses API (left out of what the model sees); any
 other type is a 400."""
 
@@ -252,8 +266,9 @@ def _tool_choice(request: ResponsesRequest, names: set[str]) -> ToolChoice:
     choice = request.tool_choice
     if isinstance(choice, FunctionChoice):
         if choice.name not in names:
-            raise WireError(f"tool_choice names {choice.name!r}, which is not among the tools",
-                            param="tool_choice")  # fmt: skip
+            raise WireError(
+                f"tool_choice names {choice.name!r}, which is not among the tools", param="tool_choice"
+            )
         return NamedTool(choice.name)
     if choice == "required" and not names:
         raise WireError("tool_choice 'required' needs at least one tool", param="tool_choice")
@@ -306,8 +321,13 @@ class _Messages:
         elif isinstance(item, MessageItem):
             self.open_assistant()["content"] += _text(item.content)
         elif isinstance(item, FunctionCallItem):
-            self.open_assistant().setdefault("tool_calls", []).append({"id": item.call_id, "type": "function",
-                "function": {"name": item.name, "arguments": item.arguments}})  # fmt: skip
+            self.open_assistant().setdefault("tool_calls", []).append(
+                {
+                    "id": item.call_id,
+                    "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments},
+                }
+            )
             self.names[item.call_id] = item.name
         elif isinstance(item, FunctionCallOutputItem):
             self.flush()
