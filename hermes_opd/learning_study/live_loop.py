@@ -260,7 +260,7 @@ def run_live_arm(
         rounds = asyncio.run(
             run_rounds(settings, proxy_root, seed, trainer, started + loop.run_timeout_s, say)
         )
-        proxy_metrics = httpx.get(f"{proxy_root}/metrics", timeout=10).json()
+        proxy_metrics = httpx.get(f"{proxy_root}/metrics.json", timeout=10).json()
         try:
             trainer.wait(timeout=max(1.0, started + loop.run_timeout_s - time.monotonic()))
         except subprocess.TimeoutExpired as exc:
