@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,26 +106,12 @@ class VLLMCompletionsClient:
         `decode_on_loop`: see `post`."""
         session = await self._get_session()
         url = f"{root_url(self.base_url) if root else self.base_url}{path}"
-        try:
+        with self._connection_errors():
             async with session.post(url, data=json.dumps(payload)) as response:
                 raw = await response.read()
                 status = response.status
-        except aiohttp.ClientConnectorError as exc:
-            raise ServerUnreachableError(
-                f"cannot connect to vLLM at {self.base_url} ({exc.os_error or exc}); is the server running and is "
-                f"`base_url` right?"
-            ) from exc
-        except TimeoutError as exc:
-            raise TransientServerError(
-                f"vLLM at {self.base_url} did not answer within {self.timeout_s:.0f}s"
-            ) from exc
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            raise TransientServerError(f"connection to vLLM at {self.base_url} broke: {exc}") from exc
         if status != 200:
-            body_text = raw.decode("utf-8", errors="replace")
-            if status >= 500:
-                raise TransientServerError(f"vLLM at {self.base_url} answered {status}: {body_text[:300]}")
-            await self._raise_client_error(status, body_text, payload)
+            await self._raise_for_status(status, raw.decode("utf-8", errors="replace"), payload)
         if decode_on_loop:
             return self._decode(raw, decode)
         return await self.decode_body(raw, decode)
@@ -146,6 +132,29 @@ class VLLMCompletionsClient:
             raise UnexpectedResponseError(
                 f"vLLM at {self.base_url} answered 200 with a body that is not JSON: {body_text[:200]!r}"
             ) from exc
+
+    @contextlib.contextmanager
+    def _connection_errors(self) -> Iterator[None]:
+        """Connecting and waiting for vLLM's answer: its failures as this package's error types."""
+        try:
+            yield
+        except aiohttp.ClientConnectorError as exc:
+            raise ServerUnreachableError(
+                f"cannot connect to vLLM at {self.base_url} ({exc.os_error or exc}); is the server running and is "
+                f"`base_url` right?"
+            ) from exc
+        except TimeoutError as exc:
+            raise TransientServerError(
+                f"vLLM at {self.base_url} did not answer within {self.timeout_s:.0f}s"
+            ) from exc
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            raise TransientServerError(f"connection to vLLM at {self.base_url} broke: {exc}") from exc
+
+    async def _raise_for_status(self, status: int, body_text: str, payload: dict[str, Any]) -> None:
+        """A non-200 answer: a 5xx is transient, a 4xx is classified by `_raise_client_error`."""
+        if status >= 500:
+            raise TransientServerError(f"vLLM at {self.base_url} answered {status}: {body_text[:300]}")
+        await self._raise_client_error(status, body_text, payload)
 
     async def _raise_client_error(self, status: int, body_text: str, payload: dict[str, Any]) -> None:
         message = body_text
@@ -320,29 +329,14 @@ class VLLMCompletionsClient:
     async def _open_stream(self, payload: dict[str, Any]) -> aiohttp.ClientResponse:
         session = await self._get_session()
         url = f"{self.base_url}/completions"
-        try:
+        with self._connection_errors():
             response = await session.post(url, data=json.dumps(payload))
-        except aiohttp.ClientConnectorError as exc:
-            raise ServerUnreachableError(
-                f"cannot connect to vLLM at {self.base_url} ({exc.os_error or exc}); is the server running and is "
-                f"`base_url` right?"
-            ) from exc
-        except TimeoutError as exc:
-            raise TransientServerError(
-                f"vLLM at {self.base_url} did not answer within {self.timeout_s:.0f}s"
-            ) from exc
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            raise TransientServerError(f"connection to vLLM at {self.base_url} broke: {exc}") from exc
         if response.status != 200:
             try:
                 body_text = (await response.read()).decode("utf-8", errors="replace")
             finally:
                 response.release()
-            if response.status >= 500:
-                raise TransientServerError(
-                    f"vLLM at {self.base_url} answered {response.status}: {body_text[:300]}"
-                )
-            await self._raise_client_error(response.status, body_text, payload)
+            await self._raise_for_status(response.status, body_text, payload)
         return response
 
 
