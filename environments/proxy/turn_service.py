@@ -48,6 +48,7 @@ from environments.proxy.streaming_split import THINK_OPEN, StreamSplitter, remai
 from environments.proxy.tool_markup import call_markup, tool_call_grammar
 from environments.proxy.turn_sample import TurnSample
 from environments.rollout.agent_loop import assistant_message
+from hermes_opd.record.transcript_recorder import split_eos
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
 from hermes_opd.vllm_api.errors import BadRequestError, VLLMError
 from hermes_opd.vllm_api.wire_format import GeneratedSequence
@@ -311,9 +312,7 @@ class TurnService:
         self, conversation: Conversation, text: str, sampled: Sampled, prepared: Prepared, prompt_tokens: int
     ) -> tuple[AssistantTurn, dict[str, Any], str]:
         """(the answer, the recorder's message, the raw text with special tokens)."""
-        ids = list(sampled.token_ids)
-        if ids and ids[-1] == self.tokenizer.eos_token_id:
-            ids = ids[:-1]
+        ids, _ = split_eos(list(sampled.token_ids), self.tokenizer.eos_token_id)
         raw = self.tokenizer.decode(ids, skip_special_tokens=False)
         finish = "length" if sampled.finish_reason == "length" else "stop"
         parts = answer_parts(

@@ -262,6 +262,12 @@ class TranscriptRecorder:
 
     def split_generation(self, token_ids: list[int]) -> tuple[list[int], bool]:
         """(ids without a trailing EOS, whether the model stopped with its EOS)."""
-        if token_ids and token_ids[-1] == self.eos_id:
-            return token_ids[:-1], True
-        return token_ids, False
+        return split_eos(token_ids, self.eos_id)
+
+
+def split_eos(token_ids: list[int], eos_id: int | None) -> tuple[list[int], bool]:
+    """(ids without a trailing EOS, whether the model stopped with its EOS): the one rule for the
+    env's recorder and the proxy's answers."""
+    if token_ids and token_ids[-1] == eos_id:
+        return token_ids[:-1], True
+    return token_ids, False
