@@ -1,7 +1,8 @@
 """Issue #41's large-request check, as a user would run it: a real `hermes-opd proxy` process in
 front of a real dev vLLM, seven 3.9 MB chat requests (each in its own session), and meanwhile
-`/health` every 20 ms and a small real chat request every 200 ms. Prints the longest stall of each,
-what the large requests got, and the proxy's RSS before, during and after the sessions are deleted.
+`/health` every 20 ms and a small real chat request every 200 ms. Prints the longest stall of each
+(for the small requests also the proxy's own time from its /metrics.json, apart from vLLM's), what
+the large requests got, and the proxy's RSS before, during and after the sessions are deleted.
 
     .venv/bin/python scripts/proxy_large_requests.py --model-dir .cache/dev-model
 
@@ -78,13 +79,16 @@ async def measure(proxy: str, pid: int, count: int, size: int) -> dict:
         await asyncio.sleep(1.0)
         done.set()
         await asyncio.gather(*probes)
+        await asyncio.sleep(2.0)
         rss["after_requests"] = rss_mib(pid)
         deleted = []
         for index in range(count):
             async with http.delete(f"{proxy}/v1/sessions/big-{index}") as response:
                 deleted.append(response.status)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(3.0)  # the proxy returns freed memory every 2 s at most
         rss["after_delete"] = rss_mib(pid)
+        async with http.get(f"{proxy}/metrics.json") as response:
+            latency = (await response.json())["latency"]  # only the small requests were answered
     return {
         "large_requests": count,
         "large_body_bytes": len(json.dumps({"content": big_text})),
@@ -97,6 +101,8 @@ async def measure(proxy: str, pid: int, count: int, size: int) -> dict:
         "small_requests": len(small_s),
         "small_max_s": round(max(small_s), 3),
         "small_p50_s": round(sorted(small_s)[len(small_s) // 2], 3),
+        "small_proxy_own_ms": {k: latency[k] for k in ("own_ms_p50", "own_ms_p95", "own_ms_max")},
+        "small_vllm_ms": {k: latency[k] for k in ("upstream_ms_p50", "upstream_ms_p95")},
         "rss_mib": {k: round(v, 1) for k, v in rss.items()},
     }
 

@@ -33,7 +33,7 @@ else
 fi
 
 echo "[test] pytest"
-"$VENV/bin/python" -m pytest -p no:cacheprovider "$@"
+"$VENV/bin/python" -m pytest -p no:cacheprovider --durations=40 "$@"
 rc=$?
 if [ "$rc" = "5" ]; then
   echo "[test] pytest collected no tests: failing" >&2

@@ -68,6 +68,37 @@ def dev_server(dev_model_dir, tmp_path_factory):
         server.stop()
 
 
+TRUNCATING_GENERATION_CONFIG = {"top_k": 1, "top_p": 0.5, "repetition_penalty": 1.3}
+"""What the second dev vLLM's model copy adds to its generation_config.json: vLLM fills any sampling
+parameter a request leaves out from it, so a bare request to that server samples greedily."""
+
+
+@pytest.fixture(scope="session")
+def plain_dev_server(dev_model_dir, tmp_path_factory):
+    """A second real vLLM for the dev model, started without `--enable-scale-out` (no
+    `/inference/v1/generate`), over a copy of the dev model whose generation_config.json truncates
+    sampling (TRUNCATING_GENERATION_CONFIG). One server for the tests that need either: the teacher's
+    fallback to completions (prompt logprobs are the raw model's, whatever the sampling config) and
+    the rollout client's untruncated sampling."""
+    import json
+    import shutil
+
+    from hermes_opd.devkit.dev_server import DevServer
+
+    work = tmp_path_factory.mktemp("vllm-plain")
+    model = work / "dev-model-top-k-1"
+    shutil.copytree(dev_model_dir, model)
+    config_path = model / "generation_config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, **TRUNCATING_GENERATION_CONFIG}))
+    server = DevServer(str(model), log_path=str(work / "vllm.log"), enable_scale_out=False)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def shared_run_api(tmp_path_factory):
     """atroposlib's `run-api` for the whole session (hermes_opd/devkit/run_api.py); tests take it

@@ -12,7 +12,7 @@ from hermes_opd.contract.process_reward import PRM_KEY, ProcessTurn, make_prm_bl
 from hermes_opd.contract.provenance import turn_provenance
 from hermes_opd.contract.rows import empty_rows, sequence_distill
 from hermes_opd.contract.student_topk import STUDENT_TOPK_KEY
-from hermes_opd.record.sampled_topk import student_topk_block
+from hermes_opd.record.student_topk_rows import student_topk_block
 from hermes_opd.record.trajectory import Trajectory
 
 
@@ -112,9 +112,9 @@ def build_group(
         group["distill_token_ids"].append(ids_rows)
         group["distill_logprobs"].append(lp_rows)
         override = {"turn_spans": spans, "opd": opd_block, **rollout.info}
-        if student_topk_k > 0 and traj.sampled_topk:
+        if student_topk_k > 0 and traj.student_topk:
             teacher = rollout.distill.student_topk_teacher if rollout.distill is not None else None
-            override[STUDENT_TOPK_KEY] = student_topk_block(student_topk_k, traj.sampled_topk, teacher)
+            override[STUDENT_TOPK_KEY] = student_topk_block(student_topk_k, traj.student_topk, teacher)
         if opd.prm.enabled:
             block, advantages = _process_reward(rollout, opd)
             override[PRM_KEY] = block

@@ -315,6 +315,6 @@ async def _skipped(pair: TurnPair) -> TurnResult:
 def _student_topk_ids(trajectory: Trajectory, start: int, end: int) -> list[list[int]] | None:
     """The student's sampling-time top-K ids at positions [start, end), or None when the trajectory
     has no such rows (the policy was not asked for them)."""
-    if not trajectory.sampled_topk:
+    if not trajectory.student_topk:
         return None
-    return [list(trajectory.sampled_topk.get(p, ([], []))[0]) for p in range(start, end)]
+    return [list(trajectory.student_topk.get(p, ([], []))[0]) for p in range(start, end)]

@@ -131,6 +131,16 @@ class AssistantTurn:
     finish_reason: FinishReason
     prompt_tokens: int
     completion_tokens: int
+    stop_sequence: str | None = None
+    """The client's stop sequence that ended the answer, if one did."""
+
+
+@dataclass(frozen=True)
+class AnswerStarted:
+    """The first event of an answer, once vLLM has begun it: the prompt's token count (a refusal
+    before this is an HTTP error; after it, an in-stream error)."""
+
+    prompt_tokens: int
 
 
 @dataclass(frozen=True)
@@ -154,7 +164,7 @@ class TurnDone:
     turn: AssistantTurn
 
 
-TurnEvent = ContentDelta | ReasoningDelta | TurnDone
+TurnEvent = AnswerStarted | ContentDelta | ReasoningDelta | TurnDone
 
 
 @dataclass(frozen=True)

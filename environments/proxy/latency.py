@@ -36,6 +36,7 @@ class LatencyWindow:
             "requests": len(self._rows),
             "own_ms_p50": round(1e3 * percentile(own, 0.5), 3),
             "own_ms_p95": round(1e3 * percentile(own, 0.95), 3),
+            "own_ms_max": round(1e3 * max(own, default=0.0), 3),
             "upstream_ms_p50": round(1e3 * percentile(upstream, 0.5), 3),
             "upstream_ms_p95": round(1e3 * percentile(upstream, 0.95), 3),
             "first_text_ms_p50": round(1e3 * percentile(first, 0.5), 3),

@@ -51,6 +51,9 @@ class BodyReader:
             unique_keys=False,
         )
         self.in_flight = 0
+        self.large_bytes_done = 0
+        """Bytes of the bodies over `_PARSE_INLINE_BYTES` read so far, handled or refused (their
+        memory is freed once their requests end: environments/proxy/memory_return.py)."""
 
     async def read_json(self, request: web.Request) -> Any:
         limits = self.limits
@@ -71,6 +74,8 @@ class BodyReader:
             return await self._parse(raw)
         finally:
             self.in_flight -= reserved
+            if reserved > _PARSE_INLINE_BYTES:
+                self.large_bytes_done += reserved
 
     async def _read(self, request: web.Request, reserved: int) -> bytes:
         limits = self.limits

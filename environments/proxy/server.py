@@ -8,6 +8,8 @@ everywhere else), never aiohttp's HTML page."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import uuid
 from collections import Counter
@@ -20,6 +22,7 @@ from environments.delivery.policy_adapter import PolicyWeights
 from environments.proxy.chat_completions.response import error_body
 from environments.proxy.chat_completions.routes import add_routes as add_chat_completions
 from environments.proxy.conversation import WireError
+from environments.proxy.memory_return import BYTES_PER_HELD_TOKEN, FreedMemoryReturn
 from environments.proxy.messages.routes import add_routes as add_messages
 from environments.proxy.proxy_config import ProxyConfig
 from environments.proxy.request_body import BODY_READER, BodyLimits, BodyReader
@@ -65,7 +68,7 @@ class ProxyServer:
         self.app = web.Application(
             client_max_size=config.max_request_bytes, middlewares=[self._errors, self._auth]
         )
-        self.app[BODY_READER] = BodyReader(
+        self.body_reader = BodyReader(
             BodyLimits(
                 max_bytes=config.max_request_bytes,
                 max_depth=config.max_request_depth,
@@ -74,6 +77,9 @@ class ProxyServer:
             ),
             self.service.planner,
         )
+        self.app[BODY_READER] = self.body_reader
+        self.memory_return = FreedMemoryReturn(self.service.planner, self._large_work_finished)
+        self._memory_task: asyncio.Task | None = None
         self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_delete("/v1/sessions/{session_id}", self.end_session)
         self.app.router.add_get("/health", self.health)
@@ -115,9 +121,18 @@ class ProxyServer:
 
     async def start_background(self) -> None:
         await self.service.start_background()
+        self._memory_task = asyncio.create_task(self.memory_return.run())
 
     async def stop_background(self, drain_s: float = 30.0) -> None:
+        if self._memory_task is not None:
+            self._memory_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._memory_task
         await self.service.stop_background(drain_s)
+
+    def _large_work_finished(self) -> int:
+        """Bytes of large bodies handled and of ended sessions' records, so far."""
+        return self.body_reader.large_bytes_done + self.sessions.tokens_released * BYTES_PER_HELD_TOKEN
 
     # -- middleware ----------------------------------------------------------------------------
     @web.middleware

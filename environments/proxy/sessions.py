@@ -84,6 +84,8 @@ class SessionTable:
         """Every session held, the least recently used first."""
         self.counts: Counter[str] = Counter()
         self.tokens_held = 0
+        self.tokens_released = 0
+        """Tokens of the sessions ended so far (their records' memory is free)."""
         self._tokens: dict[Key, int] = {}
         self._owner_tokens: Counter[str] = Counter()
         self._owner_sessions: Counter[str] = Counter()
@@ -338,6 +340,7 @@ class SessionTable:
         tokens = self._tokens.pop(key, 0)
         self._owner_tokens[held.owner] -= tokens
         self.tokens_held -= tokens
+        self.tokens_released += tokens
         if held.state.admitted:
             self._owner_sessions[held.owner] -= 1
         elif held.state.named:

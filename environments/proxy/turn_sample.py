@@ -48,6 +48,6 @@ def cut_turn(record: Trajectory, turn_position: int) -> Trajectory:
         tools=record.tools,
         template_history=record.template_history,
         sequence_index=record.sequence_index,
-        sampled_topk={p: row for p, row in record.sampled_topk.items() if span.start <= p < end},
+        student_topk={p: row for p, row in record.student_topk.items() if span.start <= p < end},
         finish_reason=record.finish_reason,
     )

@@ -28,6 +28,7 @@ from aiohttp import web
 from environments.delivery.policy_adapter import PolicyAdapterTracker, PolicyWeights
 from environments.proxy.answer_parse import answer_parts
 from environments.proxy.conversation import (
+    AnswerStarted,
     AssistantTurn,
     Caller,
     ContentDelta,
@@ -45,6 +46,7 @@ from environments.proxy.sample_feed import SampleFeed
 from environments.proxy.sessions import HeldSession, SessionTable, session_id_from_headers
 from environments.proxy.streaming import IncrementalDecoder
 from environments.proxy.streaming_split import THINK_OPEN, StreamSplitter, remainder
+from environments.proxy.token_count import tokens_at_least
 from environments.proxy.tool_markup import call_markup, tool_call_grammar
 from environments.proxy.turn_sample import TurnSample
 from environments.rollout.agent_loop import assistant_message
@@ -84,6 +86,7 @@ class Sampled:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str = "stop"
+    stop_sequence: str | None = None
     upstream_s: float = 0.0
     first_token_s: float | None = None
 
@@ -135,14 +138,7 @@ class TurnService:
     async def answer(self, conversation: Conversation, caller: Caller) -> AsyncIterator[TurnEvent]:
         started = time.perf_counter()
         self.counts["requests"] += 1
-        if conversation.model != self.config.model_name:
-            raise WireError(
-                f"The model {conversation.model!r:.100} does not exist; this proxy serves "
-                f"{self.config.model_name!r}.",
-                "not_found",
-                param="model",
-                code="model_not_found",
-            )
+        self._check_model(conversation)
         held, _created = self.table.resolve(caller, conversation)
         async with held.lock:
             prepared = await self._prepare(held, conversation)
@@ -150,7 +146,11 @@ class TurnService:
             decoder = IncrementalDecoder(self.tokenizer)
             splitter = StreamSplitter(self._tool_calls_on(conversation), prepared.in_reasoning, self._thinks)
             weights = self.weights
+            started_event: AnswerStarted | None = AnswerStarted(len(prepared.context))
             async for piece in self._stream(conversation, prepared, weights, sampled, caller.may_train):
+                if started_event is not None:
+                    yield started_event
+                    started_event = None
                 for event in splitter.feed(decoder.feed(piece)):
                     if sampled.first_token_s is None:
                         sampled.first_token_s = time.perf_counter() - started
@@ -161,10 +161,31 @@ class TurnService:
             )
             self._commit(held, caller, conversation, prepared, sampled, turn, message, raw, weights)
         self.latency.add(time.perf_counter() - started, sampled.upstream_s, sampled.first_token_s)
+        if started_event is not None:  # vLLM sent no ids at all
+            yield started_event
         rest = remainder(splitter.content, turn.content)
         if rest:
             yield ContentDelta(rest)
         yield TurnDone(turn)
+
+    async def count_prompt_tokens(self, conversation: Conversation, owner: str) -> int:
+        """The tokens of the prompt `conversation` renders to, as an answer would send it to vLLM
+        (Anthropic's `count_tokens`): planned like a request that does not train, within the same
+        bounds, touching no session."""
+        self._check_model(conversation)
+        held, _created = self.table.resolve(Caller(owner, may_train=False, session_id=None), conversation)
+        prepared = await self._prepare(held, conversation)
+        return len(prepared.context)
+
+    def _check_model(self, conversation: Conversation) -> None:
+        if conversation.model != self.config.model_name:
+            raise WireError(
+                f"The model {conversation.model!r:.100} does not exist; this proxy serves "
+                f"{self.config.model_name!r}.",
+                "not_found",
+                param="model",
+                code="model_not_found",
+            )
 
     @staticmethod
     def _tool_calls_on(conversation: Conversation) -> bool:
@@ -206,7 +227,7 @@ class TurnService:
         counted = self._counted_tokens(conversation, chars)
         if counted is not None and counted > self.config.max_prompt_tokens:
             raise WireError(
-                f"the request's text is {counted} tokens; this proxy takes at most "
+                f"the request's text is at least {counted} tokens; this proxy takes at most "
                 f"{self.config.max_prompt_tokens}",
                 "too_large",
                 param="messages",
@@ -227,15 +248,20 @@ class TurnService:
         return Prepared(plan, context, grammar, tail.endswith(THINK_OPEN))
 
     def _counted_tokens(self, conversation: Conversation, chars: int) -> int | None:
-        """The tokens of a request's texts, each encoded alone, when they might be over the bound
-        (None: they cannot be, since a character is at most 4 UTF-8 bytes, a token at least one).
-        The Rust tokenizer counts without holding the interpreter, so a request far over the bound
-        is refused before the chat template renders it (which holds it, ~100 ms per 240k tokens)."""
+        """A lower bound on the tokens of a request's texts, each encoded alone, when they might be
+        over the bound (None: they cannot be, since a character is at most 4 UTF-8 bytes, a token
+        at least one). Counted in small pieces that stop once over the bound
+        (environments/proxy/token_count.py), so a request far over it is refused before the chat
+        template renders it, and no large encoding is ever held or released at once."""
         backend = getattr(self.tokenizer, "_tokenizer", None)
         if chars * 4 <= self.config.max_prompt_tokens or not hasattr(backend, "encode_batch"):
             return None
         texts = [t for t in _texts(conversation) if t]
-        return sum(len(e) for e in backend.encode_batch(texts, add_special_tokens=False))
+        return tokens_at_least(
+            lambda batch: backend.encode_batch(batch, add_special_tokens=False),
+            texts,
+            self.config.max_prompt_tokens,
+        )
 
     def _grammar(self, conversation: Conversation) -> str | None:
         """The grammar `tool_choice` (required or named) or `response_format` asks for, if any."""
@@ -297,6 +323,7 @@ class TurnService:
                 sampled.logprobs.extend(piece.logprobs)
                 if piece.finish_reason is not None:
                     sampled.finish_reason = piece.finish_reason
+                    sampled.stop_sequence = piece.stop_sequence
                 if piece.token_ids:
                     yield piece.token_ids
         except BadRequestError as exc:
@@ -333,6 +360,7 @@ class TurnService:
             finish_reason="tool_calls" if calls else finish,
             prompt_tokens=prompt_tokens,
             completion_tokens=len(sampled.token_ids),
+            stop_sequence=sampled.stop_sequence if not calls and finish == "stop" else None,
         )
         return turn, message, raw
 

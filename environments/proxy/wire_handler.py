@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
-from environments.proxy.conversation import Conversation, TurnDone, TurnEvent, WireError
+from environments.proxy.conversation import AnswerStarted, Conversation, TurnDone, TurnEvent, WireError
 from environments.proxy.request_body import read_json
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ class WireStream(Protocol):
     final: dict[str, Any] | None
     """The whole answer object, once `on` has seen the `TurnDone`."""
 
-    def start(self) -> list[dict[str, Any]]: ...
+    def start(self, prompt_tokens: int) -> list[dict[str, Any]]: ...
     def on(self, event: TurnEvent) -> list[dict[str, Any]]: ...
     def fail(self, error: WireError) -> list[dict[str, Any]]: ...
 
@@ -102,7 +102,7 @@ async def _streamed(
 ) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
-    out = stream.start()
+    out = stream.start(first.prompt_tokens if isinstance(first, AnswerStarted) else 0)
     event = first
     try:
         while True:

@@ -1,8 +1,10 @@
 """`hermes-opd bench proxy`: the proxy's cost per request, as a ratio to the same requests sent
-straight to vLLM, at 1 and at 16 concurrent sessions, measured in one run.
+straight to vLLM, at 1 and at 16 concurrent sessions, on each of its three wires, measured in one
+run.
 
-Real parts: the vLLM server at `--base-url`, the official `openai` client (AsyncOpenAI) for both
-paths, and `hermes-opd proxy` (environments/proxy/) as its own process, as deployed, in three modes:
+Real parts: the vLLM server at `--base-url`, which serves all three wires itself, the official SDK
+clients for both paths (`openai`'s AsyncOpenAI for Chat Completions and Responses, `anthropic`'s
+AsyncAnthropic for Messages), and `hermes-opd proxy` (environments/proxy/) as its own process, as deployed, in three modes:
 - `serve`: the proxy without training (rendering, exact ids, tool-call parsing): what a serve-only
   key or an opted-out request costs;
 - `record`: the live training path without a teacher: sessions, each turn recorded with the
@@ -15,14 +17,15 @@ paths, and `hermes-opd proxy` (environments/proxy/) as its own process, as deplo
 
 Each session is a conversation of `turns` requests (system + user, then each reply with a user
 correction after it), every request with its own fixed seed, so direct vLLM and the proxy sample
-the same continuations (the mean completion tokens of each path are reported to show it). Rounds
-alternate direct, serve, record, train (the modes asked for), repeated `rounds` times, so that drift
+the same continuations (the mean completion tokens of each path are reported to show it; vLLM's own
+Messages route takes no seed, so on that wire direct and proxied continuations differ). Rounds
+alternate direct, serve, record, train (the modes asked for), on each wire, repeated `rounds` times, so that drift
 in the machine's load falls on every path alike; after each record or train round the bench waits
 until that proxy has scored every turn, so that its judging and teacher requests never fall into
 another path's round. Every request streams, as agents do. The numbers are client-side wall
 times per request and times to the first streamed text (TTFT), p50 and p95; the headline is the
-worst of the p50 and p95 ratios of the serve and record modes over both concurrencies (target
-<= 1.15), and `worst_ttft_ratio` is the same for the time to first text (target <= 1.15). Beside
+worst of the p50 and p95 ratios of the serve and record modes over both concurrencies and every
+wire (target <= 1.15), and `worst_ttft_ratio` is the same for the time to first text (target <= 1.15). Beside
 them, each proxy's own time per request from its `/metrics` (`<mode>_own_time`: handler time minus
 the time waiting on vLLM's stream, p50 and
 p95 over all its requests; environments/proxy/latency.py).
@@ -68,8 +71,83 @@ MODE_PIPELINES: dict[str, dict[str, Any]] = {
 HEADLINE_MODES = ("serve", "record")
 
 
+WIRES = ("chat", "responses", "messages")
+"""The wires measured: Chat Completions (the `openai` SDK's `chat.completions`), Responses (its
+`responses`) and Anthropic Messages (the `anthropic` SDK). Direct vLLM serves each of them itself."""
+
+
+async def _stream_chat(client, model, messages, max_tokens, seed, headers, started):
+    """One streamed Chat Completions request: (text, seconds to the first text, completion tokens)."""
+    stream = await client.chat.completions.create(
+        model=model,
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=1.0,
+        stream=True,
+        stream_options={"include_usage": True},
+        seed=seed,
+        extra_headers=headers,
+    )
+    first, content, completion_tokens = None, "", 0
+    async for chunk in stream:
+        if chunk.usage is not None:
+            completion_tokens = chunk.usage.completion_tokens
+        for choice in chunk.choices:
+            if choice.delta.content:
+                first = first if first is not None else time.perf_counter() - started
+                content += choice.delta.content
+    return content, first, completion_tokens
+
+
+async def _stream_responses(client, model, messages, max_tokens, seed, headers, started):
+    """One streamed Responses request (the system message as `instructions`)."""
+    stream = await client.responses.create(
+        model=model,
+        instructions=messages[0]["content"],
+        input=[{"role": m["role"], "content": m["content"]} for m in messages[1:]],
+        max_output_tokens=max_tokens,
+        temperature=1.0,
+        stream=True,
+        extra_body={"seed": seed},
+        extra_headers=headers,
+    )
+    first, content, completion_tokens = None, "", 0
+    async for event in stream:
+        if event.type == "response.output_text.delta" and event.delta:
+            first = first if first is not None else time.perf_counter() - started
+            content += event.delta
+        elif event.type in ("response.completed", "response.incomplete") and event.response.usage is not None:
+            completion_tokens = event.response.usage.output_tokens
+    return content, first, completion_tokens
+
+
+async def _stream_messages(client, model, messages, max_tokens, seed, headers, started):
+    """One streamed Anthropic Messages request (the system message as `system`)."""
+    stream = await client.messages.create(
+        model=model,
+        system=messages[0]["content"],
+        messages=messages[1:],
+        max_tokens=max_tokens,
+        stream=True,
+        extra_body={"seed": seed, "temperature": 1.0},  # this SDK's create() takes no temperature
+        extra_headers=headers,
+    )
+    first, content, completion_tokens = None, "", 0
+    async for event in stream:
+        if event.type == "content_block_delta" and getattr(event.delta, "text", None):
+            first = first if first is not None else time.perf_counter() - started
+            content += event.delta.text
+        elif event.type == "message_delta" and event.usage is not None:
+            completion_tokens = event.usage.output_tokens
+    return content, first, completion_tokens
+
+
+STREAMERS = {"chat": _stream_chat, "responses": _stream_responses, "messages": _stream_messages}
+
+
 async def _session(
     client,
+    wire: str,
     model: str,
     index: int,
     round_index: int,
@@ -85,24 +163,10 @@ async def _session(
     times, tokens, firsts = [], [], []
     for turn in range(turns):
         started = time.perf_counter()
-        stream = await client.chat.completions.create(
-            model=model,
-            messages=messages,
-            max_tokens=max_tokens,
-            temperature=1.0,
-            stream=True,
-            stream_options={"include_usage": True},
-            seed=10_000 * round_index + 100 * index + turn,
-            extra_headers=headers,
+        seed = 10_000 * round_index + 100 * index + turn
+        content, first, completion_tokens = await STREAMERS[wire](
+            client, model, messages, max_tokens, seed, headers, started
         )
-        first, content, completion_tokens = None, "", 0
-        async for chunk in stream:
-            if chunk.usage is not None:
-                completion_tokens = chunk.usage.completion_tokens
-            for choice in chunk.choices:
-                if choice.delta.content:
-                    first = first if first is not None else time.perf_counter() - started
-                    content += choice.delta.content
         times.append(time.perf_counter() - started)
         firsts.append(first if first is not None else times[-1])
         tokens.append(completion_tokens)
@@ -113,22 +177,39 @@ async def _session(
     return times, tokens, firsts
 
 
-async def _round(
-    url: str, model: str, sessions: int, round_index: int, turns: int, max_tokens: int, with_header: bool
-) -> tuple[list[float], list[int], list[float]]:
+def _client(wire: str, url: str):
+    """The official SDK client for `wire` at `url` (an OpenAI-style base URL ending in /v1)."""
+    if wire == "messages":
+        from anthropic import AsyncAnthropic
+
+        return AsyncAnthropic(base_url=url.removesuffix("/v1"), api_key="x", max_retries=0, timeout=600)
     from openai import AsyncOpenAI
 
-    async with AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=600) as client:
+    return AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=600)
+
+
+async def _round(
+    url: str,
+    wire: str,
+    model: str,
+    sessions: int,
+    round_index: int,
+    turns: int,
+    max_tokens: int,
+    with_header: bool,
+) -> tuple[list[float], list[int], list[float]]:
+    async with _client(wire, url) as client:
         results = await asyncio.gather(
             *(
                 _session(
                     client,
+                    wire,
                     model,
                     i,
                     round_index,
                     turns,
                     max_tokens,
-                    {"X-Session-Id": f"r{round_index}-s{i}"} if with_header else None,
+                    {"X-Session-Id": f"{wire}-r{round_index}-s{i}"} if with_header else None,
                 )
                 for i in range(sessions)
             )
@@ -192,25 +273,29 @@ async def _measure(
     base_url: str,
     model: str,
     urls: dict[str, str],
+    wires: tuple[str, ...],
     concurrency: tuple[int, ...],
     turns: int,
     max_tokens: int,
     rounds: int,
-) -> dict[tuple[str, int], tuple[list[float], list[int], list[float]]]:
-    """Rounds of direct vLLM and then each proxy in `urls` (its mode -> base URL), in that order."""
-    samples: dict[tuple[str, int], tuple[list[float], list[int], list[float]]] = {}
-    await _round(base_url, model, 1, -1, 1, 4, False)  # warm-up
+) -> dict[tuple[str, str, int], tuple[list[float], list[int], list[float]]]:
+    """Rounds of direct vLLM and then each proxy in `urls` (its mode -> base URL), in that order,
+    on each wire: samples keyed by (wire, path, sessions)."""
+    samples: dict[tuple[str, str, int], tuple[list[float], list[int], list[float]]] = {}
+    for wire in wires:
+        await _round(base_url, wire, model, 1, -1, 1, 4, False)  # warm-up
     for round_index in range(rounds):
         for sessions in concurrency:
-            for path, url in (("direct", base_url), *urls.items()):
-                measured = await _round(
-                    url, model, sessions, round_index, turns, max_tokens, path != "direct"
-                )
-                kept = samples.setdefault((path, sessions), ([], [], []))
-                for into, values in zip(kept, measured, strict=True):
-                    into.extend(values)
-                if path in ("record", "train"):  # its judging and teacher requests stay in its own round
-                    await _drained(url)
+            for wire in wires:
+                for path, url in (("direct", base_url), *urls.items()):
+                    measured = await _round(
+                        url, wire, model, sessions, round_index, turns, max_tokens, path != "direct"
+                    )
+                    kept = samples.setdefault((wire, path, sessions), ([], [], []))
+                    for into, values in zip(kept, measured, strict=True):
+                        into.extend(values)
+                    if path in ("record", "train"):  # its judging and teacher requests stay in its round
+                        await _drained(url)
     return samples
 
 
@@ -230,6 +315,7 @@ async def run(
     max_tokens: int = 32,
     rounds: int = 3,
     modes: tuple[str, ...] = ("serve", "train"),
+    wires: tuple[str, ...] = WIRES,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
     urls: dict[str, str] = {}
@@ -247,7 +333,7 @@ async def run(
             }
             process, urls[mode] = _start_proxy(config, workdir, mode)
             processes.append(process)
-        samples = await _measure(base_url, model, urls, concurrency, turns, max_tokens, rounds)
+        samples = await _measure(base_url, model, urls, wires, concurrency, turns, max_tokens, rounds)
         metrics = {mode: _proxy_metrics(url) for mode, url in urls.items()}
     finally:
         _stop(processes)
@@ -258,23 +344,26 @@ async def run(
         "rounds": rounds,
     }
     worst = worst_ttft = 0.0
-    for sessions in concurrency:
-        direct = _summary(*samples[("direct", sessions)])
-        entry: dict[str, Any] = {"direct": direct}
-        for mode in modes:
-            summary = _summary(*samples[(mode, sessions)])
-            summary["p50_ratio"] = summary["p50_s"] / direct["p50_s"]
-            summary["p95_ratio"] = summary["p95_s"] / direct["p95_s"]
-            summary["ttft_p50_ratio"] = summary["ttft_p50_s"] / direct["ttft_p50_s"]
-            summary["ttft_p95_ratio"] = summary["ttft_p95_s"] / direct["ttft_p95_s"]
-            entry[mode] = summary
-            if mode in HEADLINE_MODES:
-                worst_ttft = max(worst_ttft, summary["ttft_p50_ratio"], summary["ttft_p95_ratio"])
-        for mode in HEADLINE_MODES:
-            if mode in modes:
-                worst = max(worst, entry[mode]["p50_ratio"], entry[mode]["p95_ratio"])
-        result[f"sessions_{sessions}"] = entry
-    result["worst_ttft_ratio"] = worst_ttft  # time to first text, the same modes and concurrencies
+    for wire in wires:
+        per_wire: dict[str, Any] = {}
+        for sessions in concurrency:
+            direct = _summary(*samples[(wire, "direct", sessions)])
+            entry: dict[str, Any] = {"direct": direct}
+            for mode in modes:
+                summary = _summary(*samples[(wire, mode, sessions)])
+                summary["p50_ratio"] = summary["p50_s"] / direct["p50_s"]
+                summary["p95_ratio"] = summary["p95_s"] / direct["p95_s"]
+                summary["ttft_p50_ratio"] = summary["ttft_p50_s"] / direct["ttft_p50_s"]
+                summary["ttft_p95_ratio"] = summary["ttft_p95_s"] / direct["ttft_p95_s"]
+                entry[mode] = summary
+                if mode in HEADLINE_MODES:
+                    worst_ttft = max(worst_ttft, summary["ttft_p50_ratio"], summary["ttft_p95_ratio"])
+            for mode in HEADLINE_MODES:
+                if mode in modes:
+                    worst = max(worst, entry[mode]["p50_ratio"], entry[mode]["p95_ratio"])
+            per_wire[f"sessions_{sessions}"] = entry
+        result[wire] = per_wire
+    result["worst_ttft_ratio"] = worst_ttft  # time to first text: the same modes, concurrencies, wires
     keys = ("submitted", "scored_turns", "samples_grouped", "dropped_queue_full", "pending")
     for mode, body in metrics.items():
         result[f"{mode}_own_time"] = body["latency"]  # handler minus vLLM call, all its requests
@@ -291,6 +380,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=None, help="per request (default 32; quick 8)")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3; quick 1)")
     parser.add_argument("--sessions", default="1,16", help="concurrencies, comma-separated (default 1,16)")
+    parser.add_argument(
+        "--wires",
+        default=",".join(WIRES),
+        help="wires to measure, from chat, responses and messages (default all three)",
+    )
     parser.add_argument(
         "--modes",
         default="serve,record,train",
@@ -311,6 +405,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             max_tokens=pick(args.max_tokens, 32, 8, q),
             rounds=pick(args.rounds, 3, 1, q),
             modes=_modes(args.modes),
+            wires=_wires(args.wires),
         )
     )
 
@@ -322,3 +417,10 @@ def _modes(text: str) -> tuple[str, ...]:
             f"--modes takes serve, record and train, with serve or record among them, got {text!r}"
         )
     return tuple(m for m in MODES if m in modes)
+
+
+def _wires(text: str) -> tuple[str, ...]:
+    wires = tuple(w.strip() for w in text.split(",") if w.strip())
+    if not wires or not set(wires) <= set(WIRES):
+        raise SystemExit(f"--wires takes chat, responses and messages, got {text!r}")
+    return tuple(w for w in WIRES if w in wires)

@@ -17,13 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_opd.contract.errors import HermesOPDError
-from hermes_opd.runtime.server_process import (
-    free_port,
-    log_tail,
-    start_process_group,
-    stop_process_group,
-    wait_healthy,
-)
+from hermes_opd.runtime.server_process import ManagedServer, free_port
 from hermes_opd.runtime.stop_signals import StopSignals
 
 DEFAULT_MAX_LOGPROBS = 100
@@ -39,8 +33,11 @@ class DevServerError(HermesOPDError, RuntimeError):
 
 
 @dataclass
-class DevServer:
+class DevServer(ManagedServer):
     """A vLLM OpenAI-compatible server on 127.0.0.1 serving one local model directory."""
+
+    what = "vLLM"
+    start_error = DevServerError
 
     model_dir: str
     served_model_name: str = "dev-model"
@@ -105,6 +102,10 @@ class DevServer:
         env.setdefault("DO_NOT_TRACK", "1")
         return env
 
+    @property
+    def health_url(self) -> str:
+        return f"{self.root_url}/health"
+
     def start(self) -> DevServer:
         if not Path(self.model_dir, "config.json").is_file():
             raise DevServerError(
@@ -113,49 +114,16 @@ class DevServer:
             )
         if self.port == 0:
             self.port = free_port()
-        log_path = self.log_path or str(Path(self.model_dir).parent / f"vllm-{self.port}.log")
-        self.log_path = log_path
-        self.process = start_process_group(self.command(), log_path, env=self.environment())
-        try:
-            self.wait_healthy()
-        except BaseException:
-            self.stop()
-            raise
+        self.log_path = self.log_path or str(Path(self.model_dir).parent / f"vllm-{self.port}.log")
+        self._launch(self.command(), self.log_path, env=self.environment())
         return self
 
-    def wait_healthy(self) -> None:
-        def notice(waited_s: float) -> None:
-            if self.on_wait is not None:
-                self.on_wait(
-                    f"waiting for vLLM to load {Path(self.model_dir).name} and answer /health "
-                    f"({waited_s:.0f} s; log {self.log_path})"
-                )
-
-        assert self.process is not None
-        wait_healthy(
-            self.process,
-            f"{self.root_url}/health",
-            what="vLLM",
-            timeout_s=self.startup_timeout_s,
-            log_path=self.log_path,
-            on_wait=notice,
-            error=DevServerError,
-        )
-
-    def log_tail(self, lines: int = 30) -> str:
-        return log_tail(self.log_path, lines)
-
-    def stop(self, grace_s: float = 20.0) -> None:
-        """Terminate the server's process group, escalating to SIGKILL, and reap it."""
-        if self.process is not None:
-            stop_process_group(self.process, grace_s)
-        self.process = None
-
-    def __enter__(self) -> DevServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def _wait_notice(self, waited_s: float) -> None:
+        if self.on_wait is not None:
+            self.on_wait(
+                f"waiting for vLLM to load {Path(self.model_dir).name} and answer /health "
+                f"({waited_s:.0f} s; log {self.log_path})"
+            )
 
 
 def serve_forever(server: DevServer) -> int:

@@ -22,13 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_opd.devkit.dev_server import DevServerError
-from hermes_opd.runtime.server_process import (
-    free_port,
-    log_tail,
-    start_process_group,
-    stop_process_group,
-    wait_healthy,
-)
+from hermes_opd.runtime.server_process import ManagedServer, free_port
 
 LOCAL_API_KEY = "tml-hermes-opd-local"
 """The SDK refuses keys that do not start with `tml-`; the local server accepts any such key."""
@@ -50,8 +44,11 @@ def client_environment(base_url: str) -> dict[str, str]:
 
 
 @dataclass
-class TinkerServer:
+class TinkerServer(ManagedServer):
     """A Tinker-API server on 127.0.0.1 training LoRA adapters on one local model directory."""
+
+    what = "the Tinker-API server"
+    start_error = DevServerError
 
     model_dir: str
     workdir: str
@@ -72,6 +69,10 @@ class TinkerServer:
     @property
     def log_path(self) -> Path:
         return Path(self.workdir) / "tinker-server.log"
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.base_url}/api/v1/healthz"
 
     def command(self) -> list[str]:
         venv = Path(self.venv).resolve()
@@ -134,38 +135,5 @@ class TinkerServer:
         Path(self.workdir).mkdir(parents=True, exist_ok=True)
         if self.port == 0:
             self.port = free_port()
-        self.process = start_process_group(
-            self.command(), self.log_path, env=self.environment(), cwd=self.workdir
-        )
-        try:
-            self.wait_healthy()
-        except BaseException:
-            self.stop()
-            raise
+        self._launch(self.command(), self.log_path, env=self.environment(), cwd=self.workdir)
         return self
-
-    def wait_healthy(self) -> None:
-        assert self.process is not None
-        wait_healthy(
-            self.process,
-            f"{self.base_url}/api/v1/healthz",
-            what="the Tinker-API server",
-            timeout_s=self.startup_timeout_s,
-            log_path=self.log_path,
-            error=DevServerError,
-        )
-
-    def log_tail(self, lines: int = 30) -> str:
-        return log_tail(self.log_path, lines)
-
-    def stop(self, grace_s: float = 20.0) -> None:
-        """End the server's process group (the API process and the engine it started) by PID."""
-        if self.process is not None:
-            stop_process_group(self.process, grace_s)
-        self.process = None
-
-    def __enter__(self) -> TinkerServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

@@ -165,22 +165,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], LoopSett
         except ValueError as exc:
             raise ConfigError(f"convention: {exc}") from exc
         values["convention"] = f"{convention.verb},{convention.module}"
-    settings = LoopSettings(
-        model_dir=model_dir,
-        served_model=str(values.get("served_model") or "dev-model"),
-        vllm_root_url=str(values.get("vllm_url") or "").rstrip("/"),
-        out_dir=Path(args.out),
-        steps=int(values["steps"]),
-        groups_per_step=int(values["groups_per_step"]),
-        group_size=int(values["group_size"]),
-        eval_every=int(values["eval_every"]),
-        workers=int(values["workers"]),
-        lora_r=int(values["lora_r"]),
-        lr=float(values["lr"]),
-        run_timeout_s=float(values["run_timeout_s"]),
-        env={**ENV_DEFAULTS, **(values.get("env") or {})},
-        trainer=dict(values.get("trainer") or {}),
-    )
+    settings = LoopSettings.from_values(values, model_dir, Path(args.out), ENV_DEFAULTS)
     return values, settings
 
 

@@ -139,21 +139,7 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], LiveSettings]:
         raise ConfigError(f"student model {model_dir} has no config.json")
     values["student_model"] = model_dir
     phrasings = Phrasings.load(values["phrasings"]) if values.get("phrasings") else Phrasings()
-    loop = LoopSettings(
-        model_dir=model_dir,
-        served_model=str(values.get("served_model") or "dev-model"),
-        vllm_root_url=str(values.get("vllm_url") or "").rstrip("/"),
-        out_dir=Path(args.out),
-        steps=int(values["steps"]),
-        groups_per_step=int(values["groups_per_step"]),
-        group_size=int(values["group_size"]),
-        eval_every=int(values["eval_every"]),
-        lora_r=int(values["lora_r"]),
-        lr=float(values["lr"]),
-        run_timeout_s=float(values["run_timeout_s"]),
-        env={**ENV_DEFAULTS, **(values.get("env") or {})},
-        trainer=dict(values.get("trainer") or {}),
-    )
+    loop = LoopSettings.from_values(values, model_dir, Path(args.out), ENV_DEFAULTS)
     judge = dict(values.get("judge") or {})
     return values, LiveSettings(
         loop=loop, phrasings=phrasings, max_tokens=int(values["max_tokens"]), judge=judge

@@ -78,6 +78,28 @@ class LoopSettings:
     def generations_per_step(self) -> int:
         return self.groups_per_step * self.group_size
 
+    @classmethod
+    def from_values(
+        cls, values: dict[str, Any], model_dir: str, out_dir: Path, env_defaults: dict[str, Any]
+    ) -> LoopSettings:
+        """The settings a bench's resolved config `values` give (its `env:` over `env_defaults`)."""
+        return cls(
+            model_dir=model_dir,
+            served_model=str(values.get("served_model") or "dev-model"),
+            vllm_root_url=str(values.get("vllm_url") or "").rstrip("/"),
+            out_dir=out_dir,
+            steps=int(values["steps"]),
+            groups_per_step=int(values["groups_per_step"]),
+            group_size=int(values["group_size"]),
+            eval_every=int(values["eval_every"]),
+            workers=int(values.get("workers") or 1),
+            lora_r=int(values["lora_r"]),
+            lr=float(values["lr"]),
+            run_timeout_s=float(values["run_timeout_s"]),
+            env={**env_defaults, **(values.get("env") or {})},
+            trainer=dict(values.get("trainer") or {}),
+        )
+
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)

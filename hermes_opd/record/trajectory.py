@@ -47,9 +47,9 @@ class Trajectory:
     whether tool and user messages are append-only and whether past reasoning is kept."""
     sequence_index: int = 0
     """0, or the index of this sequence when a history rewrite split the rollout (see the recorder)."""
-    sampled_topk: dict[int, tuple[list[int], list[float]]] = field(default_factory=dict)
+    student_topk: dict[int, tuple[list[int], list[float]]] = field(default_factory=dict)
     """generated position -> the sampler's top-K (ids, logprobs) there, when the policy was asked for
-    them (`hermes_opd.record.sampled_topk`); empty otherwise."""
+    them (`hermes_opd.record.student_topk_rows`); empty otherwise."""
     finish_reason: str = ""
     score: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
@@ -78,7 +78,7 @@ class Trajectory:
                     raise ValueError(f"position {pos} is generated but its mask is {mask}, not {tok}")
             elif mask != MASKED:
                 raise ValueError(f"position {pos} is outside every turn span but unmasked")
-        stray = sorted(p for p in self.sampled_topk if p not in covered)
+        stray = sorted(p for p in self.student_topk if p not in covered)
         if stray:
             raise ValueError(f"sampled top-K rows at positions {stray[:5]} that no turn generated")
 

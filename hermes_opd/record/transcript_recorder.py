@@ -25,7 +25,7 @@ from typing import Any
 
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.errors import HermesOPDError
-from hermes_opd.record.sampled_topk import TopRow, generation_rows
+from hermes_opd.record.student_topk_rows import TopRow, generation_rows
 from hermes_opd.record.template_history import TemplateHistory, probe_template_history
 from hermes_opd.record.trajectory import PROMPT_LOGPROB, Trajectory, TurnSpan
 
@@ -52,7 +52,7 @@ class TranscriptRecorder:
         self.logprobs: list[float] = []
         self.turns: list[TurnSpan] = []
         self.content_ends: dict[int, int] = {}
-        self.sampled_topk: dict[int, TopRow] = {}
+        self.student_topk: dict[int, TopRow] = {}
         """The sampler's top-K rows at generated positions, when the sampler returned them."""
         self.history: TemplateHistory | None = None
         self.finished: list[Trajectory] = []
@@ -148,7 +148,7 @@ class TranscriptRecorder:
             raise ValueError(f"{len(token_ids)} generated ids but {len(logprobs)} logprobs")
         start = len(self.tokens)
         if top_ids is not None or top_logprobs is not None:
-            self.sampled_topk.update(
+            self.student_topk.update(
                 generation_rows(start, token_ids, logprobs, top_ids or [], top_logprobs or [])
             )
         self.tokens.extend(int(t) for t in token_ids)
@@ -202,7 +202,7 @@ class TranscriptRecorder:
         self._render_messages = combined
         self.tokens, self.masks, self.logprobs = [], [], []
         self.turns, self.content_ends = [], {}
-        self.sampled_topk = {}  # earlier turns are masked context in the new sequence
+        self.student_topk = {}  # earlier turns are masked context in the new sequence
         self._last_generation = []
         self._append_glue(full, full, 0, 0, generation_prompt)
         self._awaiting_generation = generation_prompt
@@ -235,7 +235,7 @@ class TranscriptRecorder:
             messages=copy.deepcopy(self.messages),
             turns=list(self.turns),
             content_ends=dict(self.content_ends),
-            sampled_topk={p: (list(ids), list(lps)) for p, (ids, lps) in self.sampled_topk.items()},
+            student_topk={p: (list(ids), list(lps)) for p, (ids, lps) in self.student_topk.items()},
             tools=self.tools,
             template_history=self.history.as_dict() if self.history else None,
             sequence_index=len(self.finished),

@@ -125,3 +125,67 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 20.0) -> None
                 process.wait(timeout=10)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+class ManagedServer:
+    """What every local server wrapper shares (the dev vLLM, the Tinker-API server): its command
+    started in its own process group, a wait for its health URL (the group stopped again if it
+    never comes up), its log's tail, a stop by PID, and `with` for all of it. A subclass gives
+    `health_url`, `what`, and `start`, which checks its inputs and calls `_launch`."""
+
+    what = "the server"
+    """How errors and notices name it."""
+    start_error: type[Exception] = ServerStartError
+    process: subprocess.Popen | None
+    startup_timeout_s: float
+
+    @property
+    def health_url(self) -> str:
+        raise NotImplementedError
+
+    def start(self) -> ManagedServer:
+        raise NotImplementedError
+
+    def _wait_notice(self, waited_s: float) -> None:
+        """Called every `WAIT_NOTICE_S` while the server is not healthy yet (nothing by default)."""
+
+    def _launch(
+        self,
+        command: Sequence[str],
+        log_path: str | Path,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+    ) -> None:
+        self.process = start_process_group(command, log_path, env=env, cwd=cwd)
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_healthy(self) -> None:
+        assert self.process is not None
+        wait_healthy(
+            self.process,
+            self.health_url,
+            what=self.what,
+            timeout_s=self.startup_timeout_s,
+            log_path=self.log_path,
+            on_wait=self._wait_notice,
+            error=self.start_error,
+        )
+
+    def log_tail(self, lines: int = 30) -> str:
+        return log_tail(self.log_path, lines)
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """End the server's process group (SIGTERM, then SIGKILL after `grace_s`) and reap it."""
+        if self.process is not None:
+            stop_process_group(self.process, grace_s)
+        self.process = None
+
+    def __enter__(self):  # noqa: ANN204 - the subclass itself
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -349,6 +349,8 @@ class StreamedTokens:
     """One per id when logprobs were asked for, else empty."""
     finish_reason: str | None = None
     """Set on the piece that ends the stream (`stop`, `length`, ...)."""
+    stop_sequence: str | None = None
+    """On that piece, the stop string that ended the answer, if one did (vLLM's `stop_reason`)."""
 
 
 _MAX_SSE_LINE = 4 * 1024 * 1024
@@ -425,4 +427,5 @@ def parse_stream_chunk(data: bytes, base_url: str, sampled_logprobs: bool) -> St
     finish = choice.get("finish_reason")
     if not ids and finish is None:
         return None
-    return StreamedTokens([int(i) for i in ids], logprobs, finish)
+    stop = choice.get("stop_reason")  # the stop string, a stop token's id, or None
+    return StreamedTokens([int(i) for i in ids], logprobs, finish, stop if isinstance(stop, str) else None)

@@ -80,3 +80,17 @@ def test_opd_moves_the_revealed_conventions_into_the_unhinted_copying_student(tm
     for step in run["steps"]:
         # w_grpo = 0: the GRPO term is logged (these groups have mixed scores) but not trained on
         assert step["loss/opd"] > 0 and step["loss/total"] == pytest.approx(step["loss/opd"], rel=1e-4)
+        assert step["policy/lag_mean"] >= 0
+        assert step["time/checkpoint_and_sync_s"] > 0 and step["timings"]["train_s"] > 0
+    # what the bench reports around the run (it ran `bench learning --quick` on the dev model before,
+    # as its own test; that loop is this one)
+    assert list(last)[-4:] == [
+        "opd_only_gain",
+        "grpo_only_final",
+        "hybrid_final",
+        "hybrid_generations_over_grpo",
+    ]
+    assert run["probe"]["teacher_gap_all_positions"] > 0
+    assert [e["policy_version"] for e in run["evals"]] == [0, 2, 4, 6]  # the start, then every 2 steps
+    assert (out / "learning.png").read_bytes()[:4] == b"\x89PNG"
+    assert "opd" in done.stdout.splitlines()[2]  # the summary table's first row

@@ -30,7 +30,7 @@ class FaultyEndpoint:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.calls += 1
         if self.mode == "judge-timeout":
-            await asyncio.sleep(30)
+            await asyncio.sleep(3)  # far past the judge's 0.3 s; the server's stop waits for it
         return web.Response(status=500, text="judge exploded")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -85,7 +85,7 @@ async def test_judge_faults_leave_turns_unscored(dev_server, tmp_path, mode):
             judge_backend="llm",
             judge_base_url=judge.base_url,
             judge_model="judge",
-            judge_timeout_s=1.0,
+            judge_timeout_s=0.3,
             judge_votes=2,
         )
         await env.setup()

@@ -9,21 +9,20 @@ import json
 
 import openai
 import pytest
-import torch
 from openai import AsyncOpenAI
 
 from environments.rollout.tool_calls import parse_tool_calls
 from hermes_opd.commands.validate import main as validate_main
 from hermes_opd.contract.constants import MASKED
-from hermes_opd.contract.provenance import sequence_provenance, teacher_input_ids
 from hermes_opd.contract.validation import validate_group
-from tests.support.oracle import full_logprobs, token_logprobs
+from tests.support.oracle import token_logprobs
 from tests.support.proxy_factory import (
     TOOLS,
     TRACEBACK,
     USER,
     ask,
     capture_generations,
+    check_teacher_rows,
     first_messages,
     next_state,
     proxy_config,
@@ -110,28 +109,6 @@ def check_sample_exact(group, seq, generations, reference_model):
     assert [i for i, m in enumerate(masks) if m != MASKED] == list(range(start, end))
     oracle = token_logprobs(reference_model, tokens)
     assert max(abs(lps[j] - oracle[start + j]) for j in range(end - start)) <= 1e-4
-
-
-def check_teacher_rows(group, seq, reference_model) -> int:
-    tokens = group["tokens"][seq]
-    rows = 0
-    for index, turn in enumerate(group["overrides"][seq]["opd"]["turns"]):
-        if turn["status"] != "scored":
-            continue
-        start, end = turn["span"]
-        teacher_ids = teacher_input_ids(tokens, sequence_provenance(group, seq).turns[index])
-        oracle = full_logprobs(reference_model, teacher_ids)
-        for j in range(end - start):
-            pos = turn["teacher_prompt_len"] + j
-            row_ids = group["distill_token_ids"][seq][start + j]
-            assert set(row_ids[:50]) == set(oracle[pos].topk(50).indices.tolist())
-            expected = oracle[pos, torch.tensor(row_ids)]
-            assert (
-                torch.max(torch.abs(torch.tensor(group["distill_logprobs"][seq][start + j]) - expected))
-                <= 1e-4
-            )
-            rows += 1
-    return rows
 
 
 async def test_samples_are_exactly_what_the_policy_sampled(dev_server, tmp_path, reference_model, capsys):

@@ -2,8 +2,9 @@
 real dev vLLM, driven by the official `openai` SDK (`client.responses.create`, whole and streamed)
 and the official `anthropic` SDK (`messages.create` and `messages.stream`): a tool round trip
 (call, tool result, next answer) continues the session without a fork, under the session header
-each real client sends (Codex CLI `session-id`, Claude Code `X-Claude-Code-Session-Id`), and every
-trained sample holds exactly the ids and logprobs vLLM sampled."""
+each real client sends (Codex CLI `session-id`, Claude Code `X-Claude-Code-Session-Id`), every
+trained sample holds exactly the ids and logprobs vLLM sampled, and its teacher rows are exact
+against transformers on the teacher's input."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from tests.support.proxy_factory import (
     TOOLS,
     TRACEBACK,
     USER,
+    capture_generations,
+    check_teacher_rows,
     proxy_config,
     read_groups,
     running_proxy,
@@ -38,25 +41,9 @@ ANTHROPIC_TOOLS = [
 ]
 
 
-def capture_generations(server) -> list[tuple[list[int], list[int], list[float]]]:
-    """Every (prompt ids, sampled ids, logprobs) the proxy got from vLLM's stream."""
-    calls: list[tuple[list[int], list[int], list[float]]] = []
-    inner = server.client.generate_stream
-
-    async def generate_stream(prompt_ids, **kwargs):
-        ids, logprobs = [], []
-        async for piece in inner(prompt_ids, **kwargs):
-            ids += piece.token_ids
-            logprobs += piece.logprobs
-            yield piece
-        calls.append((list(prompt_ids), ids, logprobs))
-
-    server.client.generate_stream = generate_stream
-    return calls
-
-
-def check_samples(groups, session: str, generations, turns: int) -> None:
-    """The session's samples: one per finished turn, each exactly a prompt and answer vLLM saw."""
+def check_samples(groups, session: str, generations, turns: int, reference_model) -> int:
+    """The session's samples: one per finished turn, each exactly a prompt and answer vLLM saw, and
+    their teacher rows exact against transformers. Returns the teacher rows checked."""
     samples = [
         (g, s)
         for g in groups
@@ -73,6 +60,7 @@ def check_samples(groups, session: str, generations, turns: int) -> None:
         assert key in sampled, "a trained turn that vLLM did not sample"
         assert group["inference_logprobs"][seq][start:end] == sampled[key]
         assert [i for i, m in enumerate(masks) if m != MASKED] == list(range(start, end))
+    return sum(check_teacher_rows(group, seq, reference_model) for group, seq in samples)
 
 
 def no_forks(counts) -> None:
@@ -92,7 +80,7 @@ async def seed_for(ask, good) -> int:
     pytest.fail("the dev model gave no complete tool call in 24 seeds")
 
 
-async def test_responses_tool_round_trip_whole_and_streamed(dev_server, tmp_path):
+async def test_responses_tool_round_trip_whole_and_streamed(dev_server, tmp_path, reference_model):
     async with running_proxy(proxy_config(dev_server, tmp_path)) as (url, server):
         client = AsyncOpenAI(base_url=url, api_key="x")
         common = {
@@ -148,10 +136,11 @@ async def test_responses_tool_round_trip_whole_and_streamed(dev_server, tmp_path
         counts = dict(server.counts)
     no_forks(counts)
     assert counts["turns_finished"] == 2
-    check_samples(read_groups(tmp_path / "groups.jsonl"), "codex-1", generations, turns=2)
+    rows = check_samples(read_groups(tmp_path / "groups.jsonl"), "codex-1", generations, 2, reference_model)
+    assert rows > 0, "the rules judge hints on the tracebacks: some turn must be scored"
 
 
-async def test_messages_tool_round_trip_create_and_stream(dev_server, tmp_path):
+async def test_messages_tool_round_trip_create_and_stream(dev_server, tmp_path, reference_model):
     async with running_proxy(proxy_config(dev_server, tmp_path)) as (url, server):
         client = AsyncAnthropic(base_url=url.removesuffix("/v1"), api_key="x")
         common = {
@@ -221,4 +210,5 @@ async def test_messages_tool_round_trip_create_and_stream(dev_server, tmp_path):
         counts = dict(server.counts)
     no_forks(counts)
     assert counts["turns_finished"] == 2
-    check_samples(read_groups(tmp_path / "groups.jsonl"), "claude-1", generations, turns=2)
+    rows = check_samples(read_groups(tmp_path / "groups.jsonl"), "claude-1", generations, 2, reference_model)
+    assert rows > 0, "the rules judge hints on the tracebacks: some turn must be scored"

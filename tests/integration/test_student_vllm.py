@@ -1,9 +1,7 @@
-"""The learnable dev student in the real vLLM CPU server and in transformers: it loads in both, and
-on a held-out convention task rendered exactly as the env renders it, it answers with a tool call the
-env's parser accepts.
-
-The student is built on first use into `<cache>/dev-student` (`hermes-opd dev-model build-student
---if-missing`; several minutes on 2 cores) and reused afterwards."""
+"""The shipped student (hermes_opd/learning_study/student_q2) in the real vLLM CPU server and in
+transformers: it loads in both, and on a held-out convention task rendered exactly as the env renders
+it, it answers with a tool call the env's parser accepts. (Its recipe's builds are checked in
+tests/unit/test_student_recipe.py and tests/unit/test_student_model.py.)"""
 
 from __future__ import annotations
 
@@ -23,12 +21,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def student_dir():
-    from hermes_opd.commands.student_build import build_student_for_env
-    from hermes_opd.learning_study.paths import default_student_dir
+    from hermes_opd.learning_study.paths import shipped_student_dir
 
-    path = default_student_dir()
-    assert build_student_for_env(path, if_missing=True) == 0
-    return path
+    return shipped_student_dir()
 
 
 def _context(tokenizer, task) -> list[int]:

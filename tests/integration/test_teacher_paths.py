@@ -11,7 +11,6 @@ import logging
 import aiohttp
 import pytest
 
-from hermes_opd.devkit.dev_server import DevServer
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
 from scoring import response_parsing
 from scoring.alignment import AlignmentError
@@ -185,22 +184,11 @@ async def test_auto_with_a_local_model_scores_in_process(dev_server, dev_tokeniz
     assert turn.stats.path == "transformers" and len(turn.ids_rows) == 20
 
 
-@pytest.fixture(scope="module")
-def server_without_scale_out(dev_model_dir, tmp_path_factory):
-    """A second real vLLM, started WITHOUT --enable-scale-out (no /inference/v1/generate)."""
-    log_path = tmp_path_factory.mktemp("vllm-plain") / "vllm.log"
-    server = DevServer(str(dev_model_dir), log_path=str(log_path), enable_scale_out=False, max_model_len=1024)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 async def test_auto_falls_back_to_completions_without_scale_out(
-    server_without_scale_out, dev_tokenizer, reference_model, caplog
+    plain_dev_server, dev_tokenizer, reference_model, caplog
 ):
-    teacher = scorer(server_without_scale_out, "auto")
+    """`plain_dev_server` (tests/conftest.py): a second vLLM without --enable-scale-out."""
+    teacher = scorer(plain_dev_server, "auto")
     ids, prompt_len = teacher_input(dev_tokenizer, 200, 30)
     with caplog.at_level(logging.INFO, logger="scoring.teacher"):
         try:

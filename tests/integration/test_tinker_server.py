@@ -43,8 +43,10 @@ GROUPS = 2
 GROUP_SIZE = 4
 TOPK = 8
 STEPS = 8
-"""Steps of each `hermes-opd train` arm, all on one fixed batch: the metrics of step k are measured
-on the weights after k - 1 optimizer steps, so the KL is seen at 0..STEPS-1 steps."""
+"""Steps of the OPD-only `hermes-opd train` arm, all on one fixed batch: the metrics of step k are
+measured on the weights after k - 1 optimizer steps, so the KL is seen at 0..STEPS-1 steps."""
+SHORT_STEPS = 2
+"""Steps of the GRPO-only and the both arms."""
 LEARNING_RATE = 3e-4
 """Our trainer's Adam learning rate. At 1e-3 the first Adam step overshoots on this 1.4M-parameter
 model (torch on CPU, the same batch: k3 0.1384 -> 0.1393 after one step, then falling)."""
@@ -65,10 +67,13 @@ then turns up (5 suite runs measured: 0.75, 0.78, 0.82, 0.92 and 0.66 of the sta
 steps)."""
 ATROPOS_KL_FALL = 0.97
 """Stock tinker-atropos: k3 after ATROPOS_STEPS steps below ATROPOS_KL_FALL x its value before."""
-LOGPROB_TOLERANCE = 1e-4
+LOGPROB_TOLERANCE = 5e-4
 """Largest |trainer lp - vLLM sampler lp| accepted on a generated token. Measured (float32 on both
-sides, 755 generated tokens of 8 sequences): 1.4e-5 for the training client's forward, 1.5e-5 for
-a sampling client's compute_logprobs, mean 2.4e-6."""
+sides): 1.4e-5 max, 2.4e-6 mean on 755 generated tokens of 8 sequences of ~300 tokens; 1.08e-4 max,
+4.4e-6 mean on 638 tokens of 8 sequences of 870-1222 tokens (a CI run: the kernels' float32
+rounding grows with the context). A wrong token, position or template shifts a logprob by >1e-2."""
+LOGPROB_MEAN_TOLERANCE = 2e-5
+"""Largest mean |trainer lp - vLLM sampler lp| over the generated tokens (measured 2.4e-6, 4.4e-6)."""
 TERM_TOLERANCE = 1e-3
 """Largest |tinker term - torch term| accepted for each loss term on the same groups and weights."""
 
@@ -141,17 +146,26 @@ def collect(server, out: Path, mode: str) -> list[dict]:
     return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
 
 
+class CollectedGroups:
+    """The groups `hermes-opd process` wrote in each distill mode, collected on first use (the
+    `dense_k1` groups only feed the stock tinker-atropos test, skipped without its checkout)."""
+
+    def __init__(self, server, run: Path) -> None:
+        self.server, self.run, self.paths = server, run, {}
+
+    def __getitem__(self, mode: str) -> Path:
+        if mode not in self.paths:
+            started = time.perf_counter()
+            groups = collect(self.server, self.run / f"{mode}.jsonl", mode)
+            scores = [g["scores"] for g in groups]
+            print(f"{mode}: {len(groups)} groups in {time.perf_counter() - started:.0f}s, scores {scores}")
+            self.paths[mode] = self.run / f"{mode}.jsonl"
+        return self.paths[mode]
+
+
 @pytest.fixture(scope="module")
-def collected(qwen3_dev_server, tmp_path_factory) -> dict[str, Path]:
-    run = tmp_path_factory.mktemp("tinker-groups")
-    paths = {}
-    for mode in ("topk", "dense_k1"):
-        started = time.perf_counter()
-        groups = collect(qwen3_dev_server, run / f"{mode}.jsonl", mode)
-        scores = [g["scores"] for g in groups]
-        print(f"{mode}: {len(groups)} groups in {time.perf_counter() - started:.0f}s, scores {scores}")
-        paths[mode] = run / f"{mode}.jsonl"
-    return paths
+def collected(qwen3_dev_server, tmp_path_factory) -> CollectedGroups:
+    return CollectedGroups(qwen3_dev_server, tmp_path_factory.mktemp("tinker-groups"))
 
 
 SCORE_PATTERN = [1.0, 0.0, 0.0, 0.5]
@@ -212,10 +226,10 @@ def sequences_in(groups: list[dict]) -> int:
     return sum(len(g["tokens"]) for g in groups)
 
 
-def train_config(server, api_url: str, run: Path, batch_size: int, **loss) -> Path:
+def train_config(server, api_url: str, run: Path, batch_size: int, steps: int, **loss) -> Path:
     config = {
         "trainer": "tinker",
-        "num_steps": STEPS,
+        "num_steps": steps,
         "atropos": {
             "url": api_url,
             "batch_size": batch_size,
@@ -269,18 +283,18 @@ def trainer_on_fixed_batch(
             proc.wait(30)
 
 
-def train_through_server(server, groups: list[dict], run: Path, **loss) -> list[dict]:
-    """`hermes-opd train --config` (the server venv's console script) for STEPS steps, each on the
+def train_through_server(server, groups: list[dict], run: Path, steps: int, **loss) -> list[dict]:
+    """`hermes-opd train --config` (the server venv's console script) for `steps` steps, each on the
     same batch; returns the metrics rows it logged."""
     run.mkdir(parents=True, exist_ok=True)
     api = RunApi(log_path=str(run / "api.log")).start()
     log = run / "train.log"
     try:
-        config = train_config(server, api.url, run, sequences_in(groups), **loss)
+        config = train_config(server, api.url, run, sequences_in(groups), steps, **loss)
         env = {**os.environ, **client_environment(server.base_url), "PYTHONUNBUFFERED": "1"}
         env.pop("PYTHONPATH", None)
         argv = [str(Path(server.venv) / "bin" / "hermes-opd"), "train", "--config", str(config)]
-        trainer_on_fixed_batch(argv, run, env, log, api.url, groups, STEPS, timeout_s=900)
+        trainer_on_fixed_batch(argv, run, env, log, api.url, groups, steps, timeout_s=900)
     finally:
         api.stop()
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -300,29 +314,36 @@ def test_trainer_logprobs_match_the_vllm_sampler(tinker_server, collected, tmp_p
     assert out["training_client_vs_vllm"]["tokens"] > 50
     assert out["training_client_vs_vllm"]["max_abs"] < LOGPROB_TOLERANCE
     assert out["sampling_client_vs_vllm"]["max_abs"] < LOGPROB_TOLERANCE
+    assert out["training_client_vs_vllm"]["mean_abs"] < LOGPROB_MEAN_TOLERANCE
+    assert out["sampling_client_vs_vllm"]["mean_abs"] < LOGPROB_MEAN_TOLERANCE
     # The local server's prompt logprobs: one value fewer than the prompt (docs/trainers.md).
     assert out["prompt_logprob_lengths"] == [n - 1 for n in out["token_counts"]]
 
 
+ARM_STEPS = {"grpo": SHORT_STEPS, "opd": STEPS, "both": SHORT_STEPS}
+"""OPD only trains STEPS steps (its objective must fall); GRPO only and both train SHORT_STEPS (their
+first step is compared with the torch trainer, and the loop must go on past it)."""
+
+
 @pytest.fixture(scope="module")
 def trained(tinker_server, collected, tmp_path_factory) -> dict[str, list[dict]]:
-    """GRPO only, OPD only and both, each STEPS steps on the same fixed batch of topk groups."""
+    """GRPO only, OPD only and both, each ARM_STEPS steps on the same fixed batch of topk groups."""
     groups = with_stand_in_scores(read(collected["topk"]))
     root = tmp_path_factory.mktemp("tinker-train")
     arms = {"grpo": {"w_opd": 0.0}, "opd": {"w_grpo": 0.0}, "both": {}}
     rows = {}
     for arm, loss in arms.items():
         started = time.perf_counter()
-        rows[arm] = train_through_server(tinker_server, groups, root / arm, **loss)
+        rows[arm] = train_through_server(tinker_server, groups, root / arm, ARM_STEPS[arm], **loss)
         rows[arm + "_dir"] = root / arm
-        print(f"{arm}: {STEPS} steps in {time.perf_counter() - started:.0f}s (incl. start)")
+        print(f"{arm}: {ARM_STEPS[arm]} steps in {time.perf_counter() - started:.0f}s (incl. start)")
     return rows
 
 
 def test_hermes_opd_train_runs_grpo_opd_and_both_through_the_server(trained):
     for arm in ("grpo", "opd", "both"):
         steps = trained[arm]
-        assert [row["step"] for row in steps] == list(range(1, STEPS + 1)), arm
+        assert [row["step"] for row in steps] == list(range(1, ARM_STEPS[arm] + 1)), arm
         for row in steps:
             print(
                 arm,
@@ -369,7 +390,7 @@ def test_loss_terms_match_the_torch_trainer_on_the_same_groups_and_weights(train
 def test_trained_weights_reach_a_sampling_client(trained, collected, tinker_server, tmp_path):
     """The finished run's last `save_state`, restored through the SDK, saved for the sampler and
     opened as a sampling client: the sampler's logprobs are the restored trainer's, not the base's."""
-    run = trained["both_dir"]
+    run = trained["opd_dir"]
     out = run_client(
         tinker_server,
         [
@@ -383,7 +404,7 @@ def test_trained_weights_reach_a_sampling_client(trained, collected, tinker_serv
     )
     print("sampler:", json.dumps(out))
     assert out["restored_vs_sampler_max_abs"] < LOGPROB_TOLERANCE
-    assert out["sampler_vs_base_mean_abs"] > 10 * LOGPROB_TOLERANCE
+    assert out["sampler_vs_base_mean_abs"] > 50 * LOGPROB_MEAN_TOLERANCE
 
 
 TINKER_ATROPOS = os.environ.get("HERMES_OPD_TINKER_ATROPOS")

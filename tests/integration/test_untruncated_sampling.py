@@ -10,8 +10,6 @@ The tests of its parts that need no server: tests/unit/test_sampling_params.py."
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
 
 import httpx
 import pytest
@@ -61,20 +59,13 @@ def _bare_samples(server: DevServer, prompt: list[int]) -> list[tuple[int, ...]]
 
 
 @pytest.mark.integration
-def test_truncating_generation_config_does_not_truncate_rollouts(
-    dev_server, dev_model_dir, dev_tokenizer, tmp_path
-):
+def test_truncating_generation_config_does_not_truncate_rollouts(dev_server, plain_dev_server, dev_tokenizer):
+    """`plain_dev_server` (tests/conftest.py) serves a copy of the dev model whose
+    generation_config.json says top_k 1, top_p 0.5 and repetition_penalty 1.3."""
     prompt = _prompt(dev_tokenizer)
     plain_samples = asyncio.run(_client_samples(dev_server, prompt))
-
-    truncating = tmp_path / "dev-model-top-k-1"
-    shutil.copytree(dev_model_dir, truncating)
-    config_path = truncating / "generation_config.json"
-    config = json.loads(config_path.read_text())
-    config_path.write_text(json.dumps({**config, "top_k": 1, "top_p": 0.5, "repetition_penalty": 1.3}))
-    with DevServer(str(truncating), enable_scale_out=False, log_path=str(tmp_path / "trunc.log")) as server:
-        bare = _bare_samples(server, prompt)
-        ours = asyncio.run(_client_samples(server, prompt))
+    bare = _bare_samples(plain_dev_server, prompt)
+    ours = asyncio.run(_client_samples(plain_dev_server, prompt))
 
     assert len(set(bare)) == 1, "the copy's generation config should make bare requests greedy"
     assert len(set(plain_samples)) >= 4, f"the plain dev model should sample diversely: {plain_samples}"

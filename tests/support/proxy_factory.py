@@ -132,3 +132,32 @@ def capture_generations(server) -> list[tuple[list[int], list[int], list[float]]
 
     server.client.generate_stream = generate_stream
     return calls
+
+
+def check_teacher_rows(group, seq, reference_model) -> int:
+    """Every teacher row of a sample's scored turns against transformers (the reference model) on the
+    teacher's own input: the same top-50 ids, and each logprob within 1e-4. Returns the rows checked."""
+    import torch
+
+    from hermes_opd.contract.provenance import sequence_provenance, teacher_input_ids
+    from tests.support.oracle import full_logprobs
+
+    tokens = group["tokens"][seq]
+    rows = 0
+    for index, turn in enumerate(group["overrides"][seq]["opd"]["turns"]):
+        if turn["status"] != "scored":
+            continue
+        start, end = turn["span"]
+        teacher_ids = teacher_input_ids(tokens, sequence_provenance(group, seq).turns[index])
+        oracle = full_logprobs(reference_model, teacher_ids)
+        for j in range(end - start):
+            pos = turn["teacher_prompt_len"] + j
+            row_ids = group["distill_token_ids"][seq][start + j]
+            assert set(row_ids[:50]) == set(oracle[pos].topk(50).indices.tolist())
+            expected = oracle[pos, torch.tensor(row_ids)]
+            assert (
+                torch.max(torch.abs(torch.tensor(group["distill_logprobs"][seq][start + j]) - expected))
+                <= 1e-4
+            )
+            rows += 1
+    return rows

@@ -1,5 +1,5 @@
 """The learning bench's pure parts: curves over generations, bands over seeds, the headline, stage
-timings and the figure (the real loop: tests/experiments/test_learning_bench.py)."""
+timings and the figure (the real loop: tests/experiments/test_learning_student.py)."""
 
 from __future__ import annotations
 

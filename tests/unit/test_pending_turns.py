@@ -17,7 +17,7 @@ def test_a_turn_is_saved_and_loaded_exactly_and_a_bad_line_is_counted(tmp_path):
         content_ends={0: 2},
         tools=[{"type": "function"}],
         template_history={"append_only": True},
-        sampled_topk={2: ([7, 9], [-0.1, -2.5])},
+        student_topk={2: ([7, 9], [-0.1, -2.5])},
         finish_reason="stop",
     )
     turn = TurnSample(trajectory, "s", 3, "lora-step2", 2, attempts=4, info={"first_attempt_at": 12.5})

@@ -27,7 +27,7 @@ def sample(session: str, turn: int, version: int = 0) -> TurnSample:
         messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
         turns=[TurnSpan(2, 4, 1)],
         content_ends={0: 2},
-        sampled_topk={2: ([7, 9], [-0.1, -2.5])},
+        student_topk={2: ([7, 9], [-0.1, -2.5])},
     )
     return TurnSample(trajectory, session, turn, f"lora-step{version}", version)
 

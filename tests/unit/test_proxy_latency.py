@@ -20,6 +20,7 @@ def test_own_time_is_the_handler_minus_the_upstream_call_over_the_last_requests(
         "requests": 3,
         "own_ms_p50": 2.0,
         "own_ms_p95": 3.0,
+        "own_ms_max": 3.0,
         "upstream_ms_p50": 40.0,
         "upstream_ms_p95": 49.0,
         "first_text_ms_p50": 0.0,

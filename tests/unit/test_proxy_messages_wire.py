@@ -14,6 +14,7 @@ from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
 from environments.proxy.conversation import (
+    AnswerStarted,
     AssistantTurn,
     ContentDelta,
     Conversation,
@@ -296,7 +297,7 @@ def test_each_wrong_field_is_one_400_naming_it(body, param):
 
 
 # -- answers -------------------------------------------------------------------------------------
-def turn(content="Hello there", reasoning=None, calls=(), finish="stop") -> AssistantTurn:
+def turn(content="Hello there", reasoning=None, calls=(), finish="stop", stop_sequence=None) -> AssistantTurn:
     return AssistantTurn(
         content=content,
         reasoning=reasoning,
@@ -304,6 +305,7 @@ def turn(content="Hello there", reasoning=None, calls=(), finish="stop") -> Assi
         finish_reason=finish,
         prompt_tokens=11,
         completion_tokens=5,
+        stop_sequence=stop_sequence,
     )
 
 
@@ -420,6 +422,24 @@ async def test_the_route_answers_whole_and_streamed():
         await client.close()
 
 
+async def test_a_stream_says_its_input_tokens_first_and_which_stop_sequence_ended_it():
+    events = [AnswerStarted(11), ContentDelta("Hel"), TurnDone(turn("Hel", stop_sequence="lo"))]
+    client = await client_for(add_routes, FakeService(events))
+    try:
+        streamed = await client.post("/v1/messages", json={**BASE, "stream": True, "stop_sequences": ["lo"]})
+        sent = sse_events(await streamed.text())
+        for event in sent:
+            EVENT.validate_python(event)
+        assert sent[0]["type"] == "message_start" and sent[0]["message"]["usage"]["input_tokens"] == 11
+        delta = next(e for e in sent if e["type"] == "message_delta")
+        assert delta["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "lo"}
+        whole = await client.post("/v1/messages", json={**BASE, "stop_sequences": ["lo"]})
+        message = Message.model_validate(await whole.json())
+        assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "lo")
+    finally:
+        await client.close()
+
+
 async def test_the_route_refuses_in_anthropics_shape_before_and_during_a_stream():
     client = await client_for(add_routes, FakeService([], refuse=WireError("no such model", "not_found")))
     try:
@@ -459,3 +479,59 @@ def test_a_system_message_inside_messages_stays_at_its_place():
         {"role": "user", "content": "hi"},
         {"role": "system", "content": "agents: ..."},
     ]
+
+
+async def test_count_tokens_is_the_prompt_the_model_would_be_sent(dev_tokenizer, dev_model_dir):
+    """`POST /v1/messages/count_tokens` on a real (serve-only) proxy: the count is the length of
+    the model's own chat template over the same messages and tools, and no session is held."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from environments.proxy.build import build_proxy
+    from environments.proxy.proxy_config import ProxyConfig
+
+    config = ProxyConfig.model_validate(
+        {
+            "policy_base_url": "http://127.0.0.1:9/v1",  # never called: counting needs no vLLM
+            "policy_model": "dev-model",
+            "tokenizer": str(dev_model_dir),
+            "train": False,
+        }
+    )
+    server = await build_proxy(config, dev_tokenizer)
+    client = TestClient(TestServer(server.app))
+    await client.start_server()
+    tool = {"name": "run", "description": "Run a file.", "input_schema": {"type": "object"}}
+    body = {
+        "model": "dev-model",
+        "system": "Be brief.",
+        "tools": [tool],
+        "messages": [{"role": "user", "content": "Run a.py"}],
+    }
+    try:
+        counted = await client.post("/v1/messages/count_tokens", json=body)
+        assert counted.status == 200
+        expected = dev_tokenizer.apply_chat_template(
+            [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Run a.py"}],
+            tools=[
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "run",
+                        "description": "Run a file.",
+                        "parameters": {"type": "object"},
+                    },
+                }
+            ],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+        )["input_ids"]
+        assert await counted.json() == {"input_tokens": len(expected)}
+        assert len(server.sessions) == 0
+        wrong = await client.post("/v1/messages/count_tokens", json={**body, "model": "other"})
+        assert wrong.status == 404 and (await wrong.json())["error"]["type"] == "not_found_error"
+        bad = await client.post("/v1/messages/count_tokens", json={"model": "dev-model"})
+        assert bad.status == 400 and (await bad.json())["error"]["type"] == "invalid_request_error"
+    finally:
+        await client.close()
+        await server.stop_background()

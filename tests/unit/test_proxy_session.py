@@ -255,9 +255,9 @@ def test_cut_turn_keeps_only_that_turns_sampled_rows(dev_tokenizer):
     state = SessionState("s", dev_tokenizer)
     answer(state, dev_tokenizer, [{"role": "user", "content": "a"}], "one")
     record = state.branches[0].recorder.trajectories()[-1]
-    record.sampled_topk = {record.turns[0].start: ([1, 2], [-0.1, -2.0])}
+    record.student_topk = {record.turns[0].start: ([1, 2], [-0.1, -2.0])}
     cut = cut_turn(record, 0)
-    assert cut.sampled_topk == record.sampled_topk and len(cut.tokens) == record.turns[0].end
+    assert cut.student_topk == record.student_topk and len(cut.tokens) == record.turns[0].end
 
 
 def test_a_template_that_rewrites_history_still_finishes_turns_and_holds_one_sequence(dev_model_dir):

@@ -27,6 +27,14 @@ def test_ids_and_their_logprobs_come_as_vllm_sent_them():
     assert parse_stream_chunk(end, "u", True) == StreamedTokens([], [], "length")
 
 
+def test_the_stop_string_that_ended_the_answer_is_kept():
+    """vLLM's `stop_reason`: the stop string, or a stop token's id (not a client's stop sequence)."""
+    stopped = chunk(text="", token_ids=[7], finish_reason="stop", stop_reason="END")
+    assert parse_stream_chunk(stopped, "u", False) == StreamedTokens([7], [], "stop", "END")
+    by_token = chunk(text="", token_ids=[7], finish_reason="stop", stop_reason=151645)
+    assert parse_stream_chunk(by_token, "u", False) == StreamedTokens([7], [], "stop", None)
+
+
 def test_chunks_that_carry_nothing_are_skipped():
     assert (
         parse_stream_chunk(json.dumps({"choices": [], "usage": {"completion_tokens": 3}}).encode(), "u", True)

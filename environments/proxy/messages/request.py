@@ -285,3 +285,11 @@ def parse_request(body: Any) -> tuple[MessagesRequest, Conversation]:
     """A decoded body into (the request, its conversation), or a WireError (400)."""
     request = validated(MessagesRequest, body)
     return request, to_conversation(request)
+
+
+def parse_count_request(body: Any) -> Conversation:
+    """A `count_tokens` body (a Messages request without `max_tokens`) into its conversation, or a
+    WireError (400)."""
+    if isinstance(body, dict) and "max_tokens" not in body:
+        body = {**body, "max_tokens": 1}
+    return to_conversation(validated(MessagesRequest, body))

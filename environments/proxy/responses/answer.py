@@ -8,7 +8,8 @@ into OpenAI's event sequence, each with its `sequence_number`: `response.created
 then `response.completed` (or `response.incomplete` when `max_output_tokens` cut the answer) with
 the whole response. A non-streamed answer is the same machine's final response, so both forms say
 the same thing. Output items: a `reasoning` item (the model's thinking), a `message` with one
-`output_text` part, then one `function_call` item per tool call (`call_id` is the call's id)."""
+`output_text` part, then one `function_call` item per tool call (`call_id` is the call's id), in
+the order environments/proxy/part_stream.py gives every wire."""
 
 from __future__ import annotations
 
@@ -16,14 +17,8 @@ import time
 import uuid
 from typing import Any
 
-from environments.proxy.conversation import (
-    AssistantTurn,
-    ContentDelta,
-    ReasoningDelta,
-    TurnDone,
-    TurnEvent,
-    WireError,
-)
+from environments.proxy.conversation import AssistantTurn, ToolCall, WireError
+from environments.proxy.part_stream import Event, Part, PartStream
 from environments.proxy.responses.errors import stream_error_code
 from environments.proxy.responses.request import (
     FormatJsonObject,
@@ -61,29 +56,18 @@ def _usage(turn: AssistantTurn) -> dict[str, Any]:
     }
 
 
-class _Item:
-    """One output item being written: its index, id and (for text items) the text sent so far."""
-
-    def __init__(self, index: int, kind: str) -> None:
-        self.index = index
-        self.kind = kind
-        self.id = _id({"reasoning": "rs", "message": "msg", "function_call": "fc"}[kind])
-        self.text = ""
-        self.done: dict[str, Any] | None = None
+ITEM_ID_PREFIXES = {"reasoning": "rs", "text": "msg", "call": "fc"}
 
 
-class ResponseStream:
-    """The Responses events of one answer, in order; `response` is the final response object."""
+class ResponseStream(PartStream):
+    """The Responses events of one answer, in order; `final` is the final response object."""
 
     def __init__(self, request: ResponsesRequest) -> None:
+        super().__init__()
         self.request = request
         self.id = _id("resp")
         self.created_at = int(time.time())
         self.sequence = 0
-        self.items: list[_Item] = []
-        self.open: _Item | None = None
-        self.final: dict[str, Any] | None = None
-        """The final response object, once the answer is done."""
 
     # -- the response object -------------------------------------------------------------------
     def envelope(self, status: str, turn: AssistantTurn | None = None) -> dict[str, Any]:
@@ -101,7 +85,7 @@ class ResponseStream:
             "instructions": request.instructions,
             "max_output_tokens": request.max_output_tokens,
             "model": request.model,
-            "output": [item.done for item in self.items if item.done is not None],
+            "output": [part.done for part in self.parts if part.done is not None],
             "parallel_tool_calls": True
             if request.parallel_tool_calls is None
             else request.parallel_tool_calls,
@@ -129,17 +113,18 @@ class ResponseStream:
         self.sequence += 1
         return event
 
-    def start(self) -> list[dict[str, Any]]:
+    def start(self, prompt_tokens: int = 0) -> list[dict[str, Any]]:
         return [
             self._event("response.created", response=self.envelope("in_progress")),
             self._event("response.in_progress", response=self.envelope("in_progress")),
         ]
 
-    def _open(self, kind: str) -> list[dict[str, Any]]:
-        item = _Item(len(self.items), kind)
-        self.items.append(item)
-        self.open = item
-        if kind == "reasoning":
+    # -- the part stream's hooks ---------------------------------------------------------------
+    def _part_id(self, kind: str) -> str:
+        return _id(ITEM_ID_PREFIXES[kind])
+
+    def _opened(self, item: Part) -> list[Event]:
+        if item.kind == "reasoning":
             added = {
                 "id": item.id,
                 "type": "reasoning",
@@ -166,20 +151,14 @@ class ResponseStream:
             ),
         ]
 
-    def _delta(self, item: _Item, text: str) -> list[dict[str, Any]]:
-        if not text:
-            return []
-        item.text += text
+    def _delta_events(self, item: Part, text: str) -> list[Event]:
         kind = "response.reasoning_text.delta" if item.kind == "reasoning" else "response.output_text.delta"
         extra = {} if item.kind == "reasoning" else {"logprobs": []}
         return [
             self._event(kind, item_id=item.id, output_index=item.index, content_index=0, delta=text, **extra)
         ]
 
-    def _close(self, item: _Item, final: str) -> list[dict[str, Any]]:
-        """Send what the final text adds to the streamed text, then the item's done events."""
-        events = self._delta(item, final[len(item.text) :]) if final.startswith(item.text) else []
-        self.open = None
+    def _closed(self, item: Part, final: str) -> list[Event]:
         if item.kind == "reasoning":
             item.done = {
                 "id": item.id,
@@ -188,7 +167,7 @@ class ResponseStream:
                 "status": "completed",
                 "content": [{"type": "reasoning_text", "text": final}],
             }
-            return events + [
+            return [
                 self._event(
                     "response.reasoning_text.done",
                     item_id=item.id,
@@ -206,7 +185,7 @@ class ResponseStream:
             "status": "completed",
             "content": [part],
         }
-        return events + [
+        return [
             self._event(
                 "response.output_text.done",
                 item_id=item.id,
@@ -225,75 +204,38 @@ class ResponseStream:
             self._event("response.output_item.done", output_index=item.index, item=item.done),
         ]
 
-    def _find(self, kind: str) -> _Item | None:
-        return next((item for item in self.items if item.kind == kind), None)
+    def _call(self, item: Part, call: ToolCall) -> list[Event]:
+        added = {
+            "id": item.id,
+            "type": "function_call",
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": "",
+            "status": "in_progress",
+        }
+        item.done = {**added, "arguments": call.arguments, "status": "completed"}
+        return [
+            self._event("response.output_item.added", output_index=item.index, item=added),
+            self._event(
+                "response.function_call_arguments.delta",
+                item_id=item.id,
+                output_index=item.index,
+                delta=call.arguments,
+            ),
+            self._event(
+                "response.function_call_arguments.done",
+                item_id=item.id,
+                output_index=item.index,
+                name=call.name,
+                arguments=call.arguments,
+            ),
+            self._event("response.output_item.done", output_index=item.index, item=item.done),
+        ]
 
-    def on(self, event: TurnEvent) -> list[dict[str, Any]]:
-        """The Responses events for one of the core's events."""
-        if isinstance(event, ReasoningDelta):
-            item = self._find("reasoning")
-            if item is None:
-                return self._open("reasoning") + self._delta(self.items[-1], event.text)
-            return self._delta(item, event.text) if item is self.open else []
-        if isinstance(event, ContentDelta):
-            events: list[dict[str, Any]] = []
-            if self.open is not None and self.open.kind == "reasoning":
-                events += self._close(self.open, self.open.text)
-            item = self._find("message")
-            if item is None:
-                events += self._open("message")
-                item = self.items[-1]
-            return events + (self._delta(item, event.text) if item is self.open else [])
-        if isinstance(event, TurnDone):
-            return self._finish(event.turn)
-        raise TypeError(f"not a turn event: {event!r}")
-
-    def _finish(self, turn: AssistantTurn) -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = []
-        reasoning = self._find("reasoning")
-        if reasoning is not None and reasoning.done is None:
-            events += self._close(reasoning, turn.reasoning or reasoning.text)
-        elif reasoning is None and turn.reasoning:
-            events += self._open("reasoning")
-            events += self._close(self.items[-1], turn.reasoning)
-        message = self._find("message")
-        if message is None and (turn.content or not turn.tool_calls):
-            events += self._open("message")
-            message = self.items[-1]
-        if message is not None and message.done is None:
-            events += self._close(message, turn.content)
-        for call in turn.tool_calls:
-            item = _Item(len(self.items), "function_call")
-            self.items.append(item)
-            added = {
-                "id": item.id,
-                "type": "function_call",
-                "call_id": call.id,
-                "name": call.name,
-                "arguments": "",
-                "status": "in_progress",
-            }
-            item.done = {**added, "arguments": call.arguments, "status": "completed"}
-            events += [
-                self._event("response.output_item.added", output_index=item.index, item=added),
-                self._event(
-                    "response.function_call_arguments.delta",
-                    item_id=item.id,
-                    output_index=item.index,
-                    delta=call.arguments,
-                ),
-                self._event(
-                    "response.function_call_arguments.done",
-                    item_id=item.id,
-                    output_index=item.index,
-                    name=call.name,
-                    arguments=call.arguments,
-                ),
-                self._event("response.output_item.done", output_index=item.index, item=item.done),
-            ]
+    def _ended(self, turn: AssistantTurn) -> list[Event]:
         status = "incomplete" if turn.finish_reason == "length" else "completed"
         self.final = self.envelope(status, turn)
-        return events + [self._event(f"response.{status}", response=self.final)]
+        return [self._event(f"response.{status}", response=self.final)]
 
     def fail(self, error: WireError) -> list[dict[str, Any]]:
         """An error after the stream began: OpenAI's `error` event, then `response.failed`."""

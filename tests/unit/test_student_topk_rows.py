@@ -1,4 +1,4 @@
-"""The student's sampling-time top-K from generation to group (hermes_opd/record/sampled_topk.py):
+"""The student's sampling-time top-K from generation to group (hermes_opd/record/student_topk_rows.py):
 rows aligned to token positions, carried by the recorder, written by the group builder, and the
 in-process teacher's exact logprobs on those ids (scoring/transformers_scorer.py `*_on`)."""
 
@@ -16,7 +16,7 @@ from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.rows import empty_rows
 from hermes_opd.contract.validation import validate_group
 from hermes_opd.devkit.dev_corpus import DEV_TOOLS
-from hermes_opd.record.sampled_topk import generation_rows, student_topk_block
+from hermes_opd.record.student_topk_rows import generation_rows, student_topk_block
 from hermes_opd.record.trajectory import Trajectory, TurnSpan
 from hermes_opd.record.transcript_recorder import TranscriptRecorder
 from scoring.transformers_scorer import TransformersTeacher
@@ -93,8 +93,8 @@ def _record_two_turns(tokenizer):
 def test_recorder_keeps_each_row_at_its_token_position(dev_tokenizer):
     traj, made = _record_two_turns(dev_tokenizer)
     generated = [i for i, m in enumerate(traj.masks) if m != MASKED]
-    assert sorted(traj.sampled_topk) == generated == sorted(made)
-    for pos, (ids, lps) in traj.sampled_topk.items():
+    assert sorted(traj.student_topk) == generated == sorted(made)
+    for pos, (ids, lps) in traj.student_topk.items():
         assert ids[0] == traj.tokens[pos]  # the row of the token that sits at that position
         assert (ids, lps) == made[pos]
     with pytest.raises(ValueError, match="that no turn generated"):
@@ -103,7 +103,7 @@ def test_recorder_keeps_each_row_at_its_token_position(dev_tokenizer):
             masks=[MASKED, 2],
             inference_logprobs=[1.0, -0.1],
             turns=[TurnSpan(1, 2, 1)],
-            sampled_topk={0: ([1], [-0.1])},
+            student_topk={0: ([1], [-0.1])},
         )
 
 
