@@ -38,6 +38,12 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def server_arguments(args: argparse.Namespace) -> dict[str, str]:
+    """What `add_server_arguments` read, as the `base_url`, `model` and `tokenizer_dir` keywords that
+    every benchmark's `run` takes."""
+    return {"base_url": args.base_url, "model": args.model, "tokenizer_dir": args.tokenizer}
+
+
 def pick(value: Any, default: Any, quick_default: Any, quick: bool) -> Any:
     """A flag's value: as given, else its `--quick` default under `--quick`, else its default."""
     if value is not None:

@@ -33,7 +33,7 @@ from typing import Any
 
 import aiohttp
 
-from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline
+from hermes_opd.bench.common import add_server_arguments, machine_info, pick, server_arguments, with_headline
 from hermes_opd.bench.teacher_bench import prompt_of_length
 from hermes_opd.bench.teacher_scaling import _Server, rows_max_diff
 
@@ -236,9 +236,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     q = args.quick
     return asyncio.run(
         run(
-            base_url=args.base_url,
-            model=args.model,
-            tokenizer_dir=args.tokenizer,
+            **server_arguments(args),
             context_tokens=pick(args.context_tokens, 2048, 256, q),
             turn_tokens=pick(args.turn_tokens, 64, 16, q),
             tail_tokens=args.tail_tokens,

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline
+from hermes_opd.bench.common import add_server_arguments, machine_info, pick, server_arguments, with_headline
 from hermes_opd.contract.rows import to_dense_k1
 
 GZIP_LEVEL = 6
@@ -271,8 +271,6 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         groups_path=args.groups,
         collect=pick(args.collect, 2, 1, q),
         group_size=pick(args.group_size, 4, 2, q),
-        base_url=args.base_url,
-        model=args.model,
-        tokenizer_dir=args.tokenizer,
+        **server_arguments(args),
         quick=q,
     )

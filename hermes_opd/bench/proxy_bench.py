@@ -49,7 +49,7 @@ from typing import Any
 import yaml
 
 from environments.proxy.latency import percentile
-from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline
+from hermes_opd.bench.common import add_server_arguments, machine_info, pick, server_arguments, with_headline
 from hermes_opd.runtime.server_process import free_port
 
 SYSTEM = "You are a coding agent."
@@ -397,9 +397,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     q = args.quick
     return asyncio.run(
         run(
-            base_url=args.base_url,
-            model=args.model,
-            tokenizer_dir=args.tokenizer,
+            **server_arguments(args),
             concurrency=tuple(int(s) for s in args.sessions.split(",") if s),
             turns=pick(args.turns, 3, 2, q),
             max_tokens=pick(args.max_tokens, 32, 8, q),

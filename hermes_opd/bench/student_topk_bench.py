@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline
+from hermes_opd.bench.common import add_server_arguments, machine_info, pick, server_arguments, with_headline
 from hermes_opd.bench.teacher_bench import prompt_of_length
 from hermes_opd.contract.student_topk import teacher_logprobs_on
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
@@ -165,9 +165,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     q = args.quick
     return asyncio.run(
         run(
-            base_url=args.base_url,
-            model=args.model,
-            tokenizer_dir=args.tokenizer,
+            **server_arguments(args),
             k=args.k,
             n=pick(args.n, 8, 2, q),
             max_tokens=pick(args.max_tokens, 128, 16, q),

@@ -24,7 +24,14 @@ from typing import Any
 
 import aiohttp
 
-from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline, with_retries
+from hermes_opd.bench.common import (
+    add_server_arguments,
+    machine_info,
+    pick,
+    server_arguments,
+    with_headline,
+    with_retries,
+)
 from hermes_opd.bench.synth import filler
 from scoring.response_parsing import parse_prompt_topk, parse_prompt_topk_json
 
@@ -172,9 +179,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     ks = [int(x) for x in (args.ks or ("1,5" if q else "1,20,50")).split(",")]
     return asyncio.run(
         run(
-            base_url=args.base_url,
-            model=args.model,
-            tokenizer_dir=args.tokenizer,
+            **server_arguments(args),
             lengths=lengths,
             ks=ks,
             turn_tokens=min(args.turn_tokens, min(lengths) // 2),

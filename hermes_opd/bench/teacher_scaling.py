@@ -34,7 +34,14 @@ from typing import Any
 
 import aiohttp
 
-from hermes_opd.bench.common import add_server_arguments, machine_info, pick, with_headline, with_retries
+from hermes_opd.bench.common import (
+    add_server_arguments,
+    machine_info,
+    pick,
+    server_arguments,
+    with_headline,
+    with_retries,
+)
 from hermes_opd.bench.teacher_bench import prompt_of_length, timed_post
 from scoring.alignment import turn_rows
 from scoring.request_paths import GENERATE_PATH, completions_payload, generate_payload
@@ -277,9 +284,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     lengths = [int(x) for x in (args.lengths or ("128,256" if q else "256,1024,2048,3584")).split(",")]
     return asyncio.run(
         run(
-            base_url=args.base_url,
-            model=args.model,
-            tokenizer_dir=args.tokenizer,
+            **server_arguments(args),
             lengths=lengths,
             turn_tokens=min(args.turn_tokens, min(lengths) // 2),
             k=args.k,

@@ -22,7 +22,7 @@ from typing import Any
 from environments.atropos.embedded_paths import default_dev_model_dir
 from environments.tasks.conventions import CONVENTION_ENV, Convention
 from hermes_opd.contract.errors import ConfigError
-from hermes_opd.learning_study.bench_values import merged_values
+from hermes_opd.learning_study.bench_values import LOOP_CONFIG_KEYS, add_loop_arguments, merged_values
 from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, load_run, run_arm, start_lora_vllm
 from hermes_opd.learning_study.plot import plot_learning_curves
 from hermes_opd.learning_study.report import (
@@ -39,25 +39,7 @@ from hermes_opd.learning_study.report import (
 
 logger = logging.getLogger(__name__)
 
-CONFIG_KEYS = (
-    "vllm_url",
-    "served_model",
-    "student_model",
-    "steps",
-    "groups_per_step",
-    "group_size",
-    "eval_every",
-    "seeds",
-    "first_seed",
-    "arms",
-    "workers",
-    "lora_r",
-    "lr",
-    "run_timeout_s",
-    "env",
-    "trainer",
-    "convention",
-)
+CONFIG_KEYS = (*LOOP_CONFIG_KEYS, "workers", "convention")
 """Keys of a `--config` YAML; command-line flags override them."""
 
 DEFAULTS: dict[str, Any] = {
@@ -87,28 +69,9 @@ ENV_DEFAULTS: dict[str, Any] = {"max_turns": 3, "max_tokens_per_turn": 96, "max_
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML with any of: " + ", ".join(CONFIG_KEYS))
+    add_loop_arguments(parser, config_keys=CONFIG_KEYS, arms=ARMS, defaults=DEFAULTS)
     parser.add_argument("--student-model", help="student model directory (default: the dev model)")
-    parser.add_argument("--vllm-url", help="a running vLLM (root URL) with --enable-lora; default: start one")
-    parser.add_argument("--served-model", help="its served model name (default dev-model)")
-    parser.add_argument("--arms", help=f"comma-separated subset of {','.join(ARMS)} (default all)")
-    parser.add_argument("--seeds", type=int, help=f"how many seeds (default {DEFAULTS['seeds']})")
-    parser.add_argument(
-        "--first-seed",
-        type=int,
-        help="the first seed (default 0): more seeds later, in their own --out, then one "
-        "--report-only over all the run directories",
-    )
-    parser.add_argument("--steps", type=int, help=f"optimizer steps per run (default {DEFAULTS['steps']})")
-    parser.add_argument("--groups-per-step", type=int, help="groups per batch (default 1)")
-    parser.add_argument("--group-size", type=int, help="rollouts per group (default 4)")
-    parser.add_argument(
-        "--eval-every",
-        type=int,
-        help="held-out evaluation of the weights after every k-th step, and the last (default 2)",
-    )
     parser.add_argument("--workers", type=int, help="env serve workers (default 1)")
-    parser.add_argument("--lr", type=float, help="LoRA learning rate (default 1e-3)")
     parser.add_argument(
         "--convention",
         help="the team's convention as `verb,module` (e.g. `find,utils`; default the shipped "

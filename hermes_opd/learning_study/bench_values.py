@@ -13,6 +13,63 @@ import yaml
 
 from hermes_opd.contract.errors import ConfigError
 
+LOOP_CONFIG_KEYS = (
+    "vllm_url",
+    "served_model",
+    "student_model",
+    "steps",
+    "groups_per_step",
+    "group_size",
+    "eval_every",
+    "seeds",
+    "first_seed",
+    "arms",
+    "lora_r",
+    "lr",
+    "run_timeout_s",
+    "env",
+    "trainer",
+)
+"""The `--config` keys both benches read (each adds its own)."""
+
+
+def add_loop_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    config_keys: Iterable[str],
+    arms: Iterable[str],
+    defaults: dict[str, Any],
+) -> None:
+    """The flags both benches take: the config file, the vLLM to use, the arms, seeds and the run's
+    size. `defaults` gives the numbers the help shows."""
+    parser.add_argument("--config", help="YAML with any of: " + ", ".join(config_keys))
+    parser.add_argument("--vllm-url", help="a running vLLM (root URL) with --enable-lora; default: start one")
+    parser.add_argument("--served-model", help="its served model name (default dev-model)")
+    parser.add_argument("--arms", help=f"comma-separated subset of {','.join(arms)} (default all)")
+    parser.add_argument("--seeds", type=int, help=f"how many seeds (default {defaults['seeds']})")
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        help="the first seed (default 0): more seeds later, in their own --out, then one "
+        "--report-only over all the run directories",
+    )
+    parser.add_argument("--steps", type=int, help=f"optimizer steps per run (default {defaults['steps']})")
+    parser.add_argument(
+        "--groups-per-step",
+        type=int,
+        help=f"groups per optimizer step (default {defaults['groups_per_step']})",
+    )
+    parser.add_argument(
+        "--group-size", type=int, help=f"samples per group (default {defaults['group_size']})"
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        help="held-out evaluation of the weights after every k-th step, and the last "
+        f"(default {defaults['eval_every']})",
+    )
+    parser.add_argument("--lr", type=float, help=f"LoRA learning rate (default {defaults['lr']:g})")
+
 
 def merged_values(
     args: argparse.Namespace,

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_opd.contract.errors import ConfigError
-from hermes_opd.learning_study.bench_values import merged_values
+from hermes_opd.learning_study.bench_values import LOOP_CONFIG_KEYS, add_loop_arguments, merged_values
 from hermes_opd.learning_study.live_loop import LIVE_ARMS, LiveSettings, run_live_arm
 from hermes_opd.learning_study.live_user import Phrasings
 from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, start_lora_vllm
@@ -34,26 +34,7 @@ from hermes_opd.learning_study.paths import shipped_student_dir
 from hermes_opd.learning_study.plot import plot_learning_curves
 from hermes_opd.learning_study.report import mean_band
 
-CONFIG_KEYS = (
-    "vllm_url",
-    "served_model",
-    "student_model",
-    "steps",
-    "groups_per_step",
-    "group_size",
-    "eval_every",
-    "seeds",
-    "first_seed",
-    "arms",
-    "lora_r",
-    "lr",
-    "run_timeout_s",
-    "max_tokens",
-    "phrasings",
-    "judge",
-    "env",
-    "trainer",
-)
+CONFIG_KEYS = (*LOOP_CONFIG_KEYS, "max_tokens", "phrasings", "judge")
 DEFAULTS: dict[str, Any] = {
     "steps": 6,
     "groups_per_step": 2,
@@ -79,24 +60,8 @@ ENV_DEFAULTS: dict[str, Any] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML with any of: " + ", ".join(CONFIG_KEYS))
+    add_loop_arguments(parser, config_keys=CONFIG_KEYS, arms=LIVE_ARMS, defaults=DEFAULTS)
     parser.add_argument("--student-model", help="the agent's model (default: the shipped copying student)")
-    parser.add_argument("--vllm-url", help="a running vLLM (root URL) with --enable-lora; default: start one")
-    parser.add_argument("--served-model", help="its served model name (default dev-model)")
-    parser.add_argument("--arms", help=f"comma-separated subset of {','.join(LIVE_ARMS)} (default all)")
-    parser.add_argument("--seeds", type=int, help=f"how many seeds (default {DEFAULTS['seeds']})")
-    parser.add_argument("--first-seed", type=int, help="the first seed (default 0)")
-    parser.add_argument(
-        "--steps",
-        type=int,
-        help=f"optimizer steps, one round of user turns each (default {DEFAULTS['steps']})",
-    )
-    parser.add_argument("--groups-per-step", type=int, help="groups per optimizer step (default 2)")
-    parser.add_argument("--group-size", type=int, help="samples per group (default 4)")
-    parser.add_argument(
-        "--eval-every", type=int, help="held-out evaluation after every k-th step, and the last"
-    )
-    parser.add_argument("--lr", type=float, help="LoRA learning rate (default 1e-3)")
     parser.add_argument(
         "--phrasings", help="JSON file of the user's reply templates (live_user.py, Phrasings)"
     )

@@ -30,20 +30,23 @@ from openai import AsyncOpenAI
 
 from environments.tasks.conventions import ConventionTask, convention_splits, generate
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, adapter_name
-from hermes_opd.devkit.run_api import RunApi
 from hermes_opd.learning_study.live_session import SessionResult, converse
 from hermes_opd.learning_study.live_user import OUTCOMES, Phrasings
 from hermes_opd.learning_study.loop import (
     LearningRunError,
     LoopSettings,
+    check_trainer_exit,
     evaluate_checkpoint,
     evaluation_steps,
     read_jsonl,
+    start_run_api,
+    start_trainer,
     start_with_config,
+    stop_all,
     trainer_document,
     unload_adapters,
 )
-from hermes_opd.runtime.server_process import free_port, stop_process_group, wait_healthy
+from hermes_opd.runtime.server_process import free_port, wait_healthy
 
 LIVE_ARMS: dict[str, tuple[float, float]] = {"opd": (1.0, 0.0), "prm": (0.0, 1.0), "combined": (1.0, 1.0)}
 """Arm -> (w_opd, w_prm), w_grpo 0 in every arm (a live session has no outcome score): OPD only,
@@ -232,8 +235,7 @@ def run_live_arm(
     procs: list[subprocess.Popen] = []
     started = time.monotonic()
     try:
-        api = RunApi(port=api_port, log_path=str(run_dir / "api.log"), startup_timeout_s=90).start()
-        procs.append(api.process)
+        procs.append(start_run_api(run_dir, api_port).process)
         proxy = start_with_config(
             ["hermes_opd.commands.proxy"],
             proxy_document(settings, arm, port=proxy_port, api_url=api_url, prefix=prefix, run_dir=run_dir),
@@ -250,11 +252,9 @@ def run_live_arm(
             poll_s=0.25,
             error=LearningRunError,
         )
-        trainer = start_with_config(
-            ["trainer_adapters.train_cli"],
+        trainer = start_trainer(
             live_trainer_document(settings, arm, seed=seed, prefix=prefix, run_dir=run_dir, api_url=api_url),
-            run_dir / "trainer.yaml",
-            run_dir / "trainer.log",
+            run_dir,
         )
         procs.append(trainer)
         rounds = asyncio.run(
@@ -265,13 +265,9 @@ def run_live_arm(
             trainer.wait(timeout=max(1.0, started + loop.run_timeout_s - time.monotonic()))
         except subprocess.TimeoutExpired as exc:
             raise LearningRunError(f"{arm} seed {seed}: the trainer did not finish") from exc
-        if trainer.returncode != 0:
-            raise LearningRunError(
-                f"trainer exited with {trainer.returncode}: {(run_dir / 'trainer.log').read_text()[-2000:]}"
-            )
+        check_trainer_exit(trainer, run_dir)
     finally:
-        for proc in reversed(procs):
-            stop_process_group(proc)
+        stop_all(procs)
     from trainer_adapters.checkpointing import checkpoint_dir  # the trainer's layout; imports torch
 
     turns_after = {r.step: r.user_turns_total for r in rounds}

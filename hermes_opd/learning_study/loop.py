@@ -160,6 +160,32 @@ def start_with_config(module: list[str], document: dict, config_path: Path, log:
     return start_logged([sys.executable, "-m", *module, "--config", str(config_path)], log)
 
 
+def start_run_api(run_dir: Path, port: int) -> RunApi:
+    """atroposlib's `run-api` for one run, on `port`, its log in `run_dir/api.log`."""
+    return RunApi(port=port, log_path=str(run_dir / "api.log"), startup_timeout_s=90).start()
+
+
+def start_trainer(document: dict, run_dir: Path) -> subprocess.Popen:
+    """`hermes-opd train` for one run: `document` as `run_dir/trainer.yaml`, its log `trainer.log`."""
+    return start_with_config(
+        ["trainer_adapters.train_cli"], document, run_dir / "trainer.yaml", run_dir / "trainer.log"
+    )
+
+
+def check_trainer_exit(trainer: subprocess.Popen, run_dir: Path) -> None:
+    """Raise LearningRunError with the log's tail when a finished trainer did not exit 0."""
+    if trainer.returncode != 0:
+        raise LearningRunError(
+            f"trainer exited with {trainer.returncode}: {(run_dir / 'trainer.log').read_text()[-2000:]}"
+        )
+
+
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    """Stop a run's processes by PID, the last started first."""
+    for proc in reversed(procs):
+        stop_process_group(proc)
+
+
 def _http_json(method: str, url: str, body: dict | None = None, timeout: float = 30) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(
@@ -404,13 +430,10 @@ def run_arm(
     procs: list[subprocess.Popen] = []
     started = time.monotonic()
     try:
-        api = RunApi(port=port, log_path=str(run_dir / "api.log"), startup_timeout_s=90).start()
-        procs.append(api.process)
-        trainer = start_with_config(
-            ["trainer_adapters.train_cli"],
+        procs.append(start_run_api(run_dir, port).process)
+        trainer = start_trainer(
             trainer_document(settings, arm=arm, seed=seed, prefix=prefix, run_dir=run_dir, api_url=api_url),
-            run_dir / "trainer.yaml",
-            run_dir / "trainer.log",
+            run_dir,
         )
         procs.append(trainer)
         for worker in range(settings.workers):
@@ -442,13 +465,9 @@ def run_arm(
             if time.monotonic() > deadline:
                 raise LearningRunError(f"{arm} seed {seed}: not finished after {settings.run_timeout_s:.0f}s")
             time.sleep(1.0)
-        if trainer.returncode != 0:
-            raise LearningRunError(
-                f"trainer exited with {trainer.returncode}: {(run_dir / 'trainer.log').read_text()[-2000:]}"
-            )
+        check_trainer_exit(trainer, run_dir)
     finally:
-        for proc in reversed(procs):
-            stop_process_group(proc)
+        stop_all(procs)
     from trainer_adapters.checkpointing import checkpoint_dir  # the trainer's layout; imports torch
 
     evals = []
