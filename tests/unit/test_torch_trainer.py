@@ -49,9 +49,14 @@ def test_cli_trains_from_the_real_api_and_opd_kl_drops_on_heldout(run_api, tiny_
     registered = lambda: httpx.get(atropos_api + "/info", timeout=5).json()["batch_size"] == 8  # noqa: E731
     wait_until(registered, 60, "trainer did not register", alive=thread.is_alive)
     rng = np.random.default_rng(0)
-    for _ in range(2 * config.num_steps):  # an env posting groups of 4; a batch is 8 sequences
-        response = httpx.post(atropos_api + "/scored_data", json=make_group(rng), timeout=10)
-        assert response.status_code == 200, response.text
+    queue_empty = lambda: httpx.get(atropos_api + "/status", timeout=5).json()["queue_size"] == 0  # noqa: E731
+    for _ in range(config.num_steps):  # an env posting groups of 4; a batch is 8 sequences
+        # one batch at a time, so every run trains on the same batches (with all twelve groups
+        # queued at once, which two made a batch varied, and the KL after 6 steps with it: 0.59-0.86x)
+        for _ in range(2):
+            response = httpx.post(atropos_api + "/scored_data", json=make_group(rng), timeout=10)
+            assert response.status_code == 200, response.text
+        wait_until(queue_empty, 120, "the trainer did not take its batch", alive=thread.is_alive)
     thread.join(timeout=300)
     assert not thread.is_alive() and result["rc"] == 0
 
@@ -70,7 +75,7 @@ def test_cli_trains_from_the_real_api_and_opd_kl_drops_on_heldout(run_api, tiny_
     resumed = TorchTrainer(config)  # picks up step_00000006
     assert resumed.step == 6
     kl_after = resumed.evaluate(heldout_groups())["opd/reverse_kl"]
-    assert kl_after < 0.85 * kl_before, (kl_before, kl_after)
+    assert kl_after < 0.85 * kl_before, (kl_before, kl_after)  # measured: 2.210 -> 1.295 every run
 
 
 # --- checkpoints and resume -------------------------------------------------------------------
