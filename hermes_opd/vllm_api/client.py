@@ -359,9 +359,7 @@ _MAX_SSE_LINE = 4 * 1024 * 1024
 async def _stream_items(
     response: aiohttp.ClientResponse, base_url: str, sampled_logprobs: bool
 ) -> AsyncIterator[StreamedTokens]:
-    """vLLM's `text/event-stream` body -> StreamedTokens: the ids of every chunk that arrived in one
-    read, merged (one piece per token when the reader keeps up; fewer, longer pieces when it falls
-    behind, so that a busy proxy does less work per token, not more)."""
+    """vLLM's `text/event-stream` body -> StreamedTokens (one per chunk that carries ids or a finish)."""
     finished = False
     buffer = b""
     async for raw in response.content.iter_chunked(64 * 1024):
@@ -369,41 +367,23 @@ async def _stream_items(
         if len(buffer) > _MAX_SSE_LINE and b"\n" not in buffer:
             raise UnexpectedResponseError(f"vLLM at {base_url} streamed a line over {_MAX_SSE_LINE} bytes")
         *lines, buffer = buffer.split(b"\n")
-        items: list[StreamedTokens] = []
-        done = False
         for line in lines:
             line = line.strip()
             if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()
             if data == b"[DONE]":
-                done = True
-                break
+                if not finished:
+                    raise UnexpectedResponseError(
+                        f"vLLM at {base_url} ended its stream without a finish reason"
+                    )
+                return
             item = parse_stream_chunk(data, base_url, sampled_logprobs)
             if item is not None:
                 finished = finished or item.finish_reason is not None
-                items.append(item)
-        if items:
-            yield merge_pieces(items)
-        if done:
-            if not finished:
-                raise UnexpectedResponseError(f"vLLM at {base_url} ended its stream without a finish reason")
-            return
+                yield item
     if not finished:
         raise TransientServerError(f"the stream from vLLM at {base_url} ended before its answer did")
-
-
-def merge_pieces(items: list[StreamedTokens]) -> StreamedTokens:
-    """Consecutive pieces of one stream as one: their ids and logprobs in order, the last finish."""
-    if len(items) == 1:
-        return items[0]
-    last = next((i for i in reversed(items) if i.finish_reason is not None), None)
-    return StreamedTokens(
-        [t for i in items for t in i.token_ids],
-        [lp for i in items for lp in i.logprobs],
-        last.finish_reason if last is not None else None,
-        last.stop_sequence if last is not None else None,
-    )
 
 
 def parse_stream_chunk(data: bytes, base_url: str, sampled_logprobs: bool) -> StreamedTokens | None:

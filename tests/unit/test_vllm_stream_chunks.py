@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from hermes_opd.vllm_api.client import StreamedTokens, merge_pieces, parse_stream_chunk
+from hermes_opd.vllm_api.client import StreamedTokens, parse_stream_chunk
 from hermes_opd.vllm_api.errors import TransientServerError, UnexpectedResponseError
 
 
@@ -56,10 +56,3 @@ def test_chunks_that_carry_nothing_are_skipped():
 def test_what_does_not_add_up_is_refused(data, error):
     with pytest.raises(error):
         parse_stream_chunk(data, "u", True)
-
-
-def test_pieces_that_arrive_together_are_one_piece_in_order():
-    first, second = StreamedTokens([1, 2], [-0.1, -0.2]), StreamedTokens([3], [-0.3], "stop", "END")
-    assert merge_pieces([first]) is first
-    assert merge_pieces([first, second]) == StreamedTokens([1, 2, 3], [-0.1, -0.2, -0.3], "stop", "END")
-    assert merge_pieces([first, first]) == StreamedTokens([1, 2, 1, 2], [-0.1, -0.2, -0.1, -0.2], None)
