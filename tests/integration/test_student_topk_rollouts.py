@@ -161,7 +161,9 @@ async def test_in_process_teacher_fills_every_student_id_exactly(dev_server, tmp
             for j in range(end - start):
                 ids, values = block["ids"][at[start + j]], block["teacher_logprobs"][at[start + j]]
                 want = oracle[turn["teacher_prompt_len"] + j, torch.tensor(ids)].tolist()
-                assert max(abs(v - w) for v, w in zip(values, want, strict=True)) <= 1e-5
+                # float32 on both sides, the teacher's batch of three candidate hints against one
+                # forward: 1.05e-5 at most measured (a suite run), so 5e-5; a wrong position is > 1e-2
+                assert max(abs(v - w) for v, w in zip(values, want, strict=True)) <= 5e-5
                 checked += 1
     assert checked > 0
 
