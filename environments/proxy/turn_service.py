@@ -198,9 +198,9 @@ class TurnService:
         self._planning += 1
         try:
             loop = asyncio.get_running_loop()
-            large = _text_chars(conversation) > LARGE_REQUEST_CHARS
-            pool = self.planner if large else self.quick_planner
-            prepared = await loop.run_in_executor(pool, self._prepare_sync, held, conversation)
+            chars = _text_chars(conversation)
+            pool = self.planner if chars > LARGE_REQUEST_CHARS else self.quick_planner
+            prepared = await loop.run_in_executor(pool, self._prepare_sync, held, conversation, chars)
         finally:
             self._planning -= 1
         if len(prepared.context) > self.config.max_prompt_tokens:
@@ -213,8 +213,7 @@ class TurnService:
             )
         return prepared
 
-    def _prepare_sync(self, held: HeldSession, conversation: Conversation) -> Prepared:
-        chars = _text_chars(conversation)
+    def _prepare_sync(self, held: HeldSession, conversation: Conversation, chars: int) -> Prepared:
         if chars > self.config.max_prompt_tokens * self._longest_token:
             # no token is longer than `_longest_token` characters: over the bound before rendering
             raise WireError(

@@ -4,7 +4,8 @@ run.
 
 Real parts: the vLLM server at `--base-url`, which serves all three wires itself, the official SDK
 clients for both paths (`openai`'s AsyncOpenAI for Chat Completions and Responses, `anthropic`'s
-AsyncAnthropic for Messages), and `hermes-opd proxy` (environments/proxy/) as its own process, as deployed, in three modes:
+AsyncAnthropic for Messages), and `hermes-opd proxy` (environments/proxy/) as its own process, as
+deployed, in three modes:
 - `serve`: the proxy without training (rendering, exact ids, tool-call parsing): what a serve-only
   key or an opted-out request costs;
 - `record`: the live training path without a teacher: sessions, each turn recorded with the
@@ -16,19 +17,19 @@ AsyncAnthropic for Messages), and `hermes-opd proxy` (environments/proxy/) as it
   reported beside the headline.
 
 Each session is a conversation of `turns` requests (system + user, then each reply with a user
-correction after it), every request with its own fixed seed, so direct vLLM and the proxy sample
-the same continuations (the mean completion tokens of each path are reported to show it; vLLM's own
+correction after it), every request with its own fixed seed, so direct vLLM and the proxy sample the
+same continuations (the mean completion tokens of each path are reported to show it; vLLM's own
 Messages route takes no seed, so on that wire direct and proxied continuations differ). Rounds
-alternate direct, serve, record, train (the modes asked for), on each wire, repeated `rounds` times, so that drift
-in the machine's load falls on every path alike; after each record or train round the bench waits
-until that proxy has scored every turn, so that its judging and teacher requests never fall into
-another path's round. Every request streams, as agents do. The numbers are client-side wall
-times per request and times to the first streamed text (TTFT), p50 and p95; the headline is the
-worst of the p50 and p95 ratios of the serve and record modes over both concurrencies and every
-wire (target <= 1.15), and `worst_ttft_ratio` is the same for the time to first text (target <= 1.15). Beside
-them, each proxy's own time per request from its `/metrics` (`<mode>_own_time`: handler time minus
-the time waiting on vLLM's stream, p50 and
-p95 over all its requests; environments/proxy/latency.py).
+alternate direct, serve, record, train (the modes asked for), on each wire, repeated `rounds` times,
+so that drift in the machine's load falls on every path alike; after each record or train round the
+bench waits until that proxy has scored every turn, so that its judging and teacher requests never
+fall into another path's round. Every request streams, as agents do. The numbers are client-side
+wall times per request and times to the first streamed text (TTFT), p50 and p95; the headline is the
+worst of the p50 and p95 ratios of the serve and record modes over both concurrencies and every wire
+(target <= 1.15), and `worst_ttft_ratio` is the same for the time to first text (target <= 1.15).
+Beside them, each proxy's own time per request from its `/metrics` (`<mode>_own_time`: handler time
+minus the time waiting on vLLM's stream, p50 and p95 over all its requests;
+environments/proxy/latency.py).
 """
 
 from __future__ import annotations
@@ -408,17 +409,23 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def _subset(text: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    """The comma-separated names in `text`, in `known`'s order; () when any is unknown or none given."""
+    chosen = {name.strip() for name in text.split(",") if name.strip()}
+    return tuple(name for name in known if name in chosen) if chosen and chosen <= set(known) else ()
+
+
 def _modes(text: str) -> tuple[str, ...]:
-    modes = tuple(m.strip() for m in text.split(",") if m.strip())
-    if not set(modes) <= set(MODES) or not set(modes) & set(HEADLINE_MODES):
+    modes = _subset(text, MODES)
+    if not set(modes) & set(HEADLINE_MODES):
         raise SystemExit(
             f"--modes takes serve, record and train, with serve or record among them, got {text!r}"
         )
-    return tuple(m for m in MODES if m in modes)
+    return modes
 
 
 def _wires(text: str) -> tuple[str, ...]:
-    wires = tuple(w.strip() for w in text.split(",") if w.strip())
-    if not wires or not set(wires) <= set(WIRES):
+    wires = _subset(text, WIRES)
+    if not wires:
         raise SystemExit(f"--wires takes chat, responses and messages, got {text!r}")
-    return tuple(w for w in WIRES if w in wires)
+    return wires

@@ -128,16 +128,21 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 20.0) -> None
 
 
 class ManagedServer:
-    """What every local server wrapper shares (the dev vLLM, the Tinker-API server): its command
-    started in its own process group, a wait for its health URL (the group stopped again if it
+    """What every local server wrapper shares (the dev vLLM, the Tinker-API server, atroposlib's
+    run-api): its command started in its own process group, a wait for its health URL (the group stopped again if it
     never comes up), its log's tail, a stop by PID, and `with` for all of it. A subclass gives
     `health_url`, `what`, and `start`, which checks its inputs and calls `_launch`."""
 
     what = "the server"
     """How errors and notices name it."""
     start_error: type[Exception] = ServerStartError
+    health_poll_s = 1.0
+    """Seconds between two health checks while it starts."""
+    stop_grace_s = 20.0
+    """Seconds between SIGTERM and SIGKILL when it is stopped."""
     process: subprocess.Popen | None
     startup_timeout_s: float
+    log_path: str | Path | None
 
     @property
     def health_url(self) -> str:
@@ -152,7 +157,7 @@ class ManagedServer:
     def _launch(
         self,
         command: Sequence[str],
-        log_path: str | Path,
+        log_path: str | Path | None,
         env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None,
     ) -> None:
@@ -171,6 +176,7 @@ class ManagedServer:
             what=self.what,
             timeout_s=self.startup_timeout_s,
             log_path=self.log_path,
+            poll_s=self.health_poll_s,
             on_wait=self._wait_notice,
             error=self.start_error,
         )
@@ -178,11 +184,12 @@ class ManagedServer:
     def log_tail(self, lines: int = 30) -> str:
         return log_tail(self.log_path, lines)
 
-    def stop(self, grace_s: float = 20.0) -> None:
-        """End the server's process group (SIGTERM, then SIGKILL after `grace_s`) and reap it."""
-        if self.process is not None:
-            stop_process_group(self.process, grace_s)
-        self.process = None
+    def stop(self, grace_s: float | None = None) -> None:
+        """End the server's process group (SIGTERM, then SIGKILL after `grace_s`, by default
+        `stop_grace_s`) and reap it."""
+        process, self.process = self.process, None
+        if process is not None:
+            stop_process_group(process, self.stop_grace_s if grace_s is None else grace_s)
 
     def __enter__(self):  # noqa: ANN204 - the subclass itself
         return self.start()
