@@ -23,12 +23,13 @@ class JudgeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["llm", "rules", "constant"] = Field(
+    backend: Literal["llm", "rules", "constant", "redacted"] = Field(
         default="llm",
         description="`llm`: an LLM over any OpenAI-compatible chat endpoint. `rules`: deterministic, "
         "offline hints from tracebacks, failed assertions, exit codes and failing tests. `constant`: "
         "a control that carries no information: the same sentence (`constant_hint`) on the turns "
-        "`constant_hint_turns` names (judge/constant_backend.py).",
+        "`constant_hint_turns` names (judge/constant_backend.py). `redacted`: a control that keeps the "
+        "rules hint's words and removes the values it quotes (judge/redacted_backend.py).",
     )
     base_url: str | None = Field(
         default=None,

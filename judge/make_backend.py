@@ -28,6 +28,10 @@ def make_judge_backend(
         from judge.constant_backend import ConstantHintJudgeBackend
 
         return ConstantHintJudgeBackend(config)
+    if config.backend == "redacted":
+        from judge.redacted_backend import RedactedHintJudgeBackend
+
+        return RedactedHintJudgeBackend(config)
     if config.backend == "llm":
         from judge.llm_backend import LLMJudgeBackend
 

@@ -98,6 +98,7 @@ def compute_objective(
     """Total = w_grpo * L_grpo + w_prm * L_prm + w_opd * L_opd: GRPO over generated tokens, the
     process reward over the effective PRM turns' positions (None when the batch has no process
     reward), OPD over positions with teacher rows. Each term is computed and logged on its own.
+    `opd_sign` -1 (a control) turns w_opd into -w_opd.
 
     The three counts are the denominators of the token means; pass the counts of the whole optimizer
     step when `batch` is one micro-batch of it (defaults: this batch's own counts).
@@ -138,5 +139,9 @@ def compute_objective(
             num_tokens=num_prm_positions,
         )
     return combine_terms(
-        {"grpo": (config.w_grpo, grpo), "prm": (config.w_prm, prm), "opd": (config.w_opd, opd)}
+        {
+            "grpo": (config.w_grpo, grpo),
+            "prm": (config.w_prm, prm),
+            "opd": (config.w_opd * config.opd_sign, opd),
+        }
     )

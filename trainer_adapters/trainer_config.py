@@ -60,6 +60,11 @@ class LossConfig(_Strict):
         "PPO-clipped advantage over its tokens (docs/process-reward.md); 0 turns it off (still logged). "
         "Combined mode (OpenClaw-RL's combine): w_grpo 0, w_prm 1, w_opd 1.",
     )
+    opd_sign: Literal[1, -1] = Field(
+        1,
+        description="A control, never a training setting: -1 negates the OPD term, so the student is "
+        "trained away from the hinted teacher (the sign-flip arm of docs/recipes/learning-bench.md).",
+    )
     prm_clip_low: float = Field(0.2, ge=0, lt=1, description="PRM term: PPO ratio clip below, 1 - eps.")
     prm_clip_high: float = Field(0.28, ge=0, description="PRM term: PPO ratio clip above, 1 + eps.")
     opd_mode: Literal["topk", "token", "subset_ppo"] = Field(

@@ -2,8 +2,9 @@
 (of the 12 held-out tasks of its kind, the attempts that chose the team's value) at every evaluation,
 from the bench's `learning.json` files (docs/recipes/learning-bench.md, "Amplified or taught").
 
-A run's label is its arm, or `constant hint` when its env's judge was the constant backend (the
-control carries no information), and the convention it ran under (`settings.convention`, the
+A run's label is its arm, or its control (`constant hint`, `no-info words`: its env's judge was the
+constant or the redacted backend; `sign flip`: its OPD term negated; `fwd`: the forward KL), and the
+convention it ran under (`settings.convention`, the
 shipped `compute,helpers` when unset).
 
 `python -m hermes_opd.learning_study.transmission OUT.png BENCH_OUT_DIR...` prints the table and
@@ -26,10 +27,22 @@ from typing import Any
 
 from hermes_opd.learning_study.report import CONVENTION_KINDS, mean_band
 
+CONTROL_LABELS = {"constant": "constant hint", "redacted": "no-info words"}
+"""Judge backend -> the label of a run whose hints came from that control."""
+
 
 def run_label(document: dict[str, Any], run: dict[str, Any]) -> str:
-    env = (document.get("settings") or {}).get("env") or {}
-    return "constant hint" if env.get("judge_backend") == "constant" else str(run["arm"])
+    """The run's arm, or the control it ran under (its judge's control backend, its OPD sign), and
+    `fwd` when its OPD term was the forward KL."""
+    settings = document.get("settings") or {}
+    env = settings.get("env") or {}
+    loss = (settings.get("trainer") or {}).get("loss") or {}
+    label = CONTROL_LABELS.get(str(env.get("judge_backend")), str(run["arm"]))
+    if loss.get("opd_sign") == -1:
+        label += " sign flip"
+    if loss.get("kl_direction") == "forward":
+        label += " fwd"
+    return label
 
 
 def run_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -60,11 +73,11 @@ def run_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'label':<15}{'seed':>5}  {'convention':<17}{'passed':<17}{'module':<17}{'name':<17}"]
+    lines = [f"{'label':<24}{'seed':>5}  {'convention':<17}{'passed':<17}{'module':<17}{'name':<17}"]
     for row in sorted(rows, key=lambda r: (r["label"], r["seed"])):
         cells = ["/".join(str(p[key]) for p in row["points"]) for key in ("passed", "module", "name")]
         lines.append(
-            f"{row['label']:<15}{row['seed']:>5}  {row['convention']:<17}"
+            f"{row['label']:<24}{row['seed']:>5}  {row['convention']:<17}"
             + "".join(f"{c:<17}" for c in cells)
         )
     return "\n".join(lines)

@@ -329,6 +329,22 @@ def test_equal_score_group_trains_opd_only():
     torch.testing.assert_close(grad, grad_opd)
 
 
+@pytest.mark.parametrize("opd_mode", ["topk", "token"])
+def test_the_sign_flip_control_negates_only_the_opd_gradient(opd_mode):
+    batch = collate_groups([_group([1.0, 0.0])])
+    logits = torch.randn(2, 4, 12, generator=torch.Generator().manual_seed(8))
+    kept, grad_kept = _objective_grad(batch, logits, LossConfig(opd_mode=opd_mode, w_grpo=1.0))
+    flipped, grad_flipped = _objective_grad(
+        batch, logits, LossConfig(opd_mode=opd_mode, w_grpo=1.0, opd_sign=-1)
+    )
+    _, grad_grpo = _objective_grad(batch, logits, LossConfig(opd_mode=opd_mode, w_grpo=1.0, w_opd=0.0))
+    assert flipped.terms["opd"].item() == pytest.approx(kept.terms["opd"].item())  # logged as it is
+    torch.testing.assert_close(grad_flipped - grad_grpo, -(grad_kept - grad_grpo))
+    assert torch.count_nonzero(grad_kept - grad_grpo) > 0
+    with pytest.raises(ValueError):
+        LossConfig(opd_sign=0)
+
+
 def test_combine_terms_weights_and_logs_each_term():
     a = torch.tensor(2.0, requires_grad=True)
     b = torch.tensor(3.0, requires_grad=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hermes_opd.learning_study.transmission import main, run_rows
+from hermes_opd.learning_study.transmission import main, run_label, run_rows
 
 
 def evaluation(passed: int, module: int, name: int) -> dict:
@@ -38,4 +38,17 @@ def test_rows_are_labelled_by_the_control_and_counted_per_convention(tmp_path, c
         (tmp_path / name / "learning.json").write_text(json.dumps(document(constant)))
     assert main([str(tmp_path / "t.png"), str(tmp_path / "real"), str(tmp_path / "control")]) == 0
     out = capsys.readouterr().out
-    assert "opd                1  compute,utils    0/3" in out and (tmp_path / "t.png").is_file()
+    assert "opd                         1  compute,utils    0/3" in out and (tmp_path / "t.png").is_file()
+
+
+def test_each_control_has_its_label():
+    run = {"arm": "opd"}
+
+    def label(env: dict, loss: dict) -> str:
+        return run_label({"settings": {"env": env, "trainer": {"loss": loss}}}, run)
+
+    assert label({}, {}) == "opd"
+    assert label({"judge_backend": "redacted"}, {}) == "no-info words"
+    assert label({}, {"opd_sign": -1}) == "opd sign flip"
+    assert label({"judge_backend": "constant"}, {"kl_direction": "forward"}) == "constant hint fwd"
+    assert run_label({"settings": {}}, {"arm": "grpo"}) == "grpo"
