@@ -167,7 +167,7 @@ def test_blocks_into_messages():
         {"role": "user", "content": "go"},
         {"role": "assistant", "content": "Running it.", "reasoning_content": "Plan.", "tool_calls": calls},
         {"role": "tool", "content": "out1", "tool_call_id": "toolu_1", "name": "run"},
-        {"role": "tool", "content": "bad\n\nworse", "tool_call_id": "toolu_2", "name": "run"},
+        {"role": "tool", "content": "Error: bad\n\nworse", "tool_call_id": "toolu_2", "name": "run"},
         {"role": "tool", "content": "", "tool_call_id": "toolu_9"},
         {"role": "user", "content": "and now?"},
         {"role": "assistant", "content": "plain"},

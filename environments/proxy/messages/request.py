@@ -14,7 +14,8 @@ does not act on is accepted and ignored: `metadata`, `thinking`, `top_k`, `outpu
 
 An assistant message is one chat-template assistant message: its text, its thinking as
 `reasoning_content` and its `tool_use` blocks as tool calls (the `input` object as JSON text). A
-user message's `tool_result` blocks become tool messages, in order, and its text a user message."""
+user message's `tool_result` blocks become tool messages, in order (one marked `is_error` begins with
+`TOOL_ERROR_PREFIX`), and its text a user message."""
 
 from __future__ import annotations
 
@@ -145,6 +146,18 @@ def _only(index: int, role: str, block: Any, allowed: tuple[type, ...]) -> None:
         )
 
 
+TOOL_ERROR_PREFIX = "Error: "
+"""Put before a tool result the client marked `is_error`: chat templates have no field for it, so the
+model (and the judge, which reads the same next state) is told in the text."""
+
+
+def _tool_result_text(block: ToolResultBlock) -> str:
+    text = _text(block.content)
+    if block.is_error and not text.startswith(TOOL_ERROR_PREFIX):
+        return TOOL_ERROR_PREFIX + text
+    return text
+
+
 def _user(index: int, message: Message, names: dict[str, str]) -> list[dict[str, Any]]:
     if isinstance(message.content, str):
         return [{"role": "user", "content": message.content}]
@@ -155,7 +168,7 @@ def _user(index: int, message: Message, names: dict[str, str]) -> list[dict[str,
         if isinstance(block, ToolResultBlock):
             tool: dict[str, Any] = {
                 "role": "tool",
-                "content": _text(block.content),
+                "content": _tool_result_text(block),
                 "tool_call_id": block.tool_use_id,
             }
             if block.tool_use_id in names:
