@@ -20,7 +20,8 @@ Each session is a conversation of `turns` requests (system + user, then each rep
 correction after it), every request with its own fixed seed, so direct vLLM and the proxy sample the
 same continuations (the mean completion tokens of each path are reported to show it; vLLM's own
 Messages route takes no seed, so on that wire direct and proxied continuations differ). Rounds
-alternate direct, serve, record, train (the modes asked for), on each wire, repeated `rounds` times,
+alternate direct, serve, record, train (the modes asked for), on each wire, repeated `rounds` times
+after one unmeasured warm-up session per path and wire,
 so that drift in the machine's load falls on every path alike; after each record or train round the
 bench waits until that proxy has scored every turn, so that its judging and teacher requests never
 fall into another path's round. Every request streams, as agents do. The numbers are client-side
@@ -283,8 +284,11 @@ async def _measure(
     """Rounds of direct vLLM and then each proxy in `urls` (its mode -> base URL), in that order,
     on each wire: samples keyed by (wire, path, sessions)."""
     samples: dict[tuple[str, str, int], tuple[list[float], list[int], list[float]]] = {}
-    for wire in wires:
-        await _round(base_url, wire, model, 1, -1, 1, 4, False)  # warm-up
+    for wire in wires:  # warm-up, not measured: each path's first request pays its one-time costs
+        for path, url in (("direct", base_url), *urls.items()):
+            await _round(url, wire, model, 1, -1, 1, 4, path != "direct")
+            if path in ("record", "train"):
+                await _drained(url)
     for round_index in range(rounds):
         for sessions in concurrency:
             for wire in wires:
