@@ -13,16 +13,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from environments.atropos.embedded_paths import default_dev_model_dir
-from environments.tasks.conventions import CONVENTION_ENV, Convention
 from hermes_opd.contract.errors import ConfigError
-from hermes_opd.learning_study.bench_values import LOOP_CONFIG_KEYS, add_loop_arguments, merged_values
+from hermes_opd.learning_study.bench_values import (
+    LOOP_CONFIG_KEYS,
+    add_loop_arguments,
+    apply_convention,
+    merged_values,
+)
 from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, load_run, run_arm, start_lora_vllm
 from hermes_opd.learning_study.plot import plot_learning_curves
 from hermes_opd.learning_study.report import (
@@ -39,7 +42,7 @@ from hermes_opd.learning_study.report import (
 
 logger = logging.getLogger(__name__)
 
-CONFIG_KEYS = (*LOOP_CONFIG_KEYS, "workers", "convention")
+CONFIG_KEYS = (*LOOP_CONFIG_KEYS, "workers")
 """Keys of a `--config` YAML; command-line flags override them."""
 
 DEFAULTS: dict[str, Any] = {
@@ -72,12 +75,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_loop_arguments(parser, config_keys=CONFIG_KEYS, arms=ARMS, defaults=DEFAULTS)
     parser.add_argument("--student-model", help="student model directory (default: the dev model)")
     parser.add_argument("--workers", type=int, help="env serve workers (default 1)")
-    parser.add_argument(
-        "--convention",
-        help="the team's convention as `verb,module` (e.g. `find,utils`; default the shipped "
-        "`compute,helpers`): every process of the run gets HERMES_OPD_CONVENTION "
-        "(environments/tasks/conventions.py)",
-    )
     parser.add_argument("--out", default="runs/bench-learning", help="output directory")
     parser.add_argument(
         "--quick", action="store_true", help="one OPD-only seed, 2 steps (the test suite's run)"
@@ -110,7 +107,6 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], LoopSett
             "eval_every",
             "workers",
             "lr",
-            "convention",
         ),
         sizes=("steps", "groups_per_step", "group_size", "eval_every", "seeds", "workers"),
     )
@@ -122,12 +118,6 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], LoopSett
             f"student model {model_dir} has no config.json (build the dev model or pass --student-model)"
         )
     values["student_model"] = model_dir
-    if values.get("convention"):
-        try:
-            convention = Convention.parse(str(values["convention"]))
-        except ValueError as exc:
-            raise ConfigError(f"convention: {exc}") from exc
-        values["convention"] = f"{convention.verb},{convention.module}"
     settings = LoopSettings.from_values(values, model_dir, Path(args.out), ENV_DEFAULTS)
     return values, settings
 
@@ -139,8 +129,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     settings.out_dir.mkdir(parents=True, exist_ok=True)
-    if values.get("convention"):  # read by every process the run starts, and by this one's evaluations
-        os.environ[CONVENTION_ENV] = values["convention"]
+    apply_convention(values)
     started = time.monotonic()
     server = None
     if not settings.vllm_root_url and not args.report_only:

@@ -5,12 +5,14 @@ the arms parsed and every size checked. Shared by `hermes-opd bench learning` (b
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from environments.tasks.conventions import CONVENTION_ENV, Convention
 from hermes_opd.contract.errors import ConfigError
 
 LOOP_CONFIG_KEYS = (
@@ -29,6 +31,7 @@ LOOP_CONFIG_KEYS = (
     "run_timeout_s",
     "env",
     "trainer",
+    "convention",
 )
 """The `--config` keys both benches read (each adds its own)."""
 
@@ -69,6 +72,12 @@ def add_loop_arguments(
         f"(default {defaults['eval_every']})",
     )
     parser.add_argument("--lr", type=float, help=f"LoRA learning rate (default {defaults['lr']:g})")
+    parser.add_argument(
+        "--convention",
+        help="the team's convention as `verb,module` (e.g. `find,utils`; default the shipped "
+        "`compute,helpers`): every process of the run gets HERMES_OPD_CONVENTION "
+        "(environments/tasks/conventions.py)",
+    )
 
 
 def merged_values(
@@ -93,9 +102,15 @@ def merged_values(
         if unknown:
             raise ConfigError(f"{args.config}: unknown keys {unknown}; known: {', '.join(config_keys)}")
         values.update(data)
-    for key in flags:
+    for key in (*flags, "convention"):
         if getattr(args, key, None) is not None:
             values[key] = getattr(args, key)
+    if values.get("convention"):
+        try:
+            convention = Convention.parse(str(values["convention"]))
+        except ValueError as exc:
+            raise ConfigError(f"convention: {exc}") from exc
+        values["convention"] = f"{convention.verb},{convention.module}"
     chosen = [a.strip() for a in str(values["arms"]).split(",") if a.strip()]
     if not chosen or any(a not in known_arms for a in chosen):
         raise ConfigError(
@@ -108,3 +123,10 @@ def merged_values(
     if int(values.get("first_seed") or 0) < 0:
         raise ConfigError(f"first_seed must be >= 0, got {values['first_seed']}")
     return values
+
+
+def apply_convention(values: dict[str, Any]) -> None:
+    """Set the run's convention for this process and every process it starts (its evaluations, the
+    env, the user simulator), when the values name one."""
+    if values.get("convention"):
+        os.environ[CONVENTION_ENV] = values["convention"]

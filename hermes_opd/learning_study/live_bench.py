@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from hermes_opd.contract.errors import ConfigError
-from hermes_opd.learning_study.bench_values import LOOP_CONFIG_KEYS, add_loop_arguments, merged_values
+from hermes_opd.learning_study.bench_values import (
+    LOOP_CONFIG_KEYS,
+    add_loop_arguments,
+    apply_convention,
+    merged_values,
+)
 from hermes_opd.learning_study.live_loop import LIVE_ARMS, LiveSettings, run_live_arm
 from hermes_opd.learning_study.live_user import Phrasings
 from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, start_lora_vllm
@@ -123,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     loop = settings.loop
     loop.out_dir.mkdir(parents=True, exist_ok=True)
+    apply_convention(values)
     started = time.monotonic()
     if args.report_only:
         runs = [json.loads(p.read_text()) for p in loop.out_dir.glob("*-seed*/run.json")]

@@ -15,7 +15,13 @@ reported (`followed`, per kind) but not asserted. `MIN_MODULE_GAIN` was chosen f
 distributions of runs with the rules judge's hints and with constant hints (docs/notes/
 learning-proof.md, where both are listed run by run).
 
-`python -m hermes_opd.learning_study.proof DIR...` prints the verdict of every run in the bench
+The transmission test (`transmission_verdict`, `--transmission`) is the criterion of the README's
+learning test: the convention set to values the student does not choose (`utils.py`,
+`compute_<noun>`; learning-student-quick-transmission.yaml), so only a hint's content can raise them,
+and the held-out attempts that follow them must rise by `MIN_STATED_GAIN`, a margin that every
+measured run with the rules judge's hints met and no control run did.
+
+`python -m hermes_opd.learning_study.proof [--transmission] DIR...` prints the verdict of every run in the bench
 output directories given (`learning.json`, or a live bench's `live.json` with its margin, or, before
 either is written, the finished runs' `<arm>-seed<N>/run.json`); a path may also name the JSON file.
 """
@@ -34,6 +40,13 @@ MIN_MODULE_GAIN = 2
 the start: the test's margin (docs/notes/learning-proof.md, "The margin")."""
 MIN_SUCCESS_GAIN = 1
 """Held-out tasks passed after the last step, more than at the start."""
+MAX_STATED_START = 1
+"""The transmission test's precondition: each stated value is chosen in at most this many of its 12
+held-out tasks before training (the student does not choose it)."""
+MIN_STATED_GAIN = 8
+"""The transmission test's margin: held-out attempts (of 24) that follow the stated values, module and
+name together, after the last step, more than at the start (docs/recipes/learning-bench.md,
+"Amplified or taught", where every measured run is listed)."""
 LIVE_MIN_MODULE_GAIN = 1
 """The same criterion's margin for `hermes-opd bench live --quick` (tests/experiments/test_live_bench.py):
 there a reply reveals one convention and only the wrong-file replies reveal the module, so the
@@ -94,8 +107,32 @@ def verdict(facts: dict[str, Any], min_module_gain: int = MIN_MODULE_GAIN) -> li
     return reasons
 
 
-def verdict_line(facts: dict[str, Any], min_module_gain: int = MIN_MODULE_GAIN) -> str:
-    reasons = verdict(facts, min_module_gain)
+def transmission_verdict(facts: dict[str, Any], min_gain: int = MIN_STATED_GAIN) -> list[str]:
+    """The reasons the transmission test fails on this run; empty when it passes. The convention was
+    set to values the student does not choose (each at most `MAX_STATED_START` of 12 at the start),
+    and the held-out attempts that follow them, both kinds together, must rise by `min_gain`."""
+    if facts["followed_start"] is None or facts["followed_end"] is None:
+        return ["the evaluations recorded no convention choices"]
+    reasons = [
+        f"the {kind} value was already chosen in {facts[f'{kind}_start']} of 12 held-out tasks at the "
+        f"start (more than {MAX_STATED_START}): nothing to transmit"
+        for kind in CONVENTION_KINDS
+        if facts[f"{kind}_start"] > MAX_STATED_START
+    ]
+    gain = facts["followed_end"] - facts["followed_start"]
+    if gain < min_gain:
+        reasons.append(
+            f"held-out attempts following the stated values rose by {gain} ({facts['followed_start']} -> "
+            f"{facts['followed_end']}: module {facts['module_start']} -> {facts['module_end']}, name "
+            f"{facts['name_start']} -> {facts['name_end']}), less than {min_gain}"
+        )
+    return reasons
+
+
+def verdict_line(
+    facts: dict[str, Any], min_module_gain: int = MIN_MODULE_GAIN, *, transmission: bool = False
+) -> str:
+    reasons = transmission_verdict(facts) if transmission else verdict(facts, min_module_gain)
     return (
         f"{facts['arm']} seed {facts['seed']}: passed {facts['passed_start']}->{facts['passed_end']}, "
         f"followed {facts['followed_start']}->{facts['followed_end']} (module {facts['module_start']}->"
@@ -128,9 +165,14 @@ def load_runs(path: Path) -> tuple[list[dict[str, Any]], bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    paths = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
+    args = list(sys.argv[1:] if argv is None else argv)
+    transmission = "--transmission" in args
+    paths = [Path(a) for a in args if a != "--transmission"]
     if not paths:
-        print("usage: python -m hermes_opd.learning_study.proof BENCH_OUT_DIR_OR_JSON...", file=sys.stderr)
+        print(
+            "usage: python -m hermes_opd.learning_study.proof [--transmission] BENCH_OUT_DIR_OR_JSON...",
+            file=sys.stderr,
+        )
         return 2
     for path in paths:
         try:
@@ -140,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         margin = LIVE_MIN_MODULE_GAIN if live else MIN_MODULE_GAIN
         for run in runs:
-            print(f"{path}: {verdict_line(run_facts(run), margin)}")
+            print(f"{path}: {verdict_line(run_facts(run), margin, transmission=transmission)}")
     return 0
 
 

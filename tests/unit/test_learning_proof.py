@@ -6,9 +6,12 @@ import json
 
 from hermes_opd.learning_study.proof import (
     LIVE_MIN_MODULE_GAIN,
+    MAX_STATED_START,
     MIN_MODULE_GAIN,
+    MIN_STATED_GAIN,
     main,
     run_facts,
+    transmission_verdict,
     verdict,
     verdict_line,
 )
@@ -88,3 +91,28 @@ def test_a_live_bench_directory_is_judged_with_the_live_margin(tmp_path, capsys)
     assert main([str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith(": PASS") and lines[1].endswith("rose by 0 (6 -> 6), less than 1")
+
+
+def transmission_run(start: tuple[int, int, int], end: tuple[int, int, int]) -> dict:
+    return {"arm": "opd", "seed": 0, "evals": [evaluation(*start), evaluation(*end)], "probe": {}}
+
+
+def test_transmission_needs_values_the_student_does_not_choose_and_a_rise_by_the_margin(tmp_path, capsys):
+    assert MAX_STATED_START == 1
+    margin = MIN_STATED_GAIN
+    assert transmission_verdict(run_facts(transmission_run((0, 0, 0), (12, 8, margin - 8)))) == []
+    short = run_facts(transmission_run((0, 1, 0), (2, 1, margin - 1)))
+    assert transmission_verdict(short) == [
+        f"held-out attempts following the stated values rose by {margin - 1} (1 -> {margin}: module 1 -> 1, "
+        f"name 0 -> {margin - 1}), less than {margin}"
+    ]
+    # a value the student already chose: amplification, not transmission, whatever the rise
+    chosen = transmission_verdict(run_facts(transmission_run((5, 6, 0), (12, 12, 12))))
+    assert chosen == [
+        "the module value was already chosen in 6 of 12 held-out tasks at the start (more than 1): nothing to transmit"
+    ]
+    (tmp_path / "learning.json").write_text(
+        json.dumps({"runs": [transmission_run((0, 0, 0), (9, 9, margin))]})
+    )
+    assert main(["--transmission", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip().endswith(": PASS")
