@@ -310,12 +310,13 @@ def main(argv: list[str] | None = None) -> int:
         from hermes_opd.devkit.dev_server import DevServer
 
         print(f"starting a CPU vLLM for {args.model} ...", file=sys.stderr)
-        server = DevServer(
-            args.model,
-            served_model_name=args.served_model,
-            log_path=str(Path(args.out or "decision_probe").with_suffix(".vllm.log")),
-            extra_args=["--enable-lora", "--max-lora-rank", "8"] if args.adapter else [],
-        ).start()
+        log_path = Path(args.out or "decision_probe").with_suffix(".vllm.log")
+        if args.adapter:  # it must load the adapter at run time
+            from hermes_opd.learning_study.loop import start_lora_vllm
+
+            server = start_lora_vllm(args.model, 8, log_path, args.served_model)
+        else:
+            server = DevServer(args.model, served_model_name=args.served_model, log_path=str(log_path)).start()
         url = server.root_url
     adapter = None
     try:
