@@ -40,7 +40,7 @@ def run_label(document: dict[str, Any], run: dict[str, Any]) -> str:
     label = CONTROL_LABELS.get(str(env.get("judge_backend")), str(run["arm"]))
     if loss.get("opd_sign") == -1:
         label += " sign flip"
-    if loss.get("kl_direction") == "forward":
+    if loss.get("kl_direction") == "forward" and run["arm"] != "grpo":  # GRPO only has no KL
         label += " fwd"
     return label
 
