@@ -45,8 +45,10 @@ MAX_STATED_START = 1
 held-out tasks before training (the student does not choose it)."""
 MIN_STATED_GAIN = 8
 """The transmission test's margin: held-out attempts (of 24) that follow the stated values, module and
-name together, after the last step, more than at the start (docs/recipes/learning-bench.md,
-"Amplified or taught", where every measured run is listed)."""
+name together, after the last step, more than at the start. At 8 steps (the README test's run) the
+rules judge's hints raised them by 9-22 in 16 of 16 measured runs (seeds 0-15); no run of the
+controls (a constant sentence, the hints with their values taken out, the OPD sign flipped; 6 seeds
+each) rose by more than 3 at any evaluation (docs/recipes/learning-bench.md, "Amplified or taught")."""
 LIVE_MIN_MODULE_GAIN = 1
 """The same criterion's margin for `hermes-opd bench live --quick` (tests/experiments/test_live_bench.py):
 there a reply reveals one convention and only the wrong-file replies reveal the module, so the
