@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 from openai import AsyncOpenAI
 
-from environments.tasks.conventions import ConventionTask, convention_splits, generate
+from environments.tasks.conventions import ConventionTask, convention_splits, generate, team_convention
 from hermes_opd.contract.policy_version import POLICY_VERSION_KEY, adapter_name
 from hermes_opd.learning_study.live_session import SessionResult, converse
 from hermes_opd.learning_study.live_user import OUTCOMES, Phrasings
@@ -135,8 +135,8 @@ class SimulatedUser:
     def __init__(self, settings: LiveSettings, seed: int) -> None:
         self.settings = settings
         self.seed = seed
-        train, _ = convention_splits()
-        specs = {t.task_id: t for t in generate()["train"]}
+        train, _ = convention_splits()  # under the run's convention (HERMES_OPD_CONVENTION), as the env's
+        specs = {t.task_id: t for t in generate(convention=team_convention())["train"]}
         self.tasks: list[tuple[ConventionTask, Any]] = [(specs[t.task_id], t) for t in train]
         self.user_turns = 0
 

@@ -87,3 +87,21 @@ def test_report_only_rebuilds_the_outputs_from_run_directories(tmp_path, capsys)
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last == {"opd_live_gain": pytest.approx(0.0625, abs=1e-4), "prm_live_gain": 0.0, "user_turns": 48}
     assert (tmp_path / "live.png").is_file() and json.loads((tmp_path / "live.json").read_text())["runs"]
+
+
+def test_the_live_bench_runs_under_a_convention_the_student_never_chose(tmp_path, monkeypatch):
+    from environments.tasks.conventions import CONVENTION_ENV
+    from hermes_opd.learning_study.bench_values import apply_convention
+    from hermes_opd.learning_study.live_loop import SimulatedUser
+
+    config = CONFIG_DIR / "live-quick-transmission.yaml"
+    values, settings = resolve(parse("--quick", "--config", str(config), "--out", str(tmp_path)))
+    assert values["convention"] == "compute,utils" and settings.loop.steps == 12
+    monkeypatch.setenv(CONVENTION_ENV, "")  # restored after the test, whatever apply_convention sets
+    apply_convention(values)
+    # the simulated user asks for the tasks of that convention, each with its own spec
+    user = SimulatedUser(settings, seed=0)
+    assert len(user.tasks) == 56
+    assert all(spec.task_id == task.task_id and spec.module == "utils" for spec, task in user.tasks)
+    with pytest.raises(ConfigError, match="convention"):
+        resolve(parse("--convention", "nope", "--out", str(tmp_path)))
