@@ -29,7 +29,7 @@ wall times per request and times to the first streamed text (TTFT), p50 and p95;
 worst of the p50 and p95 ratios of the serve and record modes over both concurrencies and every wire
 (target <= 1.15), and `worst_ttft_ratio` is the same for the time to first text (target <= 1.15).
 Beside them, each proxy's own time per request from its `/metrics` (`<mode>_own_time`: handler time
-minus the time waiting on vLLM's stream, p50 and p95 over all its requests;
+minus the time waiting on vLLM's stream, p50 and p95 over all its requests, the warm-up's included;
 environments/proxy/latency.py).
 """
 
@@ -286,7 +286,7 @@ async def _measure(
     samples: dict[tuple[str, str, int], tuple[list[float], list[int], list[float]]] = {}
     for wire in wires:  # warm-up, not measured: each path's first request pays its one-time costs
         for path, url in (("direct", base_url), *urls.items()):
-            await _round(url, wire, model, 1, -1, 1, 4, path != "direct")
+            await _round(url, wire, model, 1, rounds, 1, 4, path != "direct")  # seeds no round uses
             if path in ("record", "train"):
                 await _drained(url)
     for round_index in range(rounds):

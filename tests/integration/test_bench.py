@@ -137,7 +137,7 @@ def test_proxy_bench_quick(capsys, dev_server):
     assert result["worst_ttft_ratio"] == max(ttft) > 0  # every request streamed, direct and proxied
     for mode in ("serve", "record", "train"):  # the proxy's own time, from its /metrics
         own = result[f"{mode}_own_time"]
-        assert own["requests"] == 30, mode  # 2 requests at 1 session, 8 at 4, on each of 3 wires
+        assert own["requests"] == 33, mode  # 2 requests at 1 session, 8 at 4, 1 warm-up, on each of 3 wires
         assert 0 < own["own_ms_p50"] < own["upstream_ms_p50"], (mode, own)
     for mode in ("record", "train"):  # each session's first turn got its next state
         assert result[f"{mode}_feed_at_end"]["submitted"] == 15, mode
