@@ -316,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
 
             server = start_lora_vllm(args.model, 8, log_path, args.served_model)
         else:
-            server = DevServer(args.model, served_model_name=args.served_model, log_path=str(log_path)).start()
+            server = DevServer(
+                args.model, served_model_name=args.served_model, log_path=str(log_path)
+            ).start()
         url = server.root_url
     adapter = None
     try:

@@ -53,4 +53,7 @@ def test_each_control_has_its_label():
     assert label({"judge_backend": "constant"}, {"kl_direction": "forward"}) == "constant hint fwd"
     assert run_label({"settings": {}}, {"arm": "grpo"}) == "grpo"
     forward = {"settings": {"trainer": {"loss": {"kl_direction": "forward"}}}}
-    assert run_label(forward, {"arm": "grpo"}) == "grpo" and run_label(forward, {"arm": "hybrid"}) == "hybrid fwd"
+    assert (
+        run_label(forward, {"arm": "grpo"}) == "grpo"
+        and run_label(forward, {"arm": "hybrid"}) == "hybrid fwd"
+    )
