@@ -1,6 +1,7 @@
-"""The quick learning test's verdict on one run, as pure logic, so that the same criterion judges the
-README's test (tests/experiments/test_learning_student.py) and every measured run, real hints and controls
-(docs/notes/learning-proof.md).
+"""The learning tests' verdicts on one run, as pure logic, so that the same criterion judges a README
+test and every measured run, real hints and controls: the transmission criterion the learning test
+asserts (tests/experiments/test_learning_student.py; below), and the amplification criterion the live
+test asserts (tests/experiments/test_live_bench.py) and docs/notes/learning-proof.md measured.
 
 A rise in held-out success alone does not show that the hint's information moved the student: a
 constant, uninformative hint ("Check your work carefully.", judge_backend: constant) raised it too in
