@@ -34,6 +34,18 @@ def make_pair() -> TurnPair:
     )
 
 
+def next_state_pair(next_state: str | None) -> TurnPair:
+    """A one-turn pair whose next state is `next_state` as plain text (None: the turn has none)."""
+    return TurnPair(
+        turn_index=0,
+        span=TurnSpan(start=3, end=9, message_index=2),
+        assistant_message={"role": "assistant", "content": "done"},
+        context_messages=[{"role": "user", "content": "Write a function."}],
+        next_state_role="user" if next_state is not None else None,  # type: ignore[arg-type]
+        next_state_text=next_state or "",
+    )
+
+
 TASK = "Write `slugify(text)` in `text_utils.py`."
 
 

@@ -6,31 +6,19 @@ import asyncio
 
 import pytest
 
-from hermes_opd.record.trajectory import TurnSpan
-from hermes_opd.record.turn_pairs import TurnPair
 from judge.config import DEFAULT_CONSTANT_HINT, JudgeConfig
 from judge.constant_backend import ConstantHintJudgeBackend
 from judge.make_backend import make_judge_backend
 from judge.rules_backend import RulesJudgeBackend
+from tests.support.judge_pairs import next_state_pair
 
 MISSING = "Missing solution file(s) (the checker looks for these): helpers.py\nexit code 1"
 CANNOT_IMPORT = "could not load the solution: ImportError: cannot import name 'compute_quota' from 'helpers'"
 PASSED = "All 3 tests passed."
 
 
-def pair(next_state: str | None) -> TurnPair:
-    return TurnPair(
-        turn_index=0,
-        span=TurnSpan(start=3, end=9, message_index=2),
-        assistant_message={"role": "assistant", "content": "done"},
-        context_messages=[{"role": "user", "content": "Write a function."}],
-        next_state_role="user" if next_state is not None else None,  # type: ignore[arg-type]
-        next_state_text=next_state or "",
-    )
-
-
 def votes(config: JudgeConfig, next_state: str | None):
-    return asyncio.run(make_judge_backend(config).collect_votes(pair(next_state)))
+    return asyncio.run(make_judge_backend(config).collect_votes(next_state_pair(next_state)))
 
 
 def test_failed_turns_get_the_constant_sentence_where_the_rules_judge_hints():

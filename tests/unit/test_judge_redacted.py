@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from hermes_opd.record.trajectory import TurnSpan
-from hermes_opd.record.turn_pairs import TurnPair
 from judge.config import JudgeConfig
 from judge.make_backend import make_judge_backend
 from judge.redacted_backend import REDACTED_VALUE, RedactedHintJudgeBackend, redact_quoted
+from tests.support.judge_pairs import next_state_pair
 
 MISSING = "Missing solution file(s) (the checker looks for these): utils.py\nexit code 1"
 CANNOT_IMPORT = "could not load the solution: ImportError: cannot import name 'compute_quota' from 'utils'"
@@ -17,19 +16,10 @@ PASSED = "All 3 tests passed."
 VALUES = ("utils", "compute_quota", "quota")
 
 
-def pair(next_state: str | None) -> TurnPair:
-    return TurnPair(
-        turn_index=0,
-        span=TurnSpan(start=3, end=9, message_index=2),
-        assistant_message={"role": "assistant", "content": "done"},
-        context_messages=[{"role": "user", "content": "Write a function."}],
-        next_state_role="user" if next_state is not None else None,  # type: ignore[arg-type]
-        next_state_text=next_state or "",
-    )
-
-
 def hints(backend: str, next_state: str | None) -> list[tuple[int, str | None]]:
-    votes = asyncio.run(make_judge_backend(JudgeConfig(backend=backend, m=3)).collect_votes(pair(next_state)))
+    votes = asyncio.run(
+        make_judge_backend(JudgeConfig(backend=backend, m=3)).collect_votes(next_state_pair(next_state))
+    )
     return [(v.score, v.hint) for v in votes]
 
 
