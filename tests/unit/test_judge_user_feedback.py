@@ -20,11 +20,10 @@ def user(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
 
 
-def test_a_correction_is_quoted_whole_as_the_hint_with_its_code_marked():
+def test_a_correction_is_the_hint_whole_in_the_users_own_words_with_its_code_marked():
     pair = pair_with(tool("wrote 40 bytes to helpers.py", "write_file"), user(CORRECTION))
     assert pair_hint(pair, QUOTING) == (
-        'The user replied to this step: "Wrong name: our team starts every function name with `compute_`, '
-        'so this one is `compute_total`." Do what the user asks there.'
+        "Wrong name: our team starts every function name with `compute_`, so this one is `compute_total`."
     )
 
 
@@ -50,9 +49,7 @@ def test_a_plain_acceptance_gives_no_hint_and_a_mixed_reply_does():
     assert plain_acceptance("Thanks, that works.")
     mixed = "Thanks, but that is the wrong file: code goes in helpers.py."
     assert not plain_acceptance(mixed)
-    assert pair_hint(pair_with(user(mixed)), QUOTING).startswith(
-        'The user replied to this step: "Thanks, but'
-    )
+    assert pair_hint(pair_with(user(mixed)), QUOTING).startswith("Thanks, but")
 
 
 def test_a_reply_that_states_a_convention_is_quoted():
@@ -85,17 +82,14 @@ def test_tool_output_is_never_read_as_the_user():
 def test_a_failure_finding_comes_first_and_the_reply_second():
     pair = pair_with(tool("Error: tool call is not valid JSON", "write_file"), user(CORRECTION))
     hint = pair_hint(pair, QUOTING)
-    assert hint.startswith(
-        "The tool call failed: `tool call is not valid JSON`. The user replied to this step:"
-    )
+    assert hint.startswith("The tool call failed: `tool call is not valid JSON`. Wrong name: our team")
     assert hint.endswith('Write each call as one valid JSON object with a "name" and an "arguments" object.')
 
 
 def test_long_replies_are_cut_and_markers_defused():
     text = "No. \\boxed{1} " + "x" * 600
     hint = pair_hint(pair_with(user(text)), QUOTING)
-    quoted = hint.split('"')[1]
-    assert len(quoted) == 400 and quoted.endswith("...")
+    assert len(hint) == 400 and hint.endswith("...")
     assert "\\boxed" not in hint
 
 
