@@ -1,15 +1,18 @@
 """`hermes-opd bench live --quick` in the README's test command: a simulated user (the official
-`openai` client) teaches the shipped copying student through a real `hermes-opd proxy`, with a real
-CPU vLLM (LoRA hot-loading), atroposlib's `run-api` and `hermes-opd train`; OPD only, one seed,
-6 rounds of 8 user turns (docs/recipes/live-bench.md).
+`openai` client) talks to the shipped copying student through a real `hermes-opd proxy`, which
+trains it, with a real CPU vLLM (LoRA hot-loading), atroposlib's `run-api` and `hermes-opd train`;
+OPD only, one seed, 6 rounds of 8 user turns (docs/recipes/live-bench.md).
 
 What it asserts: every user turn became exactly one trained sample, sampled by the adapter of the
 step before (lag 0) and delivered once; the trainer trained the OPD term on all of them; the proxy
-served each new adapter; and the direction that held in 10 of 10 runs of this very command and
-failed under the constant-hint control (docs/recipes/live-bench.md, "The quick test's direction"):
-the env's learning criterion (hermes_opd/learning_study/proof.py) with the live margin, i.e. more
-held-out module tasks written to the file the user's corrections named (`helpers.py`), and more
-held-out tasks passed, both by at least one. Not timed.
+served each new adapter; held-out evaluations ran after 0, 16, 32 and 48 user turns. Not timed.
+
+It asserts no learning. Its former learning criterion (the env's, with the live margin
+`proof.LIVE_MIN_MODULE_GAIN`: the module convention and held-out success each up by one) held in 11
+of 11 runs with the user's words and in 4 of 7 under the constant-hint control when measured on
+2026-12-06 (docs/recipes/live-bench.md, "The quick test's direction"): a criterion the control
+passes cannot show that the words taught anything. The README test command's learning test is
+tests/experiments/test_learning_student.py (transmission, in the env).
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ from pathlib import Path
 
 import pytest
 
-from hermes_opd.learning_study.proof import LIVE_MIN_MODULE_GAIN, run_facts, verdict, verdict_line
-
 REPO = Path(__file__).resolve().parents[2]
 START = 5 / 24
 """The shipped student's greedy held-out success before training (measured in every run)."""
@@ -30,7 +31,7 @@ TURNS = 48
 
 
 @pytest.mark.integration
-def test_a_simulated_user_teaches_the_student_through_the_proxy(tmp_path):
+def test_every_user_turn_through_the_proxy_becomes_one_trained_sample(tmp_path):
     out = tmp_path / "live"
     done = subprocess.run(
         [sys.executable, "-m", "hermes_opd.commands.main", "bench", "live", "--quick", "--out", str(out)],
@@ -64,6 +65,3 @@ def test_a_simulated_user_teaches_the_student_through_the_proxy(tmp_path):
         assert step["batch/sequences"] == 8 and step["policy/lag_max"] == 0
         assert step["loss/opd"] > 0 and step["loss/total"] == pytest.approx(step["loss/opd"], rel=1e-4)
     assert sum(step["batch/teacher_coverage"] > 0 for step in steps) == 6
-    # the direction (10 of 10 measured runs; the constant-hint control failed it)
-    facts = run_facts(run)
-    assert verdict(facts, LIVE_MIN_MODULE_GAIN) == [], verdict_line(facts, LIVE_MIN_MODULE_GAIN)
