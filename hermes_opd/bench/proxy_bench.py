@@ -18,19 +18,29 @@ deployed, in three modes:
 
 Each session is a conversation of `turns` requests (system + user, then each reply with a user
 correction after it), every request with its own fixed seed, so direct vLLM and the proxy sample the
-same continuations (the mean completion tokens of each path are reported to show it; vLLM's own
-Messages route takes no seed, so on that wire direct and proxied continuations differ). Rounds
-alternate direct, serve, record, train (the modes asked for), on each wire, repeated `rounds` times
-after one unmeasured warm-up session per path and wire,
-so that drift in the machine's load falls on every path alike; after each record or train round the
-bench waits until that proxy has scored every turn, so that its judging and teacher requests never
-fall into another path's round. Every request streams, as agents do. The numbers are client-side
-wall times per request and times to the first streamed text (TTFT), p50 and p95; the headline is the
-worst of the p50 and p95 ratios of the serve and record modes over both concurrencies and every wire
-(target <= 1.15), and `worst_ttft_ratio` is the same for the time to first text (target <= 1.15).
-Beside them, each proxy's own time per request from its `/metrics` (`<mode>_own_time`: handler time
-minus the time waiting on vLLM's stream, p50 and p95 over all its requests, the warm-up's included;
-environments/proxy/latency.py).
+same continuations for a session's FIRST request (the mean completion tokens of each path are
+reported to show it; vLLM's own Messages route takes no seed, so on that wire direct and proxied
+continuations differ). Later requests differ by design on the training paths: a recording proxy puts
+the tokens it sampled back into the history, where direct vLLM re-tokenizes the reply's text, so
+their prompts, and then their continuations, differ (measured: 26.6 against 22.3 completion tokens
+a request at one session). Rounds alternate direct, serve, record, train (the modes asked for), on
+each wire, repeated `rounds` times after one unmeasured warm-up session per path and wire, so that
+drift in the machine's load falls on every path alike; after each record or train round the bench
+waits until that proxy has scored every turn, so that its judging and teacher requests never fall
+into another path's round. Every request streams, as agents do.
+
+The numbers are client-side wall times per request and times to the first streamed text (TTFT), p50
+and p95, over every request and over the sessions' first requests (`first_turn`: the same requests
+and the same sampled tokens on every path). The headline `worst_overhead_ratio` is the worst of the
+first requests' p50 and p95 wall-time ratios of the serve and record modes over both concurrencies
+and every wire (target <= 1.15), and `worst_ttft_ratio` the same for the time to first text (target
+<= 1.15). Beside them, each proxy's own time per request from its `/metrics` (`<mode>_own_time`:
+handler time minus the time waiting on vLLM's stream, p50 and p95 over all its requests, the
+warm-up's included; environments/proxy/latency.py).
+
+On a machine with few cores, run vLLM and the bench on separate cores (docs/proxy.md, "Overhead":
+`taskset`), as a GPU server and its proxy would be: otherwise the proxy's time per streamed token is
+mostly the wait for a core that vLLM's threads hold.
 """
 
 from __future__ import annotations
@@ -156,8 +166,9 @@ async def _session(
     turns: int,
     max_tokens: int,
     headers: dict[str, str] | None,
-) -> tuple[list[float], list[int], list[float]]:
-    """One session's requests, streamed: (wall seconds, completion tokens, seconds to the first text)."""
+) -> tuple[list[float], list[int], list[float], list[int]]:
+    """One session's requests, streamed: (wall seconds, completion tokens, seconds to the first text,
+    turn index)."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": f"Write function number {index}."},
@@ -176,7 +187,7 @@ async def _session(
             {"role": "assistant", "content": content},
             {"role": "user", "content": CORRECTION},
         ]
-    return times, tokens, firsts
+    return times, tokens, firsts, list(range(turns))
 
 
 def _client(wire: str, url: str):
@@ -199,7 +210,7 @@ async def _round(
     turns: int,
     max_tokens: int,
     with_header: bool,
-) -> tuple[list[float], list[int], list[float]]:
+) -> tuple[list[float], list[int], list[float], list[int]]:
     async with _client(wire, url) as client:
         results = await asyncio.gather(
             *(
@@ -216,22 +227,33 @@ async def _round(
                 for i in range(sessions)
             )
         )
-    return (
-        [t for ts, _, _ in results for t in ts],
-        [n for _, ns, _ in results for n in ns],
-        [f for _, _, fs in results for f in fs],
-    )
+    return tuple([x for result in results for x in result[k]] for k in range(4))  # type: ignore[return-value]
 
 
-def _summary(times: list[float], tokens: list[int], firsts: list[float]) -> dict[str, float]:
-    return {
-        "p50_s": percentile(times, 0.5),
-        "p95_s": percentile(times, 0.95),
-        "requests": len(times),
-        "completion_tokens_mean": statistics.fmean(tokens),
-        "ttft_p50_s": percentile(firsts, 0.5),
-        "ttft_p95_s": percentile(firsts, 0.95),
-    }
+def _summary(times: list[float], tokens: list[int], firsts: list[float], turns: list[int]) -> dict[str, Any]:
+    """p50/p95 of the wall and first-text times over every request, and the same over each
+    session's first request alone (`first_turn`)."""
+
+    def stats(picked: list[int]) -> dict[str, float]:
+        return {
+            "p50_s": percentile([times[i] for i in picked], 0.5),
+            "p95_s": percentile([times[i] for i in picked], 0.95),
+            "requests": len(picked),
+            "completion_tokens_mean": statistics.fmean(tokens[i] for i in picked),
+            "ttft_p50_s": percentile([firsts[i] for i in picked], 0.5),
+            "ttft_p95_s": percentile([firsts[i] for i in picked], 0.95),
+        }
+
+    summary: dict[str, Any] = stats(list(range(len(times))))
+    summary["first_turn"] = stats([i for i, turn in enumerate(turns) if turn == 0])
+    return summary
+
+
+def _ratios(summary: dict[str, Any], direct: dict[str, Any]) -> None:
+    """Each time's ratio to the same statistic of direct vLLM, written into `summary`."""
+    for key in ("p50", "p95"):
+        summary[f"{key}_ratio"] = summary[f"{key}_s"] / direct[f"{key}_s"]
+        summary[f"ttft_{key}_ratio"] = summary[f"ttft_{key}_s"] / direct[f"ttft_{key}_s"]
 
 
 def _start_proxy(config: dict[str, Any], workdir: Path, name: str) -> tuple[subprocess.Popen, str]:
@@ -280,10 +302,10 @@ async def _measure(
     turns: int,
     max_tokens: int,
     rounds: int,
-) -> dict[tuple[str, str, int], tuple[list[float], list[int], list[float]]]:
+) -> dict[tuple[str, str, int], tuple[list[float], list[int], list[float], list[int]]]:
     """Rounds of direct vLLM and then each proxy in `urls` (its mode -> base URL), in that order,
     on each wire: samples keyed by (wire, path, sessions)."""
-    samples: dict[tuple[str, str, int], tuple[list[float], list[int], list[float]]] = {}
+    samples: dict[tuple[str, str, int], tuple[list[float], list[int], list[float], list[int]]] = {}
     for wire in wires:  # warm-up, not measured: each path's first request pays its one-time costs
         for path, url in (("direct", base_url), *urls.items()):
             await _round(url, wire, model, 1, rounds, 1, 4, path != "direct")  # seeds no round uses
@@ -296,7 +318,7 @@ async def _measure(
                     measured = await _round(
                         url, wire, model, sessions, round_index, turns, max_tokens, path != "direct"
                     )
-                    kept = samples.setdefault((wire, path, sessions), ([], [], []))
+                    kept = samples.setdefault((wire, path, sessions), ([], [], [], []))
                     for into, values in zip(kept, measured, strict=True):
                         into.extend(values)
                     if path in ("record", "train"):  # its judging and teacher requests stay in its round
@@ -356,16 +378,13 @@ async def run(
             entry: dict[str, Any] = {"direct": direct}
             for mode in modes:
                 summary = _summary(*samples[(wire, mode, sessions)])
-                summary["p50_ratio"] = summary["p50_s"] / direct["p50_s"]
-                summary["p95_ratio"] = summary["p95_s"] / direct["p95_s"]
-                summary["ttft_p50_ratio"] = summary["ttft_p50_s"] / direct["ttft_p50_s"]
-                summary["ttft_p95_ratio"] = summary["ttft_p95_s"] / direct["ttft_p95_s"]
+                _ratios(summary, direct)
+                _ratios(summary["first_turn"], direct["first_turn"])
                 entry[mode] = summary
                 if mode in HEADLINE_MODES:
-                    worst_ttft = max(worst_ttft, summary["ttft_p50_ratio"], summary["ttft_p95_ratio"])
-            for mode in HEADLINE_MODES:
-                if mode in modes:
-                    worst = max(worst, entry[mode]["p50_ratio"], entry[mode]["p95_ratio"])
+                    first = summary["first_turn"]
+                    worst = max(worst, first["p50_ratio"], first["p95_ratio"])
+                    worst_ttft = max(worst_ttft, first["ttft_p50_ratio"], first["ttft_p95_ratio"])
             per_wire[f"sessions_{sessions}"] = entry
         result[wire] = per_wire
     result["worst_ttft_ratio"] = worst_ttft  # time to first text: the same modes, concurrencies, wires
