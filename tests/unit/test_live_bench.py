@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from hermes_opd.contract.errors import ConfigError
 from hermes_opd.learning_study.live_bench import add_arguments, live_headline, resolve
 from hermes_opd.learning_study.live_loop import LIVE_ARMS, live_trainer_document, proxy_document
 from hermes_opd.learning_study.paths import CONFIG_DIR
+from judge.config import JudgeConfig
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -87,6 +89,30 @@ def test_report_only_rebuilds_the_outputs_from_run_directories(tmp_path, capsys)
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last == {"opd_live_gain": pytest.approx(0.0625, abs=1e-4), "prm_live_gain": 0.0, "user_turns": 48}
     assert (tmp_path / "live.png").is_file() and json.loads((tmp_path / "live.json").read_text())["runs"]
+
+
+def test_the_no_information_control_redacts_the_users_words_and_changes_nothing_else(tmp_path):
+    from judge.make_backend import make_judge_backend
+    from tests.support.judge_pairs import pair_with
+
+    config = CONFIG_DIR / "live-quick-transmission-noinfo.yaml"
+    values, settings = resolve(parse("--quick", "--config", str(config), "--out", str(tmp_path)))
+    settings.loop.vllm_root_url = "http://127.0.0.1:1"
+    judge = proxy_document(settings, "opd", port=1, api_url="http://a", prefix="p", run_dir=tmp_path)["opd"][
+        "judge"
+    ]
+    assert judge == {"backend": "redacted", "rules_quote_user_feedback": True}
+    _, real = resolve(
+        parse("--quick", "--config", str(CONFIG_DIR / "live-quick-transmission.yaml"), "--out", str(tmp_path))
+    )
+    assert (settings.loop.steps, settings.loop.lr, values["convention"]) == (
+        real.loop.steps,
+        real.loop.lr,
+        "compute,utils",
+    )
+    reply = {"role": "user", "content": "Wrong file: the team's convention is utils.py for all code."}
+    (vote, *_) = asyncio.run(make_judge_backend(JudgeConfig(**judge, m=1)).collect_votes(pair_with(reply)))
+    assert vote.hint == "Wrong file: the team's convention is the expected name for all code."
 
 
 def test_the_live_bench_runs_under_a_convention_the_student_never_chose(tmp_path, monkeypatch):
