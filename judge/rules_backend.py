@@ -283,8 +283,9 @@ def find_user_feedback(pair: TurnPair) -> Finding | None:
     the user's message before the turn, after `[user's hint / instruction]`, so the user's words are
     already the instruction. A frame that speaks of a reply to a step the teacher has not taken yet
     made the shipped student's teacher answer "Done" in place of the tool call (KL 14 nats at the
-    first token in 2 of 8 train attempts) and prefer the stated file at the path in 4 of 8 attempts,
-    against 0 nats and 6 of 8 for the words alone (docs/recipes/live-bench.md, "The hint's form")."""
+    first token in 1 of 8 train attempts) and put the stated file first at the path in 2 of 8,
+    against 0 nats and 5 of 8 for the words alone (`python -m
+    hermes_opd.learning_study.divergence_probe`; docs/recipes/learning-bench.md, "Through the proxy")."""
     for text, reading in user_readings(pair):
         if reading in ("redo", "correction"):
             return Finding(kind="user_feedback", statement=mark_code(_quote_user(text)), advice="")
