@@ -159,16 +159,17 @@ def _decision_text(task, response: str) -> tuple[int, int, str] | None:
     return min(found) if found else None
 
 
-def _decode(tokenizer, ids: list[int]) -> str:
+def decode_exactly(tokenizer, ids: list[int]) -> str:
+    """The ids' text with special tokens and spacing as they are."""
     return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def _ids_before(tokenizer, ids: list[int], offset: int) -> list[int]:
+def ids_before(tokenizer, ids: list[int], offset: int) -> list[int]:
     """The longest prefix of `ids` whose text ends at or before character `offset` of their text: the
     student's own tokenization up to the decision (it writes `def`, ` `, `get`, not the canonical
     `def`, ` get`), so each candidate is scored in the place the student's attempt put it."""
     k = 0
-    while k < len(ids) and len(_decode(tokenizer, ids[: k + 1])) <= offset:
+    while k < len(ids) and len(decode_exactly(tokenizer, ids[: k + 1])) <= offset:
         k += 1
     return ids[:k]
 
@@ -217,8 +218,8 @@ async def probe(
                 where = _decision_text(task, response)
                 own = []
             begin, end, _ = where
-            kept = _ids_before(tokenizer, own, begin)  # the student's own ids before the decision
-            head = len(_decode(tokenizer, kept))
+            kept = ids_before(tokenizer, own, begin)  # the student's own ids before the decision
+            head = len(decode_exactly(tokenizer, kept))
             prompt = trajectory.tokens[: span.start]
             continuations = {
                 _value(task.kind, cand): kept

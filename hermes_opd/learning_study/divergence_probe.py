@@ -43,7 +43,7 @@ from pathlib import Path
 
 from environments.tasks.convention_choice import convention_task
 from environments.tasks.conventions import convention_splits, team_convention
-from hermes_opd.learning_study.decision_probe import rules_hint
+from hermes_opd.learning_study.decision_probe import decode_exactly, ids_before, rules_hint
 from hermes_opd.learning_study.hint_following import TransformersSampler, attempt, default_system_prompt
 from hermes_opd.learning_study.live_user import Phrasings, outcome_of, user_reply
 from hermes_opd.learning_study.paths import shipped_student_dir
@@ -93,16 +93,11 @@ def user_hint_for(task_prompt: str, reply: str) -> str | None:
     return pair_hint(pair, patterns)
 
 
-def _slot_index(tokenizer, turn: list[int], marker: str) -> int | None:
-    text = tokenizer.decode(turn, skip_special_tokens=False)
-    at = text.find(marker)
-    if at < 0:
-        return None
-    offset = at + len(marker)
-    for i in range(len(turn)):
-        if len(tokenizer.decode(turn[:i], skip_special_tokens=False)) >= offset:
-            return i
-    return None
+def slot_index(tokenizer, turn: list[int], marker: str) -> int | None:
+    """The index in `turn` of the token where the text after `marker`'s first occurrence begins (the
+    token holding that character), or None when the attempt does not write `marker`."""
+    at = decode_exactly(tokenizer, turn).find(marker)
+    return None if at < 0 else len(ids_before(tokenizer, turn, at + len(marker)))
 
 
 async def probe(model_dir: str, tasks_per_kind: int, seed: int, temperature: float) -> list[Divergence]:
@@ -124,7 +119,8 @@ async def probe(model_dir: str, tasks_per_kind: int, seed: int, temperature: flo
             result, trajectory = await attempt(record, sampler, default_system_prompt(), None, 96)
             span = trajectory.turns[0]
             turn = list(trajectory.tokens[span.start : span.end])
-            text = tokenizer.decode(turn, skip_special_tokens=False)
+            text = decode_exactly(tokenizer, turn)
+            slots = {slot: slot_index(tokenizer, turn, marker) for slot, marker in SLOTS.items()}
             written = (
                 {result.written: f"def {result.defined}(x):\n" if result.defined else ""}
                 if result.written
@@ -151,8 +147,7 @@ async def probe(model_dir: str, tasks_per_kind: int, seed: int, temperature: flo
                     teacher = teacher[splice.prompt_len - 1 : splice.prompt_len - 1 + len(turn)]
                     kl = (teacher.exp() * (teacher - student)).sum(-1)
                     row = Divergence(record.task_id, kind, source, hint, text, float(kl.sum()), float(kl[0]))
-                    for slot, marker in SLOTS.items():
-                        i = _slot_index(tokenizer, turn, marker)
+                    for slot, i in slots.items():
                         if i is not None:
                             top = tokenizer.decode([int(teacher[i].argmax())])
                             row.slots[slot] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hermes_opd.learning_study.decision_probe import (
     _common_prefix,
     _common_suffix,
-    _ids_before,
+    ids_before,
     rules_hint,
     user_hint,
 )
@@ -34,5 +34,5 @@ class CharTokenizer:
 
 def test_the_students_own_ids_are_kept_up_to_the_decision():
     ids = [ord(c) for c in "def get_x"]
-    assert _ids_before(CharTokenizer(), ids, 4) == ids[:4]
-    assert _ids_before(CharTokenizer(), ids, 0) == []
+    assert ids_before(CharTokenizer(), ids, 4) == ids[:4]
+    assert ids_before(CharTokenizer(), ids, 0) == []
