@@ -34,10 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     student.add_argument("--seed", type=int, default=0, help="the conversations recipe's seed")
     student.add_argument(
         "--recipe",
-        choices=("conversations", "copy"),
+        choices=("conversations", "copy", "corrections"),
         default="conversations",
-        help="conversations (minutes) or copy: induction first, then the mix (about 50 min on one core; "
-        "the student of docs/notes/learning-lab.md that learns under OPD)",
+        help="conversations (minutes); copy: induction first, then the mix (about 50 min on one core; "
+        "the student of docs/notes/learning-lab.md that learns under OPD, shipped as student_q2); "
+        "corrections: student_q2 continued on a person's corrections (about 5 min; shipped as student_q2c)",
     )
     student.add_argument(
         "--if-missing", action="store_true", help="do nothing when DIR already holds a build"

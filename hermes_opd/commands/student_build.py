@@ -1,7 +1,8 @@
 """`hermes-opd dev-model build-student`: pretrain the learnable dev student for the env.
 
-Two recipes (`--recipe`): "conversations" (hermes_opd/learning_study/student_model.py) and "copy"
-(hermes_opd/learning_study/student_recipe.py, induction first). Either builder is given the env's system
+Three recipes (`--recipe`): "conversations" (hermes_opd/learning_study/student_model.py), "copy"
+(hermes_opd/learning_study/student_recipe.py, induction first) and "corrections" (the shipped copy
+student continued on a person's corrections, student_recipe.CORRECTIONS_PHASE). Each builder is given the env's system
 prompt and tool schemas, so the student learns exactly the rendering the env's rollouts use, and
 the values of the convention task family (environments/tasks/conventions.py), which its pretraining
 must never contain.
@@ -16,13 +17,25 @@ from pathlib import Path
 from environments.atropos.agentic_opd_config import AgenticOPDConfig
 from environments.rollout.tools import TOOL_SCHEMAS
 from environments.tasks.conventions import convention_values
-from hermes_opd.learning_study.paths import default_student_dir
-from hermes_opd.learning_study.student_model import StudentSpec, build_student, is_student_built
-from hermes_opd.learning_study.student_recipe import build_recipe_student, recipe_manifest
+from hermes_opd.learning_study.paths import default_student_dir, shipped_student_dir
+from hermes_opd.learning_study.student_model import (
+    StudentSpec,
+    build_student,
+    is_student_built,
+    weights_sha256,
+)
+from hermes_opd.learning_study.student_recipe import (
+    build_corrections_student,
+    build_recipe_student,
+    corrections_manifest,
+    recipe_manifest,
+)
 
-RECIPES = ("conversations", "copy")
+RECIPES = ("conversations", "copy", "corrections")
 """conversations: `build_student` (minutes; follows the tool format, does not copy unseen names);
-copy: `student_recipe.COPY_RECIPE` (induction first; about 50 minutes on one core; docs/notes/learning-lab.md)."""
+copy: `student_recipe.COPY_RECIPE` (induction first; about 50 minutes on one core; docs/notes/learning-lab.md);
+corrections: the shipped copy student (student_q2) continued for `student_recipe.CORRECTIONS_PHASE`
+(about 5 minutes on one core)."""
 
 
 def build_student_for_env(
@@ -30,14 +43,17 @@ def build_student_for_env(
 ) -> int:
     if recipe not in RECIPES:
         raise ValueError(f"unknown student recipe {recipe!r}; known: {', '.join(RECIPES)}")
-    if recipe == "copy" and seed != 0:
+    if recipe != "conversations" and seed != 0:
         print(
-            "build-student: the copy recipe's phases carry their own seeds; --seed is for 'conversations'",
+            f"build-student: the {recipe} recipe's phases carry their own seeds; --seed is for 'conversations'",
             file=sys.stderr,
         )
         return 2
     out = Path(out_dir) if out_dir else default_student_dir()
-    expected = recipe_manifest() if recipe == "copy" else None  # a build of an older recipe is rebuilt
+    expected = {  # a build of an older recipe is rebuilt
+        "copy": recipe_manifest(),
+        "corrections": corrections_manifest(weights_sha256(shipped_student_dir())),
+    }.get(recipe)
     if if_missing and is_student_built(out, recipe, expected):
         print(f"student already built at {out}")
         return 0
@@ -62,6 +78,8 @@ def build_student_for_env(
     }
     if recipe == "copy":
         build_recipe_student(out, **common, progress=phase_progress)
+    elif recipe == "corrections":
+        build_corrections_student(out, base_dir=shipped_student_dir(), **common, progress=phase_progress)
     else:
         build_student(out, **common, spec=StudentSpec(seed=seed), progress=progress)
     print(f"student written to {out}")

@@ -27,6 +27,7 @@ from hermes_opd.learning_study.bench_values import (
     merged_values,
 )
 from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, load_run, run_arm, start_lora_vllm
+from hermes_opd.learning_study.paths import student_model_dir
 from hermes_opd.learning_study.plot import plot_learning_curves
 from hermes_opd.learning_study.report import (
     ARMS,
@@ -112,7 +113,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], LoopSett
     )
     if int(values["group_size"]) < 2:
         raise ConfigError("group_size must be >= 2 (GRPO compares rollouts within a group)")
-    model_dir = str(values.get("student_model") or default_dev_model_dir())
+    model_dir = str(student_model_dir(values.get("student_model") or default_dev_model_dir()))
     if not Path(model_dir, "config.json").is_file():
         raise ConfigError(
             f"student model {model_dir} has no config.json (build the dev model or pass --student-model)"

@@ -35,7 +35,7 @@ from hermes_opd.learning_study.bench_values import (
 from hermes_opd.learning_study.live_loop import LIVE_ARMS, LiveSettings, run_live_arm
 from hermes_opd.learning_study.live_user import Phrasings
 from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, start_lora_vllm
-from hermes_opd.learning_study.paths import shipped_student_dir
+from hermes_opd.learning_study.paths import shipped_student_dir, student_model_dir
 from hermes_opd.learning_study.plot import plot_learning_curves
 from hermes_opd.learning_study.report import mean_band
 
@@ -104,7 +104,7 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], LiveSettings]:
         ),
         sizes=("steps", "groups_per_step", "group_size", "eval_every", "seeds"),
     )
-    model_dir = str(values.get("student_model") or shipped_student_dir())
+    model_dir = str(student_model_dir(values.get("student_model") or shipped_student_dir()))
     if not Path(model_dir, "config.json").is_file():
         raise ConfigError(f"student model {model_dir} has no config.json")
     values["student_model"] = model_dir

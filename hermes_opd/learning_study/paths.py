@@ -1,4 +1,4 @@
-"""Where the learning study's artefacts are: the shipped copying student, the default directory of a
+"""Where the learning study's artefacts are: the shipped copying students, the default directory of a
 student built locally, and the study's bench configs (package data, so `hermes-opd demo` finds its
 config in an installed package too)."""
 
@@ -24,3 +24,20 @@ def shipped_student_dir() -> Path:
     """The copying student that ships with the project (`hermes_opd/learning_study/student_q2`, built by
     `hermes-opd dev-model build-student DIR --recipe copy`; see `hermes_opd/learning_study/STUDENT_Q2.md`)."""
     return PACKAGE_DIR / "student_q2"
+
+
+def shipped_corrections_student_dir() -> Path:
+    """The shipped student continued on a person's corrections (`hermes_opd/learning_study/student_q2c`,
+    built by `hermes-opd dev-model build-student DIR --recipe corrections` from `shipped_student_dir()`):
+    the live bench's transmission test's student (STUDENT_Q2.md)."""
+    return PACKAGE_DIR / "student_q2c"
+
+
+SHIPPED_STUDENTS = ("student_q2", "student_q2c")
+"""The students committed in this package: a bench's `student_model` may name one instead of a path."""
+
+
+def student_model_dir(value: str | Path) -> Path:
+    """A bench's `student_model`: one of `SHIPPED_STUDENTS` by name (so a config works from any
+    directory, and from an installed package), else a path as given."""
+    return PACKAGE_DIR / str(value) if str(value) in SHIPPED_STUDENTS else Path(value)

@@ -72,11 +72,51 @@ def _hint(rng: random.Random, kind: str, function: str, module: str) -> str:
     return rng.choice(phrasings)
 
 
+NAME_CORRECTIONS = (
+    "Close, but the function should be called `{function}`.",
+    "Please call it `{function}` instead.",
+    "Naming: we use `{verb}_` for these, so `{function}`.",
+    "That name doesn't match ours; here it is `{function}`.",
+    "Rename it: `{verb}_` is the prefix we use, which makes it `{function}`.",
+    "Not that name. Every function here begins with `{verb}_`; this one is `{function}`.",
+    "Hmm, we'd call this `{function}` (the `{verb}_` prefix).",
+)
+MODULE_CORRECTIONS = (
+    "Wrong place, this belongs in `{module}.py`.",
+    "We keep code like this in `{module}.py`, please move it.",
+    "Put it in `{module}.py`, not where it is now.",
+    "Our functions all live in `{module}.py`.",
+    "Not that file; the project uses `{module}.py` for these.",
+    "Hmm, `{module}.py` is where this goes.",
+)
+"""Corrections as a person writes them after a wrong turn, for the student continued on corrections
+(student_recipe.CORRECTIONS_PHASE). Written for that phase, not taken from the live bench's simulated
+user (live_user.py), whose phrasings the student never sees; the values are the corpus's own words."""
+
+
+def _correction(rng: random.Random, kind: str, function: str, module: str) -> str:
+    forms = NAME_CORRECTIONS if kind == "name" else MODULE_CORRECTIONS
+    return rng.choice(forms).format(function=function, verb=function.split("_", 1)[0], module=module)
+
+
+def _instruction(rng: random.Random, kind: str, function: str, module: str, correction_rate: float) -> str:
+    """The instruction naming the open value: a person's correction with probability `correction_rate`,
+    else one of the rules judge's hints. At rate 0 no draw is made (the copy recipe's stream)."""
+    if correction_rate and rng.random() >= 1.0 - correction_rate:
+        return _correction(rng, kind, function, module)
+    return _hint(rng, kind, function, module)
+
+
 def pretrain_example(
-    rng: random.Random, system_prompt: str, words: tuple[str, ...], hint_rate: float = 0.6
+    rng: random.Random,
+    system_prompt: str,
+    words: tuple[str, ...],
+    hint_rate: float = 0.6,
+    correction_rate: float = 0.0,
 ) -> PretrainExample:
     """One conversation whose every name is drawn from `words` (see `word_vocabulary`). A task that
-    leaves a value open carries an instruction naming it with probability `hint_rate`."""
+    leaves a value open carries an instruction naming it with probability `hint_rate`; that
+    instruction is a person's correction with probability `correction_rate`."""
     picked = rng.sample(words, 11)
     noun, verbs, modules = picked[0], picked[1:6], picked[6:11]
     operator, constant = rng.choice(OPERATORS), rng.randint(2, 9)
@@ -115,7 +155,7 @@ def pretrain_example(
             else:
                 module = rng.choice([m for m in modules if m not in module_choices])
         hinted = function if kind == "name" else f"{module}.py"
-        prompt += HINT_SEPARATOR + _hint(rng, kind, function, module)
+        prompt += HINT_SEPARATOR + _instruction(rng, kind, function, module, correction_rate)
     code = f"def {function}(x):\n    return {expression}\n"
     path = f"{module}.py"
     call = {

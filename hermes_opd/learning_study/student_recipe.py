@@ -23,6 +23,7 @@ on one torch thread the chain is deterministic.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import random
 import re
@@ -34,10 +35,12 @@ from typing import Any
 
 from hermes_opd.learning_study.student_corpus import copy_drill, pretrain_example, word_vocabulary
 from hermes_opd.learning_study.student_model import (
+    MANIFEST,
     StudentSpec,
     _Batch,
     assistant_mask,
     building_student,
+    is_student_built,
     optimizer_step,
     padded_batch,
     plain_loss,
@@ -45,6 +48,7 @@ from hermes_opd.learning_study.student_model import (
     save_student,
     shared_prefix_loss,
     system_block,
+    weights_sha256,
 )
 
 ROW_KINDS = ("conv", "choice", "drill", "induct")
@@ -114,6 +118,16 @@ COPY_RECIPE: tuple[Phase, ...] = (
 phases are the student "P5"; the last weights the conversations behind the system block, with fewer
 instructions, which raised the unhinted T=1 success on held-out tasks from 4 % to 15 %."""
 
+CORRECTIONS_PHASE = Phase(
+    "corrections", steps=300, conv=16, choice=8, drill=8, induct=8, seed=11, lr=3e-4, **_MIX
+)
+CORRECTION_RATE = 0.6
+"""The student "Q2C": Q2 continued for one phase (about 5 minutes on one core) in which 60 % of the
+instructions are a person's corrections (`student_corpus.NAME_CORRECTIONS`, `MODULE_CORRECTIONS`) and
+the rest the rules judge's hints. Q2 only ever saw an instruction that names the value; told by a
+user "we name functions `compute_`<noun> here", its hinted teacher writes the name where the file
+goes (docs/recipes/learning-bench.md, "Through the proxy"), and Q2C's does not."""
+
 
 class RecipeCorpus:
     """The tokenizer, the name pool and every kind of row of one phase, from seeded generators."""
@@ -126,8 +140,11 @@ class RecipeCorpus:
         base_words: tuple[str, ...],
         excluded: frozenset[str],
         phase: Phase,
+        correction_rate: float = 0.0,
     ) -> None:
         self.tok, self.tools, self.system_prompt, self.phase = tokenizer, tools, system_prompt, phase
+        self.correction_rate = correction_rate
+        """The share of instructions written as a person's correction (student_corpus.pretrain_example)."""
         pieces = sorted(t for t in tokenizer.get_vocab() if re.fullmatch(r"[a-z]{1,4}", t))
         rng = random.Random(f"pseudo-{phase.seed}")
         words = set(base_words)
@@ -171,7 +188,7 @@ class RecipeCorpus:
                 ids = self.encode(copy_drill(self.rng, self.words), None)
             else:
                 messages = pretrain_example(
-                    self.rng, self.system_prompt, self.words, self.phase.hint_rate
+                    self.rng, self.system_prompt, self.words, self.phase.hint_rate, self.correction_rate
                 ).messages
                 ids = self.encode(messages, self.tools) if kind == "conv" else self.encode(messages[1:], None)
             out.append((ids, assistant_mask(ids, self.tok)))
@@ -197,12 +214,17 @@ class RecipeCorpus:
 
 
 def recipe_corpus(
-    tokenizer: Any, tools: list[dict[str, Any]], system_prompt: str, excluded: frozenset[str], phase: Phase
+    tokenizer: Any,
+    tools: list[dict[str, Any]],
+    system_prompt: str,
+    excluded: frozenset[str],
+    phase: Phase,
+    correction_rate: float = 0.0,
 ) -> RecipeCorpus:
     from hermes_opd.devkit.dev_model import _stdlib_texts
 
     words = word_vocabulary(_stdlib_texts(), excluded)
-    return RecipeCorpus(tokenizer, tools, system_prompt, words, excluded, phase)
+    return RecipeCorpus(tokenizer, tools, system_prompt, words, excluded, phase, correction_rate)
 
 
 def step_losses(model, corpus: RecipeCorpus) -> dict[str, Any]:
@@ -281,4 +303,51 @@ def build_recipe_student(
             losses = train_phase(model, corpus, report)
     described = {"recipe": "copy", **recipe_manifest(recipe, spec)}
     save_student(out, model, tokenizer, described, losses, time.monotonic() - started)
+    return out
+
+
+def corrections_manifest(base_sha256: str, phase: Phase = CORRECTIONS_PHASE) -> dict[str, Any]:
+    """What a corrections build's manifest records: its base's weights, the phase and the rate."""
+    return {"base_weights_sha256": base_sha256, "phases": [asdict(phase)], "correction_rate": CORRECTION_RATE}
+
+
+def build_corrections_student(
+    out_dir: str | Path,
+    *,
+    base_dir: str | Path,
+    tools: list[dict[str, Any]],
+    system_prompt: str,
+    excluded_values: frozenset[str] = frozenset(),
+    phase: Phase = CORRECTIONS_PHASE,
+    progress: Callable[[str, int, int, dict[str, float]], None] | None = None,
+) -> Path:
+    """Continue the copy student in `base_dir` (its weights, tokenizer and shape) for `phase` with
+    `CORRECTION_RATE` of its instructions written as corrections (one torch thread, deterministic),
+    and write it to `out_dir`, the manifest recording recipe "corrections" and the base's sha256."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hermes_opd.devkit.dev_model import DevModelSpec, dev_tokenizer
+
+    base = Path(base_dir)
+    if not is_student_built(base, "copy"):
+        raise ValueError(
+            f"{base} is not a built copy student (hermes-opd dev-model build-student DIR --recipe copy)"
+        )
+    started = time.monotonic()
+    with building_student(out_dir, threads=1) as out:
+        tokenizer = AutoTokenizer.from_pretrained(base)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        corpus = recipe_corpus(tokenizer, tools, system_prompt, excluded_values, phase, CORRECTION_RATE)
+        torch.manual_seed(phase.seed)
+        report = None if progress is None else functools.partial(progress, phase.name)
+        losses = train_phase(model, corpus, report)
+        described = {
+            "recipe": "corrections",
+            **corrections_manifest(weights_sha256(base), phase),
+            "shape": json.loads((base / MANIFEST).read_text())["shape"],
+        }
+        # the base's tokenizer as the copy build wrote it (a loaded one saves with a normalizer added)
+        saved_tokenizer = dev_tokenizer(DevModelSpec())
+        save_student(out, model, saved_tokenizer, described, losses, time.monotonic() - started)
     return out

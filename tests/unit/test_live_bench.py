@@ -7,11 +7,12 @@ import asyncio
 import json
 
 import pytest
+import yaml
 
 from hermes_opd.contract.errors import ConfigError
 from hermes_opd.learning_study.live_bench import add_arguments, live_headline, resolve
 from hermes_opd.learning_study.live_loop import LIVE_ARMS, live_trainer_document, proxy_document
-from hermes_opd.learning_study.paths import CONFIG_DIR
+from hermes_opd.learning_study.paths import CONFIG_DIR, shipped_corrections_student_dir
 from judge.config import JudgeConfig
 
 
@@ -91,25 +92,40 @@ def test_report_only_rebuilds_the_outputs_from_run_directories(tmp_path, capsys)
     assert (tmp_path / "live.png").is_file() and json.loads((tmp_path / "live.json").read_text())["runs"]
 
 
-def test_the_no_information_control_redacts_the_users_words_and_changes_nothing_else(tmp_path):
+@pytest.mark.parametrize(
+    ("control", "differs"),
+    [
+        ("constant", {"judge": {"backend": "constant", "constant_hint_turns": "failed"}}),
+        ("noinfo", {"judge": {"backend": "redacted"}}),
+        ("flip", {"trainer": {"loss": {"kl_direction": "forward", "opd_sign": -1}}}),
+    ],
+)
+def test_each_control_of_the_live_transmission_test_changes_one_thing(tmp_path, control, differs):
+    """Same student, convention, budget and evaluation as live-quick-transmission.yaml; only the hint
+    source (constant, redacted) or the OPD sign differs."""
+    configs = [
+        CONFIG_DIR / "live-quick-transmission.yaml",
+        CONFIG_DIR / f"live-quick-transmission-{control}.yaml",
+    ]
+    real, ctl = (yaml.safe_load(path.read_text()) for path in configs)
+    assert {k: v for k, v in ctl.items() if real.get(k) != v} == differs
+    assert set(real) - set(ctl) == set()
+    values, settings = resolve(parse("--quick", "--config", str(configs[1]), "--out", str(tmp_path)))
+    assert values["student_model"] == str(shipped_corrections_student_dir())
+    assert (settings.loop.steps, settings.loop.lr, values["convention"]) == (12, 1e-3, "compute,utils")
+
+
+def test_the_no_information_control_redacts_the_users_words(tmp_path):
     from judge.make_backend import make_judge_backend
     from tests.support.judge_pairs import pair_with
 
     config = CONFIG_DIR / "live-quick-transmission-noinfo.yaml"
-    values, settings = resolve(parse("--quick", "--config", str(config), "--out", str(tmp_path)))
+    _, settings = resolve(parse("--quick", "--config", str(config), "--out", str(tmp_path)))
     settings.loop.vllm_root_url = "http://127.0.0.1:1"
     judge = proxy_document(settings, "opd", port=1, api_url="http://a", prefix="p", run_dir=tmp_path)["opd"][
         "judge"
     ]
     assert judge == {"backend": "redacted", "rules_quote_user_feedback": True}
-    _, real = resolve(
-        parse("--quick", "--config", str(CONFIG_DIR / "live-quick-transmission.yaml"), "--out", str(tmp_path))
-    )
-    assert (settings.loop.steps, settings.loop.lr, values["convention"]) == (
-        real.loop.steps,
-        real.loop.lr,
-        "compute,utils",
-    )
     reply = {"role": "user", "content": "Wrong file: the team's convention is utils.py for all code."}
     (vote, *_) = asyncio.run(make_judge_backend(JudgeConfig(**judge, m=1)).collect_votes(pair_with(reply)))
     assert vote.hint == "Wrong file: the team's convention is the expected name for all code."

@@ -179,3 +179,26 @@ def test_shared_prefix_loss_equals_the_plain_forward(tokenizer, words):
             count += int(selected.sum())
     assert count > 100
     assert float(shared.detach()) == pytest.approx(total / count, rel=1e-5)
+
+
+def test_a_correction_rate_writes_that_share_of_instructions_as_a_persons_correction(words):
+    """The corrections phase (student_recipe.CORRECTIONS_PHASE): the same value named, in a person's words."""
+    rng = random.Random(4)
+    examples = [
+        student_corpus.pretrain_example(rng, SYSTEM_PROMPT, words, 1.0, correction_rate=0.6)
+        for _ in range(1000)
+    ]
+    hinted = [e for e in examples if e.hinted]
+    forms = {
+        "name": [f.split("{")[0] for f in student_corpus.NAME_CORRECTIONS],
+        "module": [f.split("{")[0] for f in student_corpus.MODULE_CORRECTIONS],
+    }
+    corrections = 0
+    for example in hinted:
+        instruction = example.messages[1]["content"].split(HINT_SEPARATOR, 1)[1]
+        assert (
+            f"`{example.hinted}`" in instruction
+            or f"`{example.hinted.removesuffix('.py')}.py`" in instruction
+        )
+        corrections += any(instruction.startswith(head) for head in forms[example.open_kind])
+    assert corrections / len(hinted) == pytest.approx(0.6, abs=0.05)

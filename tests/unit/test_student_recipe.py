@@ -18,7 +18,9 @@ from hermes_opd.learning_study.student_model import StudentSpec, is_student_buil
 from hermes_opd.learning_study.student_recipe import (
     COPY_RECIPE,
     Phase,
+    build_corrections_student,
     build_recipe_student,
+    corrections_manifest,
     recipe_corpus,
     recipe_manifest,
 )
@@ -130,8 +132,11 @@ def test_the_command_refuses_a_seed_for_the_copy_recipe(tmp_path, capsys):
 
     assert build_student_for_env(tmp_path / "s", seed=3, recipe="copy") == 2
     assert "the copy recipe's phases carry their own seeds" in capsys.readouterr().err
+    assert build_student_for_env(tmp_path / "s", seed=3, recipe="corrections") == 2
     assert not (tmp_path / "s").exists()
-    with pytest.raises(ValueError, match="unknown student recipe 'fast'; known: conversations, copy"):
+    with pytest.raises(
+        ValueError, match="unknown student recipe 'fast'; known: conversations, copy, corrections"
+    ):
         build_student_for_env(tmp_path / "s", recipe="fast")
 
 
@@ -154,3 +159,45 @@ def test_the_committed_student_is_todays_copy_recipe_with_the_dev_tokenizer():
     assert committed.get_vocab() == built.get_vocab()
     text = "<|im_start|>user\nWrite `compute_mileage` in `helpers.py`.<|im_end|>"
     assert committed.encode(text) == built.encode(text)
+
+
+def test_the_corrections_build_continues_a_copy_student_deterministically(tmp_path):
+    base_sha = _build(tmp_path / "base")
+    phase = Phase("corrections", steps=2, conv=1, choice=1, pseudo=50, verbatim=True, seed=11, warmup_steps=1)
+
+    def corrections(out):
+        build_corrections_student(
+            out,
+            base_dir=tmp_path / "base",
+            tools=TOOL_SCHEMAS,
+            system_prompt=SYSTEM_PROMPT,
+            excluded_values=frozenset(convention_values()),
+            phase=phase,
+        )
+        return weights_sha256(out)
+
+    first = corrections(tmp_path / "c1")
+    assert corrections(tmp_path / "c2") == first != base_sha
+    assert is_student_built(tmp_path / "c1", "corrections", corrections_manifest(base_sha, phase))
+    assert not is_student_built(tmp_path / "c1", "corrections", corrections_manifest("0" * 64, phase))
+    with pytest.raises(ValueError, match="is not a built copy student"):
+        corrections_base = tmp_path / "c1"  # a corrections build is not a base
+        build_corrections_student(
+            tmp_path / "c3", base_dir=corrections_base, tools=TOOL_SCHEMAS, system_prompt=SYSTEM_PROMPT
+        )
+
+
+def test_the_committed_corrections_student_continues_the_committed_copy_student():
+    """hermes_opd/learning_study/student_q2c is `hermes-opd dev-model build-student DIR --recipe corrections`
+    of this code and of the committed student_q2: a change to either, or to the phase, fails here."""
+    from hermes_opd.learning_study.paths import shipped_corrections_student_dir, shipped_student_dir
+
+    fixture = shipped_corrections_student_dir()
+    assert is_student_built(
+        fixture, "corrections", corrections_manifest(weights_sha256(shipped_student_dir()))
+    )
+    manifest = json.loads((fixture / "student_model.json").read_text())
+    assert weights_sha256(fixture) == manifest["weights_sha256"]
+    assert manifest["weights_sha256"].startswith("57fc68a0")  # the build measured in STUDENT_Q2.md
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert (fixture / name).read_bytes() == (shipped_student_dir() / name).read_bytes()
