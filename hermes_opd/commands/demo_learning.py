@@ -40,7 +40,9 @@ CLAIM = (
     "OPD amplified a value the student already preferred: helpers.py, written in 6 of 12 held-out module "
     "tasks before training (compute_<noun>, chosen in 0 of 12, barely moves). A value it never chose is "
     "taught by the transmission test's longer run: utils.py 0 -> 12 of 12 in 5 of 6 seeds, 0 under "
-    'every control (docs/recipes/learning-bench.md, "Amplified or taught").'
+    'every control (docs/recipes/learning-bench.md, "Amplified or taught"); through the proxy, a '
+    "user's words teach both values to student_q2c, this student continued on corrections "
+    "(docs/recipes/live-bench.md)."
 )
 """The demo's claim, printed on its last screen: what the measured runs showed, and what they did not."""
 CONFIG = CONFIG_DIR / "learning-student-quick.yaml"

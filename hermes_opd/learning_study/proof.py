@@ -1,8 +1,9 @@
 """The learning tests' verdicts on one run, as pure logic, so that the same criterion judges a README
 test and every measured run, real hints and controls: the transmission criterion the learning test
-asserts (tests/experiments/test_learning_student.py; below), and the amplification criterion that
-docs/notes/learning-proof.md measured and that reads a live bench's runs (the live test no longer
-asserts it: `LIVE_MIN_MODULE_GAIN`).
+asserts (tests/experiments/test_learning_student.py and, through the proxy,
+tests/experiments/test_live_bench.py; below), and the amplification criterion that
+docs/notes/learning-proof.md measured and that reads a live bench's runs (no test asserts it:
+`LIVE_MIN_MODULE_GAIN`).
 
 A rise in held-out success alone does not show that the hint's information moved the student: a
 constant, uninformative hint ("Check your work carefully.", judge_backend: constant) raised it too in
@@ -18,7 +19,7 @@ distributions of runs with the rules judge's hints and with constant hints (docs
 learning-proof.md, where both are listed run by run).
 
 The transmission test (`transmission_verdict`, `--transmission`) is the criterion of the README's
-learning test: the convention set to values the student does not choose (`utils.py`,
+learning tests, in the env and through the proxy: the convention set to values the student does not choose (`utils.py`,
 `compute_<noun>`; learning-student-quick-transmission.yaml), so only a hint's content can raise them,
 and the held-out attempts that follow them must rise by `MIN_STATED_GAIN`, a margin that every
 measured run with the rules judge's hints met and no control run did.
@@ -50,13 +51,17 @@ MIN_STATED_GAIN = 8
 name together, after the last step, more than at the start. At 8 steps (the README test's run) the
 rules judge's hints raised them by 9-22 in 16 of 16 measured runs (seeds 0-15); no run of the
 controls (a constant sentence, the hints with their values taken out, the OPD sign flipped; 6 seeds
-each) rose by more than 3 at any evaluation (docs/recipes/learning-bench.md, "Amplified or taught")."""
+each) rose by more than 3 at any evaluation (docs/recipes/learning-bench.md, "Amplified or taught").
+Through the proxy (the live test's 96 user turns, student_q2c) the user's words raised them by 13-22
+in 10 of 10 measured runs, and no control run by more than 0 (docs/recipes/live-bench.md, "The
+transmission test through the proxy")."""
 LIVE_MIN_MODULE_GAIN = 1
 """The same criterion's margin for a `hermes-opd bench live` directory: there a reply reveals one
 convention and only the wrong-file replies reveal the module. It is a reading, not a test of
 learning: on 2026-12-04 it held in 10 of 10 quick runs with the user's words and in 0 of 6 under the
 constant-hint control, but on 2026-12-06 in 11 of 11 and in 4 of 7 of the control, so the live
-quick test no longer asserts it (docs/recipes/live-bench.md, "The quick test's direction")."""
+quick test no longer asserts it (docs/recipes/live-bench.md, "The former quick test's criterion
+(amplification)"); it asserts `transmission_verdict`."""
 
 
 def followed(evaluation: dict[str, Any]) -> int | None:
