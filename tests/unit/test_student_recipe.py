@@ -4,6 +4,7 @@ and a deterministic, seeded build that continues every phase from the last one's
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from dataclasses import replace
@@ -189,8 +190,10 @@ def test_the_corrections_build_continues_a_copy_student_deterministically(tmp_pa
 
 def test_the_committed_corrections_student_continues_the_committed_copy_student():
     """hermes_opd/learning_study/student_q2c is `hermes-opd dev-model build-student DIR --recipe corrections`
-    of this code and of the committed student_q2: a change to either, or to the phase, fails here."""
+    of this code and of the committed student_q2: a change to student_q2, the phase, the rate or the
+    corrections' words fails here, and student_q2c must be rebuilt with that command."""
     from hermes_opd.learning_study.paths import shipped_corrections_student_dir, shipped_student_dir
+    from hermes_opd.learning_study.student_corpus import MODULE_CORRECTIONS, NAME_CORRECTIONS
 
     fixture = shipped_corrections_student_dir()
     assert is_student_built(
@@ -201,3 +204,8 @@ def test_the_committed_corrections_student_continues_the_committed_copy_student(
     assert manifest["weights_sha256"].startswith("57fc68a0")  # the build measured in STUDENT_Q2.md
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         assert (fixture / name).read_bytes() == (shipped_student_dir() / name).read_bytes()
+    words = json.dumps([NAME_CORRECTIONS, MODULE_CORRECTIONS]).encode()
+    assert (
+        hashlib.sha256(words).hexdigest()
+        == "9231c4fa81edd9468b2f8cf4ce7c971d12617cf5602595ddf20287caf9058364"
+    )
