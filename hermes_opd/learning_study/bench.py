@@ -74,7 +74,10 @@ ENV_DEFAULTS: dict[str, Any] = {"max_turns": 3, "max_tokens_per_turn": 96, "max_
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_loop_arguments(parser, config_keys=CONFIG_KEYS, arms=ARMS, defaults=DEFAULTS)
-    parser.add_argument("--student-model", help="student model directory (default: the dev model)")
+    parser.add_argument(
+        "--student-model",
+        help="student model directory, or a shipped student's name (student_q2, student_q2c; default: the dev model)",
+    )
     parser.add_argument("--workers", type=int, help="env serve workers (default 1)")
     parser.add_argument("--out", default="runs/bench-learning", help="output directory")
     parser.add_argument(

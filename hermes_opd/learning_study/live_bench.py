@@ -66,7 +66,11 @@ ENV_DEFAULTS: dict[str, Any] = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_loop_arguments(parser, config_keys=CONFIG_KEYS, arms=LIVE_ARMS, defaults=DEFAULTS)
-    parser.add_argument("--student-model", help="the agent's model (default: the shipped copying student)")
+    parser.add_argument(
+        "--student-model",
+        help="the agent's model: a directory, or a shipped student's name (student_q2, student_q2c; "
+        "default student_q2)",
+    )
     parser.add_argument(
         "--phrasings", help="JSON file of the user's reply templates (live_user.py, Phrasings)"
     )
