@@ -5,19 +5,27 @@ by xgrammar), written so that the only JSON it accepts is the JSON the chat temp
 So a constrained tool call, re-sent by the client and re-rendered by the template, is the same
 text the policy sampled (pure logic).
 
+Numeric bounds are honoured for integers (`minimum`, `maximum`, `exclusiveMinimum`,
+`exclusiveMaximum`) and, when whole and inclusive, for numbers (environments/proxy/numeric_grammar.py).
 Only what a grammar can honour is accepted: a schema with a keyword it cannot express (`pattern`,
-numeric bounds, `not`, ...) raises `GrammarError`, which the proxy answers with a 400 naming it."""
+`not`, a fractional or exclusive bound on a number, ...) raises `GrammarError`, which the proxy
+answers with a 400 naming it."""
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from environments.proxy.numeric_grammar import integer_range, number_range
 from hermes_opd.contract.errors import HermesOPDError
 
 MAX_RULES = 2000
 """A schema that needs more rules than this is refused (a request's cost must stay bounded)."""
+MAX_BOUND = 1e15
+"""Numeric bounds beyond this are refused (the range's grammar grows with its digits)."""
 
 ANNOTATIONS = frozenset(
     {
@@ -61,6 +69,10 @@ HANDLED = frozenset(
         "maxItems",
         "minLength",
         "maxLength",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
     }
 )
 
@@ -140,7 +152,8 @@ class GrammarBuilder:
         if unknown:
             raise GrammarError(
                 f"{self.where}: cannot constrain the output to a schema using {sorted(unknown)} "
-                f"(supported: types, properties, required, items, enum, const, anyOf, oneOf, $ref)"
+                f"(supported: types, properties, required, items, enum, const, anyOf, oneOf, $ref, "
+                f"minimum/maximum)"
             )
         if "$ref" in schema:
             return self._ref(schema["$ref"])
@@ -189,9 +202,11 @@ class GrammarBuilder:
                 raise GrammarError(f"{self.where}: string lengths must be integers up to 1000")
             return f'("\\"" jchar{{{low},{high if high is not None else -1}}} "\\"")'
         if kind == "integer":
-            return "jinteger"
+            low, high = self._integer_bounds(schema)
+            return "jinteger" if (low, high) == (None, None) else self._bounded(integer_range, low, high)
         if kind == "number":
-            return "jnumber"
+            low, high = self._number_bounds(schema)
+            return "jnumber" if (low, high) == (None, None) else self._bounded(number_range, low, high)
         if kind == "boolean":
             return "jboolean"
         if kind == "null":
@@ -201,6 +216,44 @@ class GrammarBuilder:
         if kind == "object":
             return self._object(schema)
         raise GrammarError(f"{self.where}: unknown type {kind!r}")
+
+    def _bound(self, schema: dict[str, Any], key: str) -> float | None:
+        value = schema.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise GrammarError(f"{self.where}: {key!r} must be a finite number, got {value!r:.40}")
+        if abs(value) > MAX_BOUND:
+            raise GrammarError(f"{self.where}: {key!r} is beyond {MAX_BOUND:.0e}, too large to constrain")
+        return value
+
+    def _integer_bounds(self, schema: dict[str, Any]) -> tuple[int | None, int | None]:
+        """The integers the bounds allow, as an inclusive range (None: unbounded)."""
+        lows = [math.ceil(v) for v in (self._bound(schema, "minimum"),) if v is not None]
+        lows += [math.floor(v) + 1 for v in (self._bound(schema, "exclusiveMinimum"),) if v is not None]
+        highs = [math.floor(v) for v in (self._bound(schema, "maximum"),) if v is not None]
+        highs += [math.ceil(v) - 1 for v in (self._bound(schema, "exclusiveMaximum"),) if v is not None]
+        return (max(lows) if lows else None), (min(highs) if highs else None)
+
+    def _number_bounds(self, schema: dict[str, Any]) -> tuple[int | None, int | None]:
+        """Inclusive integer bounds; others (fractional, exclusive) a grammar here cannot honour."""
+        for key in ("exclusiveMinimum", "exclusiveMaximum"):
+            if self._bound(schema, key) is not None:
+                raise GrammarError(
+                    f"{self.where}: cannot constrain a number with {key!r} (use minimum/maximum)"
+                )
+        bounds = []
+        for key in ("minimum", "maximum"):
+            value = self._bound(schema, key)
+            if value is not None and value != int(value):
+                raise GrammarError(f"{self.where}: a number's {key!r} must be a whole number, got {value!r}")
+            bounds.append(None if value is None else int(value))
+        return bounds[0], bounds[1]
+
+    def _bounded(self, expression: Callable[[int | None, int | None], str], low, high) -> str:
+        if low is not None and high is not None and low > high:
+            raise GrammarError(f"{self.where}: no number lies between the bounds {low} and {high}")
+        return self.rule(expression(low, high))
 
     def _array(self, schema: dict[str, Any]) -> str:
         item = self.schema(schema.get("items", True))

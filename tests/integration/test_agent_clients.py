@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Literal
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tests.support.agent_clients import (
     ANSWER,
@@ -194,10 +194,12 @@ async def test_smolagents_tool_calling_agent_turns_become_samples(agent_server, 
 class Weather(BaseModel):
     """Fields whose JSON has a bounded length, so that a constrained answer always ends: the agent dev
     model has no plan for a `response_format` (a chat template never sees it), and would fill a
-    free string under the grammar until `max_tokens`."""
+    free string under the grammar until `max_tokens`. The bounded integer is pydantic's `ge`/`le`,
+    `minimum`/`maximum` in the schema (the grammar honours them)."""
 
     city: Literal["Paris", "Rome"]
     sunny: bool
+    celsius: int = Field(ge=-40, le=50)
 
 
 @pytest.mark.parametrize("method", ["function_calling", "json_schema"])
@@ -217,7 +219,7 @@ async def test_langchain_structured_output_returns_a_valid_object(agent_server, 
         (exchange,) = exchanges
         if method == "function_calling":
             assert exchange.conversation.tool_choice.name == "Weather"
-            assert result == Weather(city="Paris", sunny=False)  # the dev model's call for that schema
+            assert (result.city, result.sunny) == ("Paris", False)  # the dev model's call for that schema
         else:
             assert exchange.conversation.output_format.kind == "json_schema"
             assert Weather.model_validate(json.loads(exchange.turn.content)) == result

@@ -6,6 +6,7 @@ checked with xgrammar, the compiler vLLM itself runs them through."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -73,7 +74,11 @@ def test_refs_and_any_object():
     "schema",
     [
         {"type": "string", "pattern": "^a+$"},
-        {"type": "integer", "minimum": 3},
+        {"type": "number", "minimum": 0.5},
+        {"type": "number", "exclusiveMaximum": 1},
+        {"type": "integer", "minimum": 5, "maximum": 4},
+        {"type": "integer", "minimum": "3"},
+        {"type": "integer", "maximum": 1e300},
         {"not": {}},
         {"type": "array", "maxItems": 2},
         {"$ref": "https://example.com/s.json"},
@@ -106,3 +111,60 @@ def test_tool_calls_are_forced_in_the_templates_own_markup(dev_tokenizer):
     assert not accepts(required, "I will call it. " + one) and not accepts(required, "")
     with pytest.raises(GrammarError):
         tool_call_grammar(TOOLS, markup, "missing")
+
+
+INTEGER_BOUNDS = [
+    {"minimum": 3},
+    {"maximum": -7},
+    {"minimum": 0, "maximum": 600},
+    {"minimum": -120, "maximum": 35},
+    {"minimum": -1000, "maximum": -98},
+    {"exclusiveMinimum": 9, "exclusiveMaximum": 101},
+    {"minimum": 2.5, "exclusiveMaximum": 19.5},
+    {"minimum": 7, "maximum": 7},
+    {"minimum": 1, "maximum": 1000000},
+]
+
+
+@pytest.mark.parametrize("bounds", INTEGER_BOUNDS)
+def test_a_bounded_integer_takes_exactly_the_integers_in_range_as_json_writes_them(bounds):
+    """Every integer from -1100 to 1100 and some far off: accepted exactly when the schema allows it."""
+    grammar = schema_grammar(
+        {"type": "object", "properties": {"n": {"type": "integer", **bounds}}, "required": ["n"]}
+    )
+
+    def allowed(n: int) -> bool:
+        return (
+            n >= bounds.get("minimum", -math.inf)
+            and n <= bounds.get("maximum", math.inf)
+            and n > bounds.get("exclusiveMinimum", -math.inf)
+            and n < bounds.get("exclusiveMaximum", math.inf)
+        )
+
+    for n in [*range(-1100, 1101), 99999, 1000000, 1000001, -5000000, 12345678901]:
+        assert accepts(grammar, tojson({"n": n})) == allowed(n), n
+    for text in ('{"n": 007}', '{"n": -0}', '{"n": 3.0}', '{"n": +5}'):
+        assert not accepts(grammar, text), text
+
+
+NUMBER_BOUNDS = [(0, 1), (-1, 1), (-20, -3), (5, None), (None, -2), (0, 0), (3, 120)]
+
+
+@pytest.mark.parametrize(("low", "high"), NUMBER_BOUNDS)
+def test_a_bounded_number_takes_exactly_the_numbers_in_range_as_json_writes_them(low, high):
+    schema = {"type": "number"}
+    schema |= {"minimum": low} if low is not None else {}
+    schema |= {"maximum": high} if high is not None else {}
+    grammar = schema_grammar({"type": "object", "properties": {"x": schema}, "required": ["x"]})
+    values = [n / 4 for n in range(-100, 501)] + [
+        0.001,
+        -0.001,
+        1.05,
+        119.999,
+        120.0001,
+    ]  # no exponents: jnumber writes none
+    for x in values:
+        inside = (low is None or x >= low) and (high is None or x <= high)
+        assert accepts(grammar, tojson({"x": x})) == inside, x
+    for text in ('{"x": 01.5}', '{"x": .5}', '{"x": 1.50}'):
+        assert not accepts(grammar, text), text
