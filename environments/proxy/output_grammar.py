@@ -24,6 +24,7 @@ from hermes_opd.contract.errors import HermesOPDError
 
 MAX_RULES = 2000
 """A schema that needs more rules than this is refused (a request's cost must stay bounded)."""
+NUMERIC_BOUNDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 MAX_BOUND = 1e15
 """Numeric bounds beyond this are refused (the range's grammar grows with its digits)."""
 
@@ -187,6 +188,9 @@ class GrammarBuilder:
                 kind = "object"
             elif "items" in schema:
                 kind = "array"
+            elif NUMERIC_BOUNDS & set(schema):  # any value, but a number only within the bounds
+                number = self._typed("number", schema)
+                return f"(jobject | jarray | jstring | {number} | jboolean | jnull)"
             else:
                 return "jvalue"
         if kind == "string":

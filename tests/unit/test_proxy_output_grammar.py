@@ -168,3 +168,17 @@ def test_a_bounded_number_takes_exactly_the_numbers_in_range_as_json_writes_them
         assert accepts(grammar, tojson({"x": x})) == inside, x
     for text in ('{"x": 01.5}', '{"x": .5}', '{"x": 1.50}'):
         assert not accepts(grammar, text), text
+
+
+def test_bounds_without_a_type_bound_the_numbers_and_let_every_other_value_through():
+    grammar = schema_grammar({"minimum": 0, "maximum": 10})
+    for value, ok in (
+        (5, True),
+        (10.0, True),
+        (11, False),
+        (-1, False),
+        ("x", True),
+        (None, True),
+        ([1], True),
+    ):
+        assert accepts(grammar, tojson(value)) == ok, value
