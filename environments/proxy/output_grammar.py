@@ -24,6 +24,7 @@ from hermes_opd.contract.errors import HermesOPDError
 
 MAX_RULES = 2000
 """A schema that needs more rules than this is refused (a request's cost must stay bounded)."""
+
 NUMERIC_BOUNDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 MAX_BOUND = 1e15
 """Numeric bounds beyond this are refused (the range's grammar grows with its digits)."""
@@ -54,27 +55,26 @@ ANNOTATIONS = frozenset(
 )
 """Keys that change nothing a grammar must enforce (`additionalProperties` is honoured by
 emitting only the declared properties; `format` is an annotation in JSON Schema 2020-12)."""
-HANDLED = frozenset(
-    {
-        "type",
-        "properties",
-        "required",
-        "items",
-        "enum",
-        "const",
-        "anyOf",
-        "oneOf",
-        "allOf",
-        "$ref",
-        "minItems",
-        "maxItems",
-        "minLength",
-        "maxLength",
-        "minimum",
-        "maximum",
-        "exclusiveMinimum",
-        "exclusiveMaximum",
-    }
+HANDLED = (
+    frozenset(
+        {
+            "type",
+            "properties",
+            "required",
+            "items",
+            "enum",
+            "const",
+            "anyOf",
+            "oneOf",
+            "allOf",
+            "$ref",
+            "minItems",
+            "maxItems",
+            "minLength",
+            "maxLength",
+        }
+    )
+    | NUMERIC_BOUNDS
 )
 
 BASE_RULES = {
@@ -233,10 +233,16 @@ class GrammarBuilder:
 
     def _integer_bounds(self, schema: dict[str, Any]) -> tuple[int | None, int | None]:
         """The integers the bounds allow, as an inclusive range (None: unbounded)."""
-        lows = [math.ceil(v) for v in (self._bound(schema, "minimum"),) if v is not None]
-        lows += [math.floor(v) + 1 for v in (self._bound(schema, "exclusiveMinimum"),) if v is not None]
-        highs = [math.floor(v) for v in (self._bound(schema, "maximum"),) if v is not None]
-        highs += [math.ceil(v) - 1 for v in (self._bound(schema, "exclusiveMaximum"),) if v is not None]
+        bound = {key: self._bound(schema, key) for key in NUMERIC_BOUNDS}
+        lows, highs = [], []
+        if bound["minimum"] is not None:
+            lows.append(math.ceil(bound["minimum"]))
+        if bound["exclusiveMinimum"] is not None:
+            lows.append(math.floor(bound["exclusiveMinimum"]) + 1)
+        if bound["maximum"] is not None:
+            highs.append(math.floor(bound["maximum"]))
+        if bound["exclusiveMaximum"] is not None:
+            highs.append(math.ceil(bound["exclusiveMaximum"]) - 1)
         return (max(lows) if lows else None), (min(highs) if highs else None)
 
     def _number_bounds(self, schema: dict[str, Any]) -> tuple[int | None, int | None]:

@@ -50,10 +50,11 @@ def build_student_for_env(
         )
         return 2
     out = Path(out_dir) if out_dir else default_student_dir()
-    expected = {  # a build of an older recipe is rebuilt
-        "copy": recipe_manifest(),
-        "corrections": corrections_manifest(weights_sha256(shipped_student_dir())),
-    }.get(recipe)
+    expected = None  # what the manifest must hold: a build of an older recipe is rebuilt
+    if recipe == "copy":
+        expected = recipe_manifest()
+    elif recipe == "corrections":  # hashes the base's weights: only for this recipe
+        expected = corrections_manifest(weights_sha256(shipped_student_dir()))
     if if_missing and is_student_built(out, recipe, expected):
         print(f"student already built at {out}")
         return 0
