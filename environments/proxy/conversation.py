@@ -137,8 +137,9 @@ class AssistantTurn:
 
 @dataclass(frozen=True)
 class AnswerStarted:
-    """The first event of an answer, once vLLM has begun it: the prompt's token count (a refusal
-    before this is an HTTP error; after it, an in-stream error)."""
+    """The first event of an answer, once vLLM has accepted the request (before its first token):
+    the prompt's token count (a refusal before this is an HTTP error; after it, an in-stream
+    error)."""
 
     prompt_tokens: int
 

@@ -333,3 +333,21 @@ def schema_grammar(schema: Any, where: str = "schema") -> str:
 
 def any_object_grammar() -> str:
     return GrammarBuilder().text("jobject")
+
+
+THOUGHT = 'TagDispatch(loop_after_dispatch=false, excludes=("</think>"))'
+"""Any text without `</think>` (xgrammar's EBNF; vLLM compiles it as it compiles the rest)."""
+AFTER_THOUGHT = '"</think>" [ \\n]{0,4}'
+"""The end of a thinking block and at most four spaces or newlines before the answer."""
+
+
+def after_thinking(grammar: str, opened: bool) -> str:
+    """`grammar` (as `GrammarBuilder.text` writes it: `root` first) preceded by the model's own
+    thinking, as vLLM's server constrains a reasoning model (its grammar starts where the thinking
+    ends): an optional `<think>...</think>` block, or, when the prompt `opened` one, the rest of it.
+    The thinking is unconstrained text: it can run to `max_tokens`, as it can on vLLM's server."""
+    first, _, rules = grammar.partition("\n")
+    if not first.startswith("root ::= "):
+        raise ValueError("the grammar does not start with its root rule")
+    head = f"thought {AFTER_THOUGHT}" if opened else f'("<think>" thought {AFTER_THOUGHT})?'
+    return f"root ::= {head} answer\nthought ::= {THOUGHT}\nanswer ::= {first.removeprefix('root ::= ')}\n{rules}"

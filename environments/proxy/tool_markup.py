@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from environments.proxy.output_grammar import GrammarBuilder, GrammarError, literal
+from environments.proxy.streaming_split import THINK_OPEN
 
 _SENTINEL_ARGS = {"__hermes_opd_arguments__": 7}
 _SENTINEL_TEXT = "__hermes_opd_content__"
@@ -60,6 +61,9 @@ def call_markup(tokenizer: Any, tools: list[dict[str, Any]]) -> CallMarkup:
         )
     except Exception as exc:  # noqa: BLE001 - a template's own error: the constraint cannot be built
         raise GrammarError(f"the model's chat template cannot render a tool call ({exc})") from exc
+    if prompt.rstrip().endswith(THINK_OPEN):  # the generation prompt opens a thinking block: a
+        # rendered turn (no thinking here) starts where that block would
+        prompt = prompt[: prompt.rstrip().rfind(THINK_OPEN)]
     args = json.dumps(_SENTINEL_ARGS, ensure_ascii=False)
     end_at = text_turn.find(_SENTINEL_TEXT)
     if not text_turn.startswith(prompt) or end_at < 0:

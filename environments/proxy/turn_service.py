@@ -40,12 +40,12 @@ from environments.proxy.conversation import (
     WireError,
 )
 from environments.proxy.latency import LatencyWindow
-from environments.proxy.output_grammar import GrammarError, any_object_grammar, schema_grammar
+from environments.proxy.output_grammar import GrammarError, after_thinking, any_object_grammar, schema_grammar
 from environments.proxy.proxy_config import END_HEADER, TRAIN_HEADER, ProxyConfig
 from environments.proxy.sample_feed import SampleFeed
 from environments.proxy.sessions import HeldSession, SessionTable, session_id_from_headers
 from environments.proxy.streaming import IncrementalDecoder
-from environments.proxy.streaming_split import THINK_OPEN, StreamSplitter, remainder
+from environments.proxy.streaming_split import THINK_CLOSE, THINK_OPEN, StreamSplitter, remainder
 from environments.proxy.token_count import tokens_at_least
 from environments.proxy.tool_markup import call_markup, tool_call_grammar
 from environments.proxy.turn_sample import TurnSample
@@ -148,9 +148,11 @@ class TurnService:
             weights = self.weights
             started_event: AnswerStarted | None = AnswerStarted(len(prepared.context))
             async for piece in self._stream(conversation, prepared, weights, sampled, caller.may_train):
-                if started_event is not None:
+                if started_event is not None:  # vLLM took the request: the wire may open its answer
                     yield started_event
                     started_event = None
+                if not piece:
+                    continue
                 for event in splitter.feed(decoder.feed(piece)):
                     if sampled.first_token_s is None:
                         sampled.first_token_s = time.perf_counter() - started
@@ -244,7 +246,12 @@ class TurnService:
             ) from None
         context = list(plan.context)
         tail = self.tokenizer.decode(context[-4:], skip_special_tokens=False).rstrip()
-        return Prepared(plan, context, grammar, tail.endswith(THINK_OPEN))
+        opened = tail.endswith(THINK_OPEN)
+        if grammar is not None and self._thinks and not tail.endswith(THINK_CLOSE):
+            # the model may think first, as under vLLM's reasoning parser (a prompt that closed the
+            # thinking block, a template's "thinking off", leaves no room for it)
+            grammar = after_thinking(grammar, opened)
+        return Prepared(plan, context, grammar, opened)
 
     def _counted_tokens(self, conversation: Conversation, chars: int) -> int | None:
         """A lower bound on the tokens of a request's texts, each encoded alone, when they might be
@@ -293,7 +300,9 @@ class TurnService:
         sampled: Sampled,
         recorded: bool,
     ) -> AsyncIterator[list[int]]:
-        """vLLM's sampled ids, piece by piece, recorded into `sampled` (a refusal: WireError)."""
+        """vLLM's sampled ids, piece by piece, recorded into `sampled` (a refusal: WireError). The
+        first piece, empty, comes as soon as vLLM has accepted the request, before its first token,
+        so that the wire can send its headers and opening events while vLLM computes the prompt."""
         extra: dict[str, Any] = {}
         if weights.model != self.client.model:
             extra["model"] = weights.model
@@ -309,6 +318,7 @@ class TurnService:
             extra=extra or None,
             sampled_logprobs=recorded,
         )
+        opened = False
         try:
             while True:
                 waited = time.perf_counter()
@@ -323,7 +333,8 @@ class TurnService:
                 if piece.finish_reason is not None:
                     sampled.finish_reason = piece.finish_reason
                     sampled.stop_sequence = piece.stop_sequence
-                if piece.token_ids:
+                if piece.token_ids or not opened:
+                    opened = True
                     yield piece.token_ids
         except BadRequestError as exc:
             raise WireError(f"the policy server refused the request: {exc}") from None

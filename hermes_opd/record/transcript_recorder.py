@@ -21,6 +21,9 @@ whole text (a task text can also occur in the tool schemas or in another message
 from __future__ import annotations
 
 import copy
+import json
+import threading
+import weakref
 from typing import Any
 
 from hermes_opd.contract.constants import MASKED
@@ -36,6 +39,52 @@ _END = "\x00HERMES_OPD_CONTENT_END\x00"
 
 class TemplateNotAppendOnlyError(HermesOPDError, ValueError):
     """The chat template re-renders earlier turns differently once more messages follow."""
+
+
+def render_chat(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    generation_prompt: bool,
+) -> str:
+    """The chat template's text for `messages` (and `tools`), as every recorder renders it."""
+    return tokenizer.apply_chat_template(
+        messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt
+    )
+
+
+_PROBES: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], TemplateHistory]] = weakref.WeakKeyDictionary()
+_PROBES_LOCK = threading.Lock()
+_PROBES_PER_TOKENIZER = 64
+
+
+def _template_history(tokenizer: Any, tools: list[dict[str, Any]] | None, render: Any) -> TemplateHistory:
+    """`probe_template_history(render)`, remembered per tokenizer, chat template and tool list (the
+    only inputs of the render): every new session would otherwise render the probe's three
+    conversations again, with a coding agent's tool schemas each time."""
+    key = (str(getattr(tokenizer, "chat_template", None)), json.dumps(tools, sort_keys=True, default=str))
+    try:
+        with _PROBES_LOCK:
+            found = _PROBES.setdefault(tokenizer, {}).get(key)
+    except TypeError:  # a tokenizer that cannot be weakly referenced: probe every time
+        return probe_template_history(render)
+    if found is None:
+        found = probe_template_history(render)
+        with _PROBES_LOCK:
+            known = _PROBES.setdefault(tokenizer, {})
+            if len(known) >= _PROBES_PER_TOKENIZER:
+                known.pop(next(iter(known)))
+            known[key] = found
+    return found
+
+
+def first_context(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> list[int]:
+    """The ids `TranscriptRecorder(tokenizer, tools).start(messages)` returns, without recording
+    anything (no hint anchors, no template probe): the prompt of a request that is never trained."""
+    text = render_chat(tokenizer, messages, tools or None, True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 class TranscriptRecorder:
@@ -62,9 +111,7 @@ class TranscriptRecorder:
 
     # -- rendering -----------------------------------------------------------------------------
     def _render(self, messages: list[dict[str, Any]], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tools=self.tools, tokenize=False, add_generation_prompt=generation_prompt
-        )
+        return render_chat(self.tokenizer, messages, self.tools, generation_prompt)
 
     def _content_end(
         self, messages: list[dict[str, Any]], index: int, generation_prompt: bool, full: str
@@ -121,7 +168,7 @@ class TranscriptRecorder:
             raise RuntimeError("start() called twice")
         self.messages = copy.deepcopy(messages)
         self._render_messages = copy.deepcopy(messages)
-        self.history = probe_template_history(self._render)
+        self.history = _template_history(self.tokenizer, self.tools, self._render)
         text = self._render(self._render_messages, generation_prompt=True)
         self._append_glue(text, text, 0, 0, True)
         self._awaiting_generation = True

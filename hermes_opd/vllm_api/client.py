@@ -283,8 +283,9 @@ class VLLMCompletionsClient:
         sampled_logprobs: bool = True,
     ) -> AsyncIterator[StreamedTokens]:
         """Sample one continuation of `prompt_ids` as vLLM streams it (`stream: true`,
-        `return_token_ids: true`): each item holds the ids sampled since the last one, their logprobs
-        (empty unless `sampled_logprobs`) and, on the last, the finish reason. The ids are vLLM's own
+        `return_token_ids: true`): the first item, empty, says that vLLM accepted the request (its
+        stream is open; a refusal raises before it); each later item holds the ids sampled since the
+        last one, their logprobs (empty unless `sampled_logprobs`) and, on the last, the finish reason. The ids are vLLM's own
         sampled ids, so their concatenation equals what `generate` would return for the same request.
         Transient failures before the stream opens are retried as `post` retries them; a stream that
         breaks once open raises TransientServerError (nothing is retried mid-answer)."""
@@ -315,6 +316,7 @@ class VLLMCompletionsClient:
             what="vLLM stream",
         )
         try:
+            yield StreamedTokens([], [])
             async for item in _stream_items(response, self.base_url, sampled_logprobs):
                 yield item
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:

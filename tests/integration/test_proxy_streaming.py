@@ -100,6 +100,47 @@ async def test_time_to_first_token_stays_close_to_vllms_own(dev_server, tmp_path
     assert ours_q <= 1.15 * theirs_q + 0.005, (ours_q, theirs_q, ours, theirs)
 
 
+OPENING_BODIES = {
+    "/chat/completions": ({"messages": first_messages(), "max_tokens": 8}, "chat.completion.chunk"),
+    "/responses": ({"input": first_messages()[1:], "max_output_tokens": 8}, "response.created"),
+    "/messages": ({"messages": first_messages()[1:], "max_tokens": 8}, "message_start"),
+}
+
+
+async def test_each_wire_opens_its_answer_before_vllms_first_token(dev_server, tmp_path):
+    """The status, the headers and the wire's opening event go out once vLLM has accepted the
+    request, while it computes the prompt, so they are not on the way of the first token: vLLM's
+    stream is held after it opens until the client has read the opening."""
+    import aiohttp
+
+    async with running_proxy(proxy_config(dev_server, tmp_path, train=False)) as (url, server):
+        inner = server.client.generate_stream
+        opened = asyncio.Event()
+
+        async def held(prompt_ids, **kwargs):  # the real stream, its first sampled ids held
+            async for piece in inner(prompt_ids, **kwargs):
+                if piece.token_ids:
+                    await asyncio.wait_for(opened.wait(), 60)
+                yield piece
+
+        server.client.generate_stream = held
+        async with aiohttp.ClientSession() as http:
+            for path, (body, opening) in OPENING_BODIES.items():
+                opened.clear()
+                request = {"model": "dev-model", "stream": True, "seed": 1, **body}
+                async with http.post(f"{url}{path}", json=request) as response:
+                    assert response.status == 200
+                    first = b""
+                    while not first.startswith(b"data:"):
+                        first = await asyncio.wait_for(response.content.readline(), 30)
+                    assert (
+                        json.loads(first[5:])["type" if path != "/chat/completions" else "object"] == opening
+                    )
+                    opened.set()
+                    rest = await response.read()
+                assert rest.rstrip().endswith(b"[DONE]" if path == "/chat/completions" else b"}")
+
+
 async def test_tool_choice_required_and_named_force_the_templates_calls(dev_server, tmp_path):
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     async with running_proxy(proxy_config(dev_server, tmp_path, samples_per_group=1)) as (url, server):
@@ -136,6 +177,59 @@ async def test_tool_choice_required_and_named_force_the_templates_calls(dev_serv
     assert sorted(
         o["proxy"]["turn"] for g in read_groups(tmp_path / "groups.jsonl") for o in g["overrides"]
     ) == [0, 1]
+
+
+THINKING = (
+    "{%- if message.content %}{{- message.content }}{%- endif %}",
+    "{%- if message.reasoning_content %}{{- '<think>\\n' + message.reasoning_content + '\\n</think>\\n\\n' }}"
+    "{%- endif %}{%- if message.content %}{{- message.content }}{%- endif %}",
+)
+"""The dev template, made to render an assistant's thinking as Qwen3's does."""
+
+
+async def test_a_forced_call_leaves_a_thinking_model_room_to_think_first(dev_server, tmp_path):
+    """As under vLLM's reasoning parser, a forced call's grammar starts where the thinking ends: vLLM
+    compiles the thinking grammar, a prompt that opened a thinking block is not answered with a
+    call inside it, and one that did not still gets its forced call. (The dev model never closes
+    a thought by itself, so the whole road, a thought and then the call, is checked on the
+    grammar alone: tests/unit/test_proxy_output_grammar.py.)"""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(dev_server.model_dir)
+    tokenizer.chat_template = tokenizer.chat_template.replace(*THINKING)
+    params = {"model": "dev-model", "tools": TOOLS, "tool_choice": "required", "temperature": 1.0}
+    config = proxy_config(dev_server, tmp_path, train=False)
+    async with running_proxy(config, tokenizer) as (url, server):
+        grammars = []
+        inner = server.client.generate_stream
+
+        def seen(prompt_ids, **kwargs):
+            grammars.append(kwargs["extra"]["structured_outputs"]["grammar"])
+            return inner(prompt_ids, **kwargs)
+
+        server.client.generate_stream = seen
+        proxy = AsyncOpenAI(base_url=url, api_key="x")
+        for seed in range(3):
+            answer = await proxy.chat.completions.create(
+                messages=first_messages(), max_tokens=160, seed=seed, **params
+            )
+            assert answer.choices[0].finish_reason == "tool_calls" and answer.choices[0].message.tool_calls
+        assert all("<think>" in g and "TagDispatch" in g for g in grammars)
+        tokenizer.chat_template = tokenizer.chat_template.replace(
+            "'<|im_start|>assistant\\n' }}{%- endif %}", "'<|im_start|>assistant\\n<think>\\n' }}{%- endif %}"
+        )
+        thoughts = []
+        for seed in range(3):
+            answer = await proxy.chat.completions.create(
+                messages=first_messages(), max_tokens=24, seed=seed, **params
+            )
+            message = answer.choices[0].message
+            assert (
+                answer.choices[0].finish_reason == "length" and not message.content and not message.tool_calls
+            )
+            thoughts.append(message.model_extra["reasoning_content"])
+    # the old grammar forced the call at once, inside the opened block: every answer began with it
+    assert not all(t.startswith("<tool_call>") for t in thoughts), thoughts
 
 
 async def test_response_format_constrains_the_content(dev_server, tmp_path):

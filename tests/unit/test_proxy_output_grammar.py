@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from environments.proxy.output_grammar import GrammarError, any_object_grammar, schema_grammar
+from environments.proxy.output_grammar import GrammarError, after_thinking, any_object_grammar, schema_grammar
 from environments.proxy.tool_markup import call_markup, tool_call_grammar
 from tests.support.proxy_factory import TOOLS
 
@@ -111,6 +111,26 @@ def test_tool_calls_are_forced_in_the_templates_own_markup(dev_tokenizer):
     assert not accepts(required, "I will call it. " + one) and not accepts(required, "")
     with pytest.raises(GrammarError):
         tool_call_grammar(TOOLS, markup, "missing")
+
+
+def test_a_forced_answer_may_follow_the_models_own_thinking(dev_tokenizer):
+    markup = call_markup(dev_tokenizer, TOOLS)
+    call = markup.before("run_python") + tojson({"path": "a.py"}) + markup.after
+    forced = tool_call_grammar(TOOLS, markup, None)
+    optional, opened = after_thinking(forced, opened=False), after_thinking(forced, opened=True)
+    thought = "I run it first.\n<tool_call> is the markup; a < b and </thin are not the end.\n"
+    assert accepts(optional, call) and accepts(optional, f"<think>\n{thought}</think>\n\n{call}")
+    assert accepts(optional, f"<think></think>{call}")
+    assert not accepts(optional, f"<think>\n{thought}</think>\n\n")  # the call is still forced
+    assert not accepts(optional, f"<think>a</think>b</think>\n\n{call}")  # one block, closed once
+    assert not accepts(optional, f"<think>a</think>\n\nSo: {call}")  # nothing but the call after it
+    assert not accepts(optional, f"<think>a</think>\n\n\n\n\n{call}")  # at most four blanks
+    assert not accepts(optional, f"Hmm <think>a</think>{call}")
+    assert accepts(opened, f"{thought}</think>\n\n{call}") and not accepts(opened, call)
+    response = after_thinking(schema_grammar(PERSON), opened=False)
+    person = tojson({"name": "a", "age": 3})
+    assert accepts(response, person) and accepts(response, f"<think>ok</think>\n{person}")
+    assert not accepts(response, "<think>ok</think>\n{}")
 
 
 INTEGER_BOUNDS = [

@@ -268,3 +268,52 @@ def test_qwen3_style_template_records_tool_loops_exactly_and_starts_a_new_sequen
     assert second.template_history == first.template_history
     anchor = second.hint_anchor(span)
     assert qwen3.decode(second.tokens[:anchor]).endswith("<|im_start|>user\nTests fail.")
+
+
+@pytest.mark.parametrize("template", ["dev", "qwen3_style"])
+def test_a_prompt_that_is_never_recorded_is_the_recorders_first_context(
+    dev_tokenizer, dev_model_dir, template
+):
+    from transformers import AutoTokenizer
+
+    from hermes_opd.record.transcript_recorder import first_context
+
+    tokenizer = AutoTokenizer.from_pretrained(dev_model_dir)
+    if template == "qwen3_style":
+        tokenizer.chat_template = QWEN3_STYLE
+    messages = [
+        {"role": "system", "content": "Be brief. é ✓"},
+        {"role": "user", "content": "Write add.\n  Then run it."},
+    ]
+    for tools in (None, DEV_TOOLS):
+        recorder = TranscriptRecorder(tokenizer, tools)
+        assert first_context(tokenizer, messages, tools) == recorder.start(messages)
+
+
+def test_the_template_probe_runs_once_per_template_and_tool_list(dev_model_dir, monkeypatch):
+    from transformers import AutoTokenizer
+
+    import hermes_opd.record.transcript_recorder as transcript_recorder
+    from hermes_opd.record.template_history import probe_template_history
+
+    probes = []
+
+    def counted(render):
+        probes.append(render)
+        return probe_template_history(render)
+
+    monkeypatch.setattr(transcript_recorder, "probe_template_history", counted)
+    tokenizer = AutoTokenizer.from_pretrained(dev_model_dir)
+    messages = [{"role": "user", "content": "Write add."}]
+
+    def history(tools=None):
+        recorder = TranscriptRecorder(tokenizer, tools)
+        recorder.start(messages)
+        return recorder.history.as_dict()
+
+    kept = history()
+    assert history() == kept and len(probes) == 1
+    assert history(DEV_TOOLS) == kept and len(probes) == 2  # other tools: probed again
+    assert history(DEV_TOOLS) == kept and len(probes) == 2
+    tokenizer.chat_template = QWEN3_STYLE  # another template on the same tokenizer: probed again
+    assert history()["past_reasoning"] == "dropped_before_last_user" and len(probes) == 3
