@@ -42,7 +42,11 @@ from environments.proxy.history import (
 )
 from environments.proxy.turn_sample import cut_turn
 from hermes_opd.record.trajectory import Trajectory
-from hermes_opd.record.transcript_recorder import TemplateNotAppendOnlyError, TranscriptRecorder
+from hermes_opd.record.transcript_recorder import (
+    TemplateNotAppendOnlyError,
+    TranscriptRecorder,
+    first_context,
+)
 
 Waiting = tuple[int, str, int]
 """(turn index in the session, policy model, policy version) of a turn waiting for its next state."""
@@ -155,10 +159,18 @@ class SessionState:
         """How this request continues the session, and its exact prompt ids. Changes nothing."""
         tools = tools or None
         rendered = template_form(messages)
-        if self.private:
-            recorder = TranscriptRecorder(self.tokenizer, tools)
+        if self.private:  # never recorded: the prompt alone
             return Plan(
-                recorder.start(rendered), "new", None, (), tools, None, None, False, None, self.version
+                first_context(self.tokenizer, rendered, tools),
+                "new",
+                None,
+                (),
+                tools,
+                None,
+                None,
+                False,
+                None,
+                self.version,
             )
         seen_c = [comparable(m) for m in messages]
         seen = tuple(message_digest(c) for c in seen_c)
@@ -199,7 +211,7 @@ class SessionState:
         elif not ordered:
             reason = "new"
         else:
-            reason = _divergence(ordered[0], seen, seen_c, tools)
+            reason = _divergence(ordered, seen, seen_c, tools)
         own = not self.named and bool(self.branches)
         return self._fresh(rendered, seen, tools, reason, own_session=own)
 
@@ -262,7 +274,9 @@ class SessionState:
             counts["not_for_training"] += 1
             self._report(self, None, counts)
             return Committed(None, self.session_id, None, self.session_id)
-        if plan.forked not in (None, "new"):
+        if plan.forked == UNRELATED:
+            counts["branches_unrelated_history"] += 1
+        elif plan.forked not in (None, "new"):
             counts[f"forks_{plan.forked}"] += 1
         if plan.forked == "history_already_continued":
             counts["history_collisions"] += 1
@@ -348,10 +362,23 @@ class SessionState:
         return waiting
 
 
+UNRELATED = "unrelated_history"
+"""A request that shares no message but system messages with any branch: a side call (a
+title, a summary) under the main conversation's session header, or the main conversation after
+one. It starts a branch, as a fork does, but forks nothing."""
+
+
 def _divergence(
-    branch: Branch, seen: tuple[str, ...], seen_c: list[Comparable], tools: list[dict[str, Any]] | None
+    ordered: list[Branch], seen: tuple[str, ...], seen_c: list[Comparable], tools: list[dict[str, Any]] | None
 ) -> str:
-    """Why the request does not continue the branch it resembles most (the newest)."""
+    """Why the request continues no branch: `UNRELATED`, or how it departs from the newest branch
+    with which it shares a message other than the system messages."""
+    first = next((i for i, c in enumerate(seen_c) if c[0] != "system"), len(seen_c))
+    own = set(seen[first:])
+    related = [b for b in ordered if own.intersection(b.expected[first:])]
+    if not related:
+        return UNRELATED
+    branch = related[0]
     if tools != branch.tools:
         return "tools_changed"
     n = len(branch.expected)

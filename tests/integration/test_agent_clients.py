@@ -283,8 +283,14 @@ async def test_claude_code_print_runs_the_models_command(agent_cli_bin, agent_se
         assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-3000:])
         check_round_trip(exchanges, "Bash", {"command": "echo hi"}, "X-Claude-Code-Session-Id")
         assert ANSWER in run.stdout
+        # its title call: no tools, JSON asked for by `output_config.format`, the main session's
+        # header; a branch of its own that forks nothing and finishes nothing of the main session
+        main = exchanges[the_tool_turn(exchanges)].caller.session_id
+        (title,) = [e for e in exchanges if not e.conversation.tools]
+        assert title.caller.session_id == main and title.conversation.output_format is not None
         await written(tmp_path)
         counts = server.counts
+    assert counts["branches_unrelated_history"] == 1 and counts["turns_finished"] == 1, dict(counts)
     no_forks(counts)
     check_trained(tmp_path, generations)
     print(f"\nclaude -p: {len(exchanges)} requests, {time.monotonic() - started:.1f} s")

@@ -123,13 +123,13 @@ async def run_codex(
 async def run_claude(
     bin_dir: Path, root_url: str, model: str, workdir: Path, prompt: str, timeout_s: float = 240.0
 ) -> ClientRun:
-    """`claude -p` against `root_url` (no /v1: the SDK adds /v1/messages), Bash allowed."""
+    """`claude -p` against `root_url` (no /v1: the SDK adds /v1/messages), Bash allowed, its
+    non-essential traffic left on, so that it makes its title call too."""
     home = workdir.parent / "claude-home"
     home.mkdir(exist_ok=True)
     env = _base_env(home) | {
         "ANTHROPIC_BASE_URL": root_url,
         "ANTHROPIC_API_KEY": "test-key",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_TELEMETRY": "1",
     }
     argv = [

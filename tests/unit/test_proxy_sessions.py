@@ -70,13 +70,20 @@ def test_a_side_call_with_the_main_sessions_header_neither_joins_nor_stops_it(de
     side, _, plan, _, side_done = _ask(
         table, dev_tokenizer, [{"role": "user", "content": "title this"}], "Add", session_id="cc-1"
     )
-    assert side is held and plan.forked is not None and side_done.finished is None
+    assert side is held and plan.forked == "unrelated_history" and side_done.finished is None
     _, _, plan2, _, done = _ask(
         table, dev_tokenizer, [*main, r1, {"role": "user", "content": "now sub"}], "ok", session_id="cc-1"
     )
     assert plan2.forked is None
     trajectory, (turn, _, _) = done.finished
     assert turn == 0 and trajectory.messages[-1]["content"] == "now sub"
+    # a side call that comes first (Claude Code titles before its main request): the main
+    # conversation is a branch of its own, and neither is counted as a fork
+    _ask(table, dev_tokenizer, [{"role": "user", "content": "title that"}], "Sub", session_id="cc-2")
+    _, _, plan3, _, _ = _ask(table, dev_tokenizer, main, "def sub(a, b): return a - b", session_id="cc-2")
+    assert plan3.forked == "unrelated_history"
+    assert table.counts["branches_unrelated_history"] == 2
+    assert not [k for k in table.counts if k.startswith("forks_")], dict(table.counts)
 
 
 def test_a_no_train_request_without_a_header_never_matches_a_training_session(dev_tokenizer):
