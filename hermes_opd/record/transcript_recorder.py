@@ -29,7 +29,7 @@ from typing import Any
 from hermes_opd.contract.constants import MASKED
 from hermes_opd.contract.errors import HermesOPDError
 from hermes_opd.record.student_topk_rows import TopRow, generation_rows
-from hermes_opd.record.template_history import TemplateHistory, probe_template_history
+from hermes_opd.record.template_history import Render, TemplateHistory, probe_template_history
 from hermes_opd.record.trajectory import PROMPT_LOGPROB, Trajectory, TurnSpan
 
 _SENTINEL = "\x00HERMES_OPD_SENTINEL\x00"
@@ -58,7 +58,7 @@ _PROBES_LOCK = threading.Lock()
 _PROBES_PER_TOKENIZER = 64
 
 
-def _template_history(tokenizer: Any, tools: list[dict[str, Any]] | None, render: Any) -> TemplateHistory:
+def _template_history(tokenizer: Any, tools: list[dict[str, Any]] | None, render: Render) -> TemplateHistory:
     """`probe_template_history(render)`, remembered per tokenizer, chat template and tool list (the
     only inputs of the render): every new session would otherwise render the probe's three
     conversations again, with a coding agent's tool schemas each time."""

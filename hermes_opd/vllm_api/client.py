@@ -284,9 +284,10 @@ class VLLMCompletionsClient:
     ) -> AsyncIterator[StreamedTokens]:
         """Sample one continuation of `prompt_ids` as vLLM streams it (`stream: true`,
         `return_token_ids: true`): the first item, empty, says that vLLM accepted the request (its
-        stream is open; a refusal raises before it); each later item holds the ids sampled since the
-        last one, their logprobs (empty unless `sampled_logprobs`) and, on the last, the finish reason. The ids are vLLM's own
-        sampled ids, so their concatenation equals what `generate` would return for the same request.
+        stream is open; a refusal raises before it); each later item holds the ids sampled since
+        the last one, their logprobs (empty unless `sampled_logprobs`) and, on the last, the finish
+        reason. The ids are vLLM's own sampled ids, so their concatenation equals what `generate`
+        would return for the same request.
         Transient failures before the stream opens are retried as `post` retries them; a stream that
         breaks once open raises TransientServerError (nothing is retried mid-answer)."""
         if not prompt_ids:
