@@ -6,10 +6,11 @@ So a constrained tool call, re-sent by the client and re-rendered by the templat
 text the policy sampled (pure logic).
 
 Numeric bounds are honoured for integers (`minimum`, `maximum`, `exclusiveMinimum`,
-`exclusiveMaximum`) and, when whole and inclusive, for numbers (environments/proxy/numeric_grammar.py).
-Only what a grammar can honour is accepted: a schema with a keyword it cannot express (`pattern`,
-`not`, a fractional or exclusive bound on a number, ...) raises `GrammarError`, which the proxy
-answers with a 400 naming it."""
+`exclusiveMaximum`) and, when whole and inclusive, for numbers (environments/proxy/numeric_grammar.py);
+a string's `pattern` too (environments/proxy/pattern_grammar.py). Only what a grammar can honour is
+accepted: a schema with a keyword it cannot express (`not`, a fractional or exclusive bound on a
+number, a `pattern` with a look-around, ...) raises `GrammarError`, which the proxy answers with a
+400 naming it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from environments.proxy.ebnf import literal
 from environments.proxy.numeric_grammar import integer_range, number_range
+from environments.proxy.pattern_grammar import PatternError, pattern_grammar
 from hermes_opd.contract.errors import HermesOPDError
 
 MAX_RULES = 2000
@@ -72,6 +75,7 @@ HANDLED = (
             "maxItems",
             "minLength",
             "maxLength",
+            "pattern",
         }
     )
     | NUMERIC_BOUNDS
@@ -93,25 +97,6 @@ BASE_RULES = {
 
 class GrammarError(HermesOPDError, ValueError):
     """A schema (or a request) whose constraint a grammar cannot honour; the message says why."""
-
-
-def literal(text: str) -> str:
-    """`text` as an EBNF string literal."""
-    out = []
-    for char in text:
-        if char in '"\\':
-            out.append("\\" + char)
-        elif char == "\n":
-            out.append("\\n")
-        elif char == "\t":
-            out.append("\\t")
-        elif char == "\r":
-            out.append("\\r")
-        elif ord(char) < 0x20:
-            out.append(f"\\x{ord(char):02x}")
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
 
 
 def json_literal(value: Any) -> str:
@@ -188,12 +173,16 @@ class GrammarBuilder:
                 kind = "object"
             elif "items" in schema:
                 kind = "array"
-            elif NUMERIC_BOUNDS & set(schema):  # any value, but a number only within the bounds
-                number = self._typed("number", schema)
-                return f"(jobject | jarray | jstring | {number} | jboolean | jnull)"
+            elif NUMERIC_BOUNDS & set(schema) or "pattern" in schema:  # any value, but a number
+                # only within the bounds and a string only as the pattern says
+                number = self._typed("number", schema) if NUMERIC_BOUNDS & set(schema) else "jnumber"
+                string = self._pattern(schema) if "pattern" in schema else "jstring"
+                return f"(jobject | jarray | {string} | {number} | jboolean | jnull)"
             else:
                 return "jvalue"
         if kind == "string":
+            if "pattern" in schema:
+                return self._pattern(schema)
             low, high = schema.get("minLength", 0), schema.get("maxLength")
             if (low, high) == (0, None):
                 return "jstring"
@@ -220,6 +209,14 @@ class GrammarBuilder:
         if kind == "object":
             return self._object(schema)
         raise GrammarError(f"{self.where}: unknown type {kind!r}")
+
+    def _pattern(self, schema: dict[str, Any]) -> str:
+        if "minLength" in schema or "maxLength" in schema:
+            raise GrammarError(f"{self.where}: cannot constrain a string to a 'pattern' and lengths at once")
+        try:
+            return self.rule(pattern_grammar(schema["pattern"]))
+        except PatternError as exc:
+            raise GrammarError(f"{self.where}: {exc}") from None
 
     def _bound(self, schema: dict[str, Any], key: str) -> float | None:
         value = schema.get(key)

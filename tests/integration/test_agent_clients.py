@@ -195,11 +195,12 @@ class Weather(BaseModel):
     """Fields whose JSON has a bounded length, so that a constrained answer always ends: the agent dev
     model has no plan for a `response_format` (a chat template never sees it), and would fill a
     free string under the grammar until `max_tokens`. The bounded integer is pydantic's `ge`/`le`,
-    `minimum`/`maximum` in the schema (the grammar honours them)."""
+    `minimum`/`maximum` in the schema, and the station a `pattern` (the grammar honours both)."""
 
     city: Literal["Paris", "Rome"]
     sunny: bool
     celsius: int = Field(ge=-40, le=50)
+    station: str = Field(pattern=r"^[A-Z]{4}$")
 
 
 @pytest.mark.parametrize("method", ["function_calling", "json_schema"])
