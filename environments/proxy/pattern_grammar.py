@@ -23,6 +23,7 @@ from re import _parser as sre_parse
 from typing import Any
 
 from environments.proxy.ebnf import literal
+from hermes_opd.contract.errors import HermesOPDError
 
 MAX_PATTERN_CHARS = 1000
 MAX_REPEAT = 256
@@ -51,7 +52,7 @@ SPACE: Intervals = [
 LINE_TERMINATORS: Intervals = [(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]
 
 
-class PatternError(ValueError):
+class PatternError(HermesOPDError, ValueError):
     """A pattern a grammar here cannot honour; the message says why."""
 
 
