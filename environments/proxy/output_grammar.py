@@ -139,7 +139,7 @@ class GrammarBuilder:
             raise GrammarError(
                 f"{self.where}: cannot constrain the output to a schema using {sorted(unknown)} "
                 f"(supported: types, properties, required, items, enum, const, anyOf, oneOf, $ref, "
-                f"minimum/maximum)"
+                f"minimum/maximum, pattern)"
             )
         if "$ref" in schema:
             return self._ref(schema["$ref"])
@@ -173,9 +173,9 @@ class GrammarBuilder:
                 kind = "object"
             elif "items" in schema:
                 kind = "array"
-            elif NUMERIC_BOUNDS & set(schema) or "pattern" in schema:  # any value, but a number
-                # only within the bounds and a string only as the pattern says
-                number = self._typed("number", schema) if NUMERIC_BOUNDS & set(schema) else "jnumber"
+            elif (bounded := bool(NUMERIC_BOUNDS & set(schema))) or "pattern" in schema:  # any
+                # value, but a number only within the bounds and a string only as the pattern says
+                number = self._typed("number", schema) if bounded else "jnumber"
                 string = self._pattern(schema) if "pattern" in schema else "jstring"
                 return f"(jobject | jarray | {string} | {number} | jboolean | jnull)"
             else:

@@ -201,13 +201,13 @@ class _Reader:
             elif op is sre.RANGE:
                 intervals.append(av)
             elif op is sre.CATEGORY:
-                intervals += _category(av, self)
+                intervals += _category(av)
             else:
                 raise self.refuse(f"{str(op).lower()} in a character class")
         return _complement(intervals) if negate else intervals
 
 
-def _category(category: Any, reader: _Reader) -> Intervals:
+def _category(category: Any) -> Intervals:
     known = {
         sre.CATEGORY_DIGIT: DIGIT,
         sre.CATEGORY_WORD: WORD,
@@ -218,4 +218,4 @@ def _category(category: Any, reader: _Reader) -> Intervals:
         return known[category]
     if category in negated:
         return _complement(negated[category])
-    raise reader.refuse(f"the class {str(category).lower()}")
+    raise _Reader.refuse(f"the class {str(category).lower()}")

@@ -27,7 +27,7 @@ from hermes_opd.learning_study.bench_values import (
     merged_values,
 )
 from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, load_run, run_arm, start_lora_vllm
-from hermes_opd.learning_study.paths import student_model_dir
+from hermes_opd.learning_study.paths import SHIPPED_STUDENTS, student_model_dir
 from hermes_opd.learning_study.plot import plot_learning_curves
 from hermes_opd.learning_study.report import (
     ARMS,
@@ -76,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_loop_arguments(parser, config_keys=CONFIG_KEYS, arms=ARMS, defaults=DEFAULTS)
     parser.add_argument(
         "--student-model",
-        help="student model directory, or a shipped student's name (student_q2, student_q2c; default: the dev model)",
+        help=f"student model directory, or a shipped student's name ({', '.join(SHIPPED_STUDENTS)}; "
+        "default: the dev model)",
     )
     parser.add_argument("--workers", type=int, help="env serve workers (default 1)")
     parser.add_argument("--out", default="runs/bench-learning", help="output directory")

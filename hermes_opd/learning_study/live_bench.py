@@ -35,7 +35,7 @@ from hermes_opd.learning_study.bench_values import (
 from hermes_opd.learning_study.live_loop import LIVE_ARMS, LiveSettings, run_live_arm
 from hermes_opd.learning_study.live_user import Phrasings
 from hermes_opd.learning_study.loop import LoopSettings, evaluate_policy, start_lora_vllm
-from hermes_opd.learning_study.paths import shipped_student_dir, student_model_dir
+from hermes_opd.learning_study.paths import SHIPPED_STUDENTS, shipped_student_dir, student_model_dir
 from hermes_opd.learning_study.plot import plot_learning_curves
 from hermes_opd.learning_study.report import mean_band
 
@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_loop_arguments(parser, config_keys=CONFIG_KEYS, arms=LIVE_ARMS, defaults=DEFAULTS)
     parser.add_argument(
         "--student-model",
-        help="the agent's model: a directory, or a shipped student's name (student_q2, student_q2c; "
+        help=f"the agent's model: a directory, or a shipped student's name ({', '.join(SHIPPED_STUDENTS)}; "
         "default student_q2)",
     )
     parser.add_argument(
