@@ -36,7 +36,11 @@ first requests' p50 and p95 wall-time ratios of the serve and record modes over 
 and every wire (target <= 1.15), and `worst_ttft_ratio` the same for the time to first text (target
 <= 1.15). Beside them, each proxy's own time per request from its `/metrics` (`<mode>_own_time`:
 handler time minus the time waiting on vLLM's stream, p50 and p95 over all its requests, the
-warm-up's included; environments/proxy/latency.py).
+warm-up's included; environments/proxy/latency.py). With the record mode, `vllm_sampled_logprobs`:
+each round also sends the proxy's own request for every session's first turn straight to vLLM,
+without and with the sampled tokens' logprobs that a recorded turn needs, so that the part of the
+record path's ratio that vLLM itself charges for them is measured beside it
+(hermes_opd/bench/sampled_logprobs_cost.py).
 
 On a machine with few cores, run vLLM and the bench on separate cores (docs/proxy.md, "Overhead":
 `taskset`), as a GPU server and its proxy would be: otherwise the proxy's time per streamed token is
@@ -59,12 +63,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from transformers import AutoTokenizer
 
 from environments.proxy.latency import percentile
 from hermes_opd.bench.common import add_server_arguments, machine_info, pick, server_arguments, with_headline
+from hermes_opd.bench.sampled_logprobs_cost import first_prompts, measure_round
+from hermes_opd.bench.sampled_logprobs_cost import summary as cost_summary
 from hermes_opd.runtime.server_process import free_port
+from hermes_opd.vllm_api.client import VLLMCompletionsClient
 
 SYSTEM = "You are a coding agent."
+USER = "Write function number {}."
+"""Each session's first user message, formatted with the session's index."""
 CORRECTION = (
     'It fails:\nTraceback (most recent call last):\n  File "main.py", line 3, in <module>\n    print(total(3))\n'
     "NameError: name 'total' is not defined\nName the function `total` and write it to helpers.py."
@@ -171,12 +181,12 @@ async def _session(
     turn index)."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": f"Write function number {index}."},
+        {"role": "user", "content": USER.format(index)},
     ]
     times, tokens, firsts = [], [], []
     for turn in range(turns):
         started = time.perf_counter()
-        seed = 10_000 * round_index + 100 * index + turn
+        seed = _seed(round_index, index, turn)
         content, first, completion_tokens = await STREAMERS[wire](
             client, model, messages, max_tokens, seed, headers, started
         )
@@ -188,6 +198,11 @@ async def _session(
             {"role": "user", "content": CORRECTION},
         ]
     return times, tokens, firsts, list(range(turns))
+
+
+def _seed(round_index: int, session: int, turn: int) -> int:
+    """A request's seed: the same request gets the same seed on every path."""
+    return 10_000 * round_index + 100 * session + turn
 
 
 def _client(wire: str, url: str):
@@ -302,10 +317,21 @@ async def _measure(
     turns: int,
     max_tokens: int,
     rounds: int,
-) -> dict[tuple[str, str, int], tuple[list[float], list[int], list[float], list[int]]]:
+    logprobs_reference: VLLMCompletionsClient | None,
+    tokenizer: Any,
+) -> tuple[
+    dict[tuple[str, str, int], tuple[list[float], list[int], list[float], list[int]]],
+    dict[int, dict[str, list[tuple[float, float, int]]]],
+]:
     """Rounds of direct vLLM and then each proxy in `urls` (its mode -> base URL), in that order,
-    on each wire: samples keyed by (wire, path, sessions)."""
+    on each wire: samples keyed by (wire, path, sessions); then, with `logprobs_reference`, vLLM's
+    own price for the sampled logprobs on the sessions' first requests (sampled_logprobs_cost.py),
+    keyed by sessions."""
     samples: dict[tuple[str, str, int], tuple[list[float], list[int], list[float], list[int]]] = {}
+    reference: dict[int, dict[str, list[tuple[float, float, int]]]] = {}
+    prompts = (
+        {n: first_prompts(tokenizer, n, SYSTEM, USER) for n in concurrency} if logprobs_reference else {}
+    )
     for wire in wires:  # warm-up, not measured: each path's first request pays its one-time costs
         for path, url in (("direct", base_url), *urls.items()):
             await _round(url, wire, model, 1, rounds, 1, 4, path != "direct")  # seeds no round uses
@@ -323,7 +349,15 @@ async def _measure(
                         into.extend(values)
                     if path in ("record", "train"):  # its judging and teacher requests stay in its round
                         await _drained(url)
-    return samples
+            if logprobs_reference is not None:
+                seeds = [_seed(round_index, i, 0) for i in range(sessions)]
+                measured_pair = await measure_round(
+                    logprobs_reference, prompts[sessions], seeds, max_tokens, reverse=round_index % 2 == 1
+                )
+                kept_pair = reference.setdefault(sessions, {variant: [] for variant in measured_pair})
+                for variant, rows in measured_pair.items():
+                    kept_pair[variant].extend(rows)
+    return samples, reference
 
 
 async def _drained(url: str, timeout_s: float = 900.0) -> None:
@@ -360,7 +394,25 @@ async def run(
             }
             process, urls[mode] = _start_proxy(config, workdir, mode)
             processes.append(process)
-        samples = await _measure(base_url, model, urls, wires, concurrency, turns, max_tokens, rounds)
+        reference_client = (
+            VLLMCompletionsClient(base_url, model, timeout_s=600) if "record" in modes else None
+        )
+        try:
+            samples, reference = await _measure(
+                base_url,
+                model,
+                urls,
+                wires,
+                concurrency,
+                turns,
+                max_tokens,
+                rounds,
+                reference_client,
+                AutoTokenizer.from_pretrained(tokenizer_dir) if reference_client else None,
+            )
+        finally:
+            if reference_client is not None:
+                await reference_client.close()
         metrics = {mode: _proxy_metrics(url) for mode, url in urls.items()}
     finally:
         _stop(processes)
@@ -387,6 +439,10 @@ async def run(
                     worst_ttft = max(worst_ttft, first["ttft_p50_ratio"], first["ttft_p95_ratio"])
             per_wire[f"sessions_{sessions}"] = entry
         result[wire] = per_wire
+    if reference:  # how much of the record path's ratio is vLLM computing the logprobs it needs
+        result["vllm_sampled_logprobs"] = {
+            f"sessions_{n}": cost_summary(rows) for n, rows in reference.items()
+        }
     result["worst_ttft_ratio"] = worst_ttft  # time to first text: the same modes, concurrencies, wires
     keys = ("submitted", "scored_turns", "samples_grouped", "dropped_queue_full", "pending")
     for mode, body in metrics.items():

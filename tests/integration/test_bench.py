@@ -149,6 +149,13 @@ def test_proxy_bench_quick(capsys, dev_server):
         own = result[f"{mode}_own_time"]
         assert own["requests"] == 33, mode  # 2 requests at 1 session, 8 at 4, 1 warm-up, on each of 3 wires
         assert 0 < own["own_ms_p50"] < own["upstream_ms_p50"], (mode, own)
+    for sessions, requests in (("sessions_1", 1), ("sessions_4", 4)):  # vLLM's price for the logprobs
+        cost = result["vllm_sampled_logprobs"][sessions]
+        assert [cost[v]["requests"] for v in ("without", "with")] == [requests] * 2
+        # the proxy's own request for the first turns: the same seeds sample the same tokens
+        expected = result["chat"][sessions]["direct"]["first_turn"]["completion_tokens_mean"]
+        assert cost["with"]["completion_tokens_mean"] == cost["without"]["completion_tokens_mean"] == expected
+        assert cost["p50_ratio"] == pytest.approx(cost["with"]["p50_s"] / cost["without"]["p50_s"], rel=1e-3)
     for mode in ("record", "train"):  # each session's first turn got its next state
         assert result[f"{mode}_feed_at_end"]["submitted"] == 15, mode
         assert result[f"{mode}_feed_at_end"]["pending"] == 0, mode
