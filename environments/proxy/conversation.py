@@ -29,6 +29,9 @@ ErrorKind = Literal[
 ]
 """What went wrong, independent of the wire; each wire maps it to its own status and error type."""
 
+MAX_TOP_LOGPROBS = 20
+"""The most alternatives per token a client may ask for (OpenAI's bound)."""
+
 STATUS: dict[str, int] = {
     "invalid_request": 400,
     "authentication": 401,
@@ -102,6 +105,9 @@ class Conversation:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stream: bool = False
+    logprobs: int | None = None
+    """The sampled tokens' logprobs the client asked for, with this many most likely alternatives at
+    each position (0 to MAX_TOP_LOGPROBS); None: not asked."""
 
     @property
     def tool_names(self) -> set[str]:
@@ -159,13 +165,22 @@ class ReasoningDelta:
 
 
 @dataclass(frozen=True)
+class TokenLogprobs:
+    """The logprobs of the tokens sampled since the last such event, in OpenAI's logprob form
+    (environments/proxy/token_logprobs.py); only when the client asked for them. It comes before
+    the text those tokens make, so a wire attaches it to the next event it writes."""
+
+    entries: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class TurnDone:
     """The last event of an answer: the whole turn (tool calls are only known here)."""
 
     turn: AssistantTurn
 
 
-TurnEvent = AnswerStarted | ContentDelta | ReasoningDelta | TurnDone
+TurnEvent = AnswerStarted | ContentDelta | ReasoningDelta | TokenLogprobs | TurnDone
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from environments.proxy.conversation import (
     ContentDelta,
     Conversation,
     NamedTool,
+    TokenLogprobs,
     ToolCall,
     TurnDone,
     TurnEvent,
@@ -47,11 +48,12 @@ from environments.proxy.sessions import HeldSession, SessionTable, session_id_fr
 from environments.proxy.streaming import IncrementalDecoder
 from environments.proxy.streaming_split import THINK_CLOSE, THINK_OPEN, StreamSplitter, remainder
 from environments.proxy.token_count import tokens_at_least
+from environments.proxy.token_logprobs import logprob_entries
 from environments.proxy.tool_markup import call_markup, tool_call_grammar
 from environments.proxy.turn_sample import TurnSample
 from environments.rollout.agent_loop import assistant_message
 from hermes_opd.record.transcript_recorder import split_eos
-from hermes_opd.vllm_api.client import VLLMCompletionsClient
+from hermes_opd.vllm_api.client import StreamedTokens, VLLMCompletionsClient
 from hermes_opd.vllm_api.errors import BadRequestError, VLLMError
 from hermes_opd.vllm_api.wire_format import GeneratedSequence
 
@@ -151,9 +153,11 @@ class TurnService:
                 if started_event is not None:  # vLLM took the request: the wire may open its answer
                     yield started_event
                     started_event = None
-                if not piece:
+                if not piece.token_ids:
                     continue
-                for event in splitter.feed(decoder.feed(piece)):
+                if conversation.logprobs is not None:
+                    yield self._token_logprobs(piece)
+                for event in splitter.feed(decoder.feed(piece.token_ids)):
                     if sampled.first_token_s is None:
                         sampled.first_token_s = time.perf_counter() - started
                     yield event
@@ -169,6 +173,15 @@ class TurnService:
         if rest:
             yield ContentDelta(rest)
         yield TurnDone(turn)
+
+    def _token_logprobs(self, piece: StreamedTokens) -> TokenLogprobs:
+        """The client's logprobs of a piece: one entry per sampled id, the end-of-sequence token
+        that ended the answer included, as vLLM's own server gives them."""
+        return TokenLogprobs(
+            logprob_entries(
+                self.tokenizer, piece.token_ids, piece.logprobs, piece.top_ids, piece.top_logprobs
+            )
+        )
 
     async def count_prompt_tokens(self, conversation: Conversation, owner: str) -> int:
         """The tokens of the prompt `conversation` renders to, as an answer would send it to vLLM
@@ -299,7 +312,7 @@ class TurnService:
         weights: PolicyWeights,
         sampled: Sampled,
         recorded: bool,
-    ) -> AsyncIterator[list[int]]:
+    ) -> AsyncIterator[StreamedTokens]:
         """vLLM's sampled ids, piece by piece, recorded into `sampled` (a refusal: WireError). The
         first piece, empty, comes as soon as vLLM has accepted the request, before its first token,
         so that the wire can send its headers and opening events while vLLM computes the prompt."""
@@ -316,7 +329,8 @@ class TurnService:
             seed=conversation.seed,
             stop=conversation.stop or None,
             extra=extra or None,
-            sampled_logprobs=recorded,
+            sampled_logprobs=recorded or conversation.logprobs is not None,
+            top_logprobs=conversation.logprobs or 0,
         )
         opened = False
         try:
@@ -335,7 +349,7 @@ class TurnService:
                     sampled.stop_sequence = piece.stop_sequence
                 if piece.token_ids or not opened:
                     opened = True
-                    yield piece.token_ids
+                    yield piece
         except BadRequestError as exc:
             raise WireError(f"the policy server refused the request: {exc}") from None
         except VLLMError as exc:

@@ -14,7 +14,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -34,6 +34,7 @@ from hermes_opd.vllm_api.sampling_params import explicit_sampling_params
 from hermes_opd.vllm_api.wire_format import (
     GeneratedSequence,
     parse_generated,
+    parse_top_rows,
 )
 
 logger = logging.getLogger(__name__)
@@ -281,13 +282,16 @@ class VLLMCompletionsClient:
         stop: list[str] | None = None,
         extra: dict[str, Any] | None = None,
         sampled_logprobs: bool = True,
+        top_logprobs: int = 0,
     ) -> AsyncIterator[StreamedTokens]:
         """Sample one continuation of `prompt_ids` as vLLM streams it (`stream: true`,
         `return_token_ids: true`): the first item, empty, says that vLLM accepted the request (its
         stream is open; a refusal raises before it); each later item holds the ids sampled since
         the last one, their logprobs (empty unless `sampled_logprobs`) and, on the last, the finish
         reason. The ids are vLLM's own sampled ids, so their concatenation equals what `generate`
-        would return for the same request.
+        would return for the same request. `top_logprobs` > 0 (with `sampled_logprobs`): each id
+        also comes with the `top_logprobs` most likely ids at its position and their logprobs
+        (asked as token ids, so that two ids that decode alike stay apart).
         Transient failures before the stream opens are retried as `post` retries them; a stream that
         breaks once open raises TransientServerError (nothing is retried mid-answer)."""
         if not prompt_ids:
@@ -301,8 +305,12 @@ class VLLMCompletionsClient:
             "skip_special_tokens": False,
             "stream": True,
         }
+        if top_logprobs and not sampled_logprobs:
+            raise ValueError("top_logprobs needs sampled_logprobs")
         if sampled_logprobs:
-            payload["logprobs"] = 0
+            payload["logprobs"] = top_logprobs
+        if top_logprobs:
+            payload["return_tokens_as_token_ids"] = True
         if seed is not None:
             payload["seed"] = seed
         if stop:
@@ -318,7 +326,7 @@ class VLLMCompletionsClient:
         )
         try:
             yield StreamedTokens([], [])
-            async for item in _stream_items(response, self.base_url, sampled_logprobs):
+            async for item in _stream_items(response, self.base_url, sampled_logprobs, top_logprobs):
                 yield item
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             raise TransientServerError(f"the stream from vLLM at {self.base_url} broke: {exc}") from exc
@@ -354,13 +362,18 @@ class StreamedTokens:
     """Set on the piece that ends the stream (`stop`, `length`, ...)."""
     stop_sequence: str | None = None
     """On that piece, the stop string that ended the answer, if one did (vLLM's `stop_reason`)."""
+    top_ids: list[list[int]] = field(default_factory=list)
+    """One row per id when top logprobs were asked for, else empty: the most likely ids at that
+    position, most likely first."""
+    top_logprobs: list[list[float]] = field(default_factory=list)
+    """Their logprobs, parallel to `top_ids`."""
 
 
 _MAX_SSE_LINE = 4 * 1024 * 1024
 
 
 async def _stream_items(
-    response: aiohttp.ClientResponse, base_url: str, sampled_logprobs: bool
+    response: aiohttp.ClientResponse, base_url: str, sampled_logprobs: bool, top_logprobs: int
 ) -> AsyncIterator[StreamedTokens]:
     """vLLM's `text/event-stream` body -> StreamedTokens (one per chunk that carries ids or a finish)."""
     finished = False
@@ -381,7 +394,7 @@ async def _stream_items(
                         f"vLLM at {base_url} ended its stream without a finish reason"
                     )
                 return
-            item = parse_stream_chunk(data, base_url, sampled_logprobs)
+            item = parse_stream_chunk(data, base_url, sampled_logprobs, top_logprobs)
             if item is not None:
                 finished = finished or item.finish_reason is not None
                 yield item
@@ -389,8 +402,11 @@ async def _stream_items(
         raise TransientServerError(f"the stream from vLLM at {base_url} ended before its answer did")
 
 
-def parse_stream_chunk(data: bytes, base_url: str, sampled_logprobs: bool) -> StreamedTokens | None:
-    """One `data:` payload of vLLM's completion stream (a `text_completion` chunk with one choice)."""
+def parse_stream_chunk(
+    data: bytes, base_url: str, sampled_logprobs: bool, top_logprobs: int = 0
+) -> StreamedTokens | None:
+    """One `data:` payload of vLLM's completion stream (a `text_completion` chunk with one choice);
+    `top_logprobs` > 0: the request asked for that many alternatives, as token ids."""
     try:
         body = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -415,6 +431,8 @@ def parse_stream_chunk(data: bytes, base_url: str, sampled_logprobs: bool) -> St
                 f"vLLM at {base_url} streamed text without token_ids; it must support return_token_ids (vLLM >= 0.10)"
             )
     logprobs: list[float] = []
+    top_ids: list[list[int]] = []
+    top_lps: list[list[float]] = []
     if sampled_logprobs and ids:
         lp = choice.get("logprobs") or {}
         raw = lp.get("token_logprobs") or []
@@ -427,8 +445,20 @@ def parse_stream_chunk(data: bytes, base_url: str, sampled_logprobs: bool) -> St
             raise UnexpectedResponseError(
                 f"vLLM at {base_url} streamed {len(ids)} ids with {len(logprobs)} logprobs"
             )
+        if top_logprobs:
+            raw_top = lp.get("top_logprobs")
+            try:
+                if not isinstance(raw_top, list) or len(raw_top) != len(ids):
+                    raise ValueError(f"{len(ids)} ids with top logprobs {raw_top!r:.100}")
+                top_ids, top_lps = parse_top_rows(raw_top, top_logprobs)
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise UnexpectedResponseError(
+                    f"vLLM at {base_url} streamed top logprobs that do not add up: {exc}"
+                ) from exc
     finish = choice.get("finish_reason")
     if not ids and finish is None:
         return None
     stop = choice.get("stop_reason")  # the stop string, a stop token's id, or None
-    return StreamedTokens([int(i) for i in ids], logprobs, finish, stop if isinstance(stop, str) else None)
+    return StreamedTokens(
+        [int(i) for i in ids], logprobs, finish, stop if isinstance(stop, str) else None, top_ids, top_lps
+    )

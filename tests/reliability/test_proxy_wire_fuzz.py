@@ -1,8 +1,9 @@
-"""Fuzzed requests on the Responses and Anthropic Messages wires of a real `hermes-opd proxy` (in
-front of the real dev vLLM): every field valid, invalid, missing or of a random type, items and
-blocks mutated one field at a time, deep nesting, broken JSON, streamed or not. Not one answer may
-be a 500: a refusal is a 4xx (or a 502/503) in the wire's own error shape, and an answer is the
-SDK's own type (`openai` Response and stream events, `anthropic` Message and stream events).
+"""Fuzzed requests on the Chat Completions, Responses and Anthropic Messages wires of a real
+`hermes-opd proxy` (in front of the real dev vLLM): every field valid, invalid, missing or of a
+random type, messages, items and blocks mutated one field at a time, deep nesting, broken JSON,
+streamed or not. Not one answer may be a 500: a refusal is a 4xx (or a 502/503) in the wire's own
+error shape, and an answer is the SDK's own type (`openai` ChatCompletion and its chunks, Response
+and its stream events, `anthropic` Message and its stream events).
 
 The cases come from a seeded generator, so a failure names a case that reruns the same way."""
 
@@ -16,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 from anthropic.types import Message, RawMessageStreamEvent
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
@@ -261,6 +263,91 @@ def messages_body(rng: random.Random) -> dict[str, Any]:
     return body
 
 
+# -- the Chat Completions wire -------------------------------------------------------------------
+def chat_message(rng: random.Random, rate: float) -> Any:
+    text = rng.choice(TEXTS[:4])
+    call = {"id": "c1", "type": "function", "function": {"name": "run", "arguments": '{"path": "a"}'}}
+    message = rng.choice(
+        [
+            {"role": "user", "content": text},
+            {"role": "user", "content": [{"type": "text", "text": text}]},
+            {"role": "system", "content": text},
+            {"role": "developer", "content": [{"type": "text", "text": text}]},
+            {"role": "assistant", "content": text},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "assistant", "content": "", "tool_calls": [mutate(rng, call, 0.5)]},
+            {"role": "assistant", "content": text, "reasoning_content": text},
+            {"role": "tool", "tool_call_id": "c1", "content": rng.choice(TEXTS)},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x"}}]},
+        ]
+    )
+    return mutate(rng, message, rate) if rng.random() < 0.7 else message
+
+
+def chat_body(rng: random.Random) -> dict[str, Any]:
+    rate = rng.choice([0.0, 0.05, 0.2, 0.5])
+    tool = {"type": "function", "function": {"name": "run", "description": "Run.", "parameters": SCHEMA}}
+    fields: dict[str, list[Any]] = {
+        "model": ["dev-model"] * 8 + ["gpt-5"],
+        "messages": [
+            [chat_message(rng, rate) for _ in range(rng.randrange(1, 6))]
+            + [{"role": "user", "content": "go"}],
+            [{"role": "user", "content": "hi"}],
+            [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}],
+            [],
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "pre"}],
+        ],
+        "tools": [
+            None,
+            [tool],
+            [tool, {"type": "function", "function": {**tool["function"], "name": "other"}}],
+            [mutate(rng, tool, 0.5)],
+            [{"type": "function", "function": {"name": "run", "parameters": deep(rng.choice([5, 40, 80]))}}],
+        ],
+        "tool_choice": [
+            "auto",
+            "none",
+            "required",
+            {"type": "function", "function": {"name": "run"}},
+            {"type": "function", "function": {"name": "nope"}},
+        ],
+        "response_format": [
+            {"type": "text"},
+            {"type": "json_object"},
+            {"type": "json_schema", "json_schema": {"name": "o", "schema": SCHEMA}},
+            {"type": "json_schema", "json_schema": {"name": "o", "schema": junk(rng)}},
+        ],
+        "max_completion_tokens": [1, 4, 8],
+        "temperature": [0.0, 0.7, 2.0],
+        "top_p": [0.5, 1.0],
+        "seed": [0, 1],
+        "stop": ["END", ["END", "\n\n"], []],
+        "stream": [True, False],
+        "stream_options": [{"include_usage": True}, {"include_usage": False}],
+        "n": [1] * 6 + [2],
+        "logprobs": [True, False],
+        "top_logprobs": [0, 3, 20, 21],
+        "presence_penalty": [0.0, 0.5],
+        "frequency_penalty": [0.0],
+        "parallel_tool_calls": [True, False],
+        "user": ["u"],
+        "metadata": [{"k": "v"}],
+    }
+    body: dict[str, Any] = {"model": "dev-model", "messages": [{"role": "user", "content": "hi"}]}
+    for key, valid in fields.items():
+        if rng.random() < 0.3:
+            body[key] = pick(rng, valid, rate)
+    if "top_logprobs" in body and rng.random() < 0.8:
+        body["logprobs"] = True  # mostly the pair that goes together
+    if "tool_choice" in body and rng.random() < 0.8:
+        body["tools"] = [tool]
+    if body.get("max_completion_tokens") is None or (
+        isinstance(body.get("max_completion_tokens"), int) and 0 < body["max_completion_tokens"] < 2**31
+    ):
+        body["max_completion_tokens"] = rng.choice([1, 4, 8])  # what vLLM runs stays short
+    return body
+
+
 # -- sending and checking ------------------------------------------------------------------------
 RAW = [
     b"",
@@ -279,7 +366,8 @@ def sse(text: str) -> list[dict[str, Any]]:
     for block in text.strip().split("\n\n"):
         data = [line[6:] for line in block.splitlines() if line.startswith("data: ")]
         assert data, f"an event without data: {block[:200]!r}"
-        events.append(json.loads(data[0]))
+        if data[0] != "[DONE]":  # Chat Completions' last line
+            events.append(json.loads(data[0]))
     return events
 
 
@@ -287,12 +375,21 @@ def check(wire: str, status: int, content_type: str, text: str) -> None:
     assert status != 500, text[:500]
     if status >= 400:
         body = json.loads(text)
-        if wire == "responses":
+        if wire in ("chat", "responses"):
             assert set(body) == {"error"} and isinstance(body["error"]["message"], str), body
         else:
             assert body["type"] == "error" and isinstance(body["error"]["message"], str), body
         return
     assert status == 200
+    if wire == "chat":
+        if content_type.startswith("text/event-stream"):
+            assert text.endswith("data: [DONE]\n\n"), text[-200:]
+            for event in sse(text):
+                if "error" not in event:  # a failure after the stream began is one error event
+                    ChatCompletionChunk.model_validate(event)
+        else:
+            ChatCompletion.model_validate(json.loads(text))
+        return
     if content_type.startswith("text/event-stream"):
         events = sse(text)
         adapter = OPENAI_EVENT if wire == "responses" else ANTHROPIC_EVENT
@@ -315,9 +412,10 @@ def check(wire: str, status: int, content_type: str, text: str) -> None:
 
 
 async def test_fuzzed_requests_never_get_a_500(dev_server, tmp_path):
-    rng = random.Random(SEED)
+    rng, chat_rng = random.Random(SEED), random.Random(SEED + 1)  # each wire its own sequence
     cases: list[tuple[str, str, bytes, dict[str, str]]] = []
     for index in range(CASES):
+        cases.append(("chat", "/v1/chat/completions", json.dumps(chat_body(chat_rng)).encode(), {}))
         cases.append(("responses", "/v1/responses", json.dumps(responses_body(rng)).encode(), {}))
         headers = {
             "anthropic-beta": rng.choice(["", "made-up-2099", "interleaved-thinking-2025-05-14,x"]),
@@ -326,8 +424,12 @@ async def test_fuzzed_requests_never_get_a_500(dev_server, tmp_path):
         path = "/v1/messages?beta=true" if index % 2 else "/v1/messages"
         cases.append(("messages", path, json.dumps(messages_body(rng)).encode(), headers))
     for raw in RAW:
-        cases += [("responses", "/v1/responses", raw, {}), ("messages", "/v1/messages", raw, {})]
-    statuses: dict[int, int] = {}
+        cases += [
+            ("chat", "/v1/chat/completions", raw, {}),
+            ("responses", "/v1/responses", raw, {}),
+            ("messages", "/v1/messages", raw, {}),
+        ]
+    statuses: dict[tuple[str, int], int] = {}
     async with running_proxy(proxy_config(dev_server, tmp_path, train=False)) as (url, _server):
         root = url.removesuffix("/v1")
         limit = asyncio.Semaphore(4)
@@ -341,7 +443,7 @@ async def test_fuzzed_requests_never_get_a_500(dev_server, tmp_path):
                     ) as response,
                 ):
                     text = await response.text(errors="replace")
-                    statuses[response.status] = statuses.get(response.status, 0) + 1
+                    statuses[wire, response.status] = statuses.get((wire, response.status), 0) + 1
                     try:
                         check(wire, response.status, response.headers.get("Content-Type", ""), text)
                     except Exception as exc:
@@ -350,6 +452,8 @@ async def test_fuzzed_requests_never_get_a_500(dev_server, tmp_path):
                         ) from exc
 
             await asyncio.gather(*(send(i, *case) for i, case in enumerate(cases)))
-    assert 500 not in statuses
-    # the generator reaches both sides of the line: answers and refusals
-    assert statuses.get(200, 0) >= CASES // 4 and statuses.get(400, 0) >= CASES // 4, statuses
+    assert not [key for key in statuses if key[1] == 500], statuses
+    # on each wire the generator reaches both sides of the line: answers and refusals
+    for wire in ("chat", "responses", "messages"):
+        assert statuses.get((wire, 200), 0) >= CASES // 8, statuses
+        assert statuses.get((wire, 400), 0) >= CASES // 4, statuses

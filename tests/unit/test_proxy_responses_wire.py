@@ -250,6 +250,9 @@ def test_an_assistant_turn_of_several_items_is_one_message():
         ({**BASE, "conversation": "conv_1"}, "conversation"),
         ({**BASE, "prompt": {"id": "p"}}, "prompt"),
         ({**BASE, "background": True}, "background"),
+        ({**BASE, "include": ["message.output_text.logprobs"]}, "include"),  # Chat Completions has them
+        ({**BASE, "include": "reasoning.encrypted_content"}, "include"),
+        ({**BASE, "top_logprobs": 21}, "top_logprobs"),
     ],
 )
 def test_each_wrong_field_is_one_400_naming_it(body, param):

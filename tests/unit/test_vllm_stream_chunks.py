@@ -27,6 +27,34 @@ def test_ids_and_their_logprobs_come_as_vllm_sent_them():
     assert parse_stream_chunk(end, "u", True) == StreamedTokens([], [], "length")
 
 
+def test_top_logprobs_are_the_most_likely_ids_most_likely_first():
+    """Asked as token ids; vLLM adds the sampled id when it is not among the top ones."""
+    top = [
+        {"token_id:9": -2.5, "token_id:5": -0.5, "token_id:4": -1.0},
+        {"token_id:6": -0.25, "token_id:3": -3.0},
+    ]
+    data = chunk(text="ab", token_ids=[5, 6], logprobs={"token_logprobs": [-0.5, -0.25], "top_logprobs": top})
+    parsed = parse_stream_chunk(data, "u", True, 2)
+    assert parsed.top_ids == [[5, 4], [6, 3]] and parsed.top_logprobs == [[-0.5, -1.0], [-0.25, -3.0]]
+    assert parse_stream_chunk(data, "u", True).top_ids == []  # not asked, not read
+
+
+@pytest.mark.parametrize(
+    "top",
+    [
+        None,  # asked for, not sent
+        [{"token_id:5": -0.5}],  # one row for two ids
+        [{"a": -0.5}, {"token_id:6": -0.25}],  # a token, not an id
+        [{"token_id:x": -0.5}, {"token_id:6": -0.25}],
+        [["token_id:5"], {"token_id:6": -0.25}],
+    ],
+)
+def test_top_logprobs_that_do_not_add_up_are_refused(top):
+    data = chunk(text="ab", token_ids=[5, 6], logprobs={"token_logprobs": [-0.5, -0.25], "top_logprobs": top})
+    with pytest.raises(UnexpectedResponseError):
+        parse_stream_chunk(data, "u", True, 2)
+
+
 def test_the_stop_string_that_ended_the_answer_is_kept():
     """vLLM's `stop_reason`: the stop string, or a stop token's id (not a client's stop sequence)."""
     stopped = chunk(text="", token_ids=[7], finish_reason="stop", stop_reason="END")

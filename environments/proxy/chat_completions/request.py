@@ -1,15 +1,22 @@
 """Chat Completions requests -> the one `Conversation` (pure logic, no I/O).
 
 `parse_request` validates a decoded body or raises `WireError` with the OpenAI error fields
-(message, param, code). Parameters the proxy does not act on (logprobs, presence and frequency
-penalties, user, metadata, parallel_tool_calls, ...) are accepted and ignored."""
+(message, param, code). Parameters the proxy does not act on (presence and frequency penalties,
+user, metadata, parallel_tool_calls, ...) are accepted and ignored."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from environments.proxy.conversation import Conversation, NamedTool, OutputFormat, ToolChoice, WireError
+from environments.proxy.conversation import (
+    MAX_TOP_LOGPROBS,
+    Conversation,
+    NamedTool,
+    OutputFormat,
+    ToolChoice,
+    WireError,
+)
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 TOOL_CHOICES = frozenset({"auto", "none", "required"})
@@ -38,7 +45,7 @@ def _check_message(index: int, message: Any) -> None:
     if not isinstance(message, dict):
         raise WireError(f"{param} must be an object", param=param)
     role = message.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise WireError(
             f"{param}.role must be one of {sorted(ROLES)}, got {role!r:.40}", param=f"{param}.role"
         )
@@ -188,8 +195,27 @@ def parse_request(body: Any) -> tuple[Conversation, bool]:
         seed=_optional_int(body, "seed", 0),
         stop=stops,
         stream=stream,
+        logprobs=_logprobs(body),
     )
     return conversation, bool(isinstance(options, dict) and options.get("include_usage"))
+
+
+def _logprobs(body: dict[str, Any]) -> int | None:
+    """`logprobs` and `top_logprobs` -> the conversation's `logprobs` (None: not asked)."""
+    asked = body.get("logprobs")
+    if asked is not None and not isinstance(asked, bool):
+        raise WireError(f"'logprobs' must be a boolean, got {asked!r:.40}", param="logprobs")
+    top = body.get("top_logprobs")
+    if top is not None and (
+        isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS
+    ):
+        raise WireError(
+            f"'top_logprobs' must be an integer in [0, {MAX_TOP_LOGPROBS}], got {top!r:.40}",
+            param="top_logprobs",
+        )
+    if top and not asked:
+        raise WireError("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+    return (top or 0) if asked else None
 
 
 def message_text(content: Any) -> str:

@@ -57,7 +57,15 @@ def usage(turn: AssistantTurn) -> dict[str, int]:
     }
 
 
-def completion_body(completion_id: str, model: str, turn: AssistantTurn) -> dict[str, Any]:
+def logprobs_field(entries: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """A choice's `logprobs`: None unless the client asked (environments/proxy/token_logprobs.py)."""
+    return None if entries is None else {"content": entries, "refusal": None}
+
+
+def completion_body(
+    completion_id: str, model: str, turn: AssistantTurn, logprobs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """`logprobs`: every sampled token's entry, when the client asked for them."""
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -68,7 +76,7 @@ def completion_body(completion_id: str, model: str, turn: AssistantTurn) -> dict
                 "index": 0,
                 "message": reply_message(turn),
                 "finish_reason": turn.finish_reason,
-                "logprobs": None,
+                "logprobs": logprobs_field(logprobs),
             }
         ],
         "usage": usage(turn),
@@ -76,12 +84,23 @@ def completion_body(completion_id: str, model: str, turn: AssistantTurn) -> dict
 
 
 class ChunkWriter:
-    """`chat.completion.chunk` events of one answer, as SSE `data:` lines."""
+    """`chat.completion.chunk` events of one answer, as SSE `data:` lines. With `logprobs` asked,
+    the entries given to `add_logprobs` go out on the next chunk written, so each sampled token's
+    entry is sent once, on the chunk that carries its text or after it."""
 
-    def __init__(self, completion_id: str, model: str) -> None:
+    def __init__(self, completion_id: str, model: str, logprobs: bool = False) -> None:
         self.completion_id = completion_id
         self.model = model
         self.created = int(time.time())
+        self.pending: list[dict[str, Any]] | None = [] if logprobs else None
+
+    def add_logprobs(self, entries: list[dict[str, Any]]) -> None:
+        if self.pending is not None:
+            self.pending.extend(entries)
+
+    def _take_logprobs(self) -> dict[str, Any] | None:
+        taken, self.pending = self.pending, None if self.pending is None else []
+        return logprobs_field(taken)
 
     def _event(self, body: dict[str, Any]) -> bytes:
         return f"data: {json.dumps(body, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
@@ -93,7 +112,9 @@ class ChunkWriter:
                 "object": "chat.completion.chunk",
                 "created": self.created,
                 "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+                "choices": [
+                    {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": self._take_logprobs()}
+                ],
             }
         )
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from environments.proxy.chat_completions.request import parse_request
 from environments.proxy.chat_completions.response import ChunkWriter, completion_body, error_body
-from environments.proxy.conversation import ContentDelta, ReasoningDelta, TurnDone, WireError
+from environments.proxy.conversation import ContentDelta, ReasoningDelta, TokenLogprobs, TurnDone, WireError
 from environments.proxy.request_body import read_json
 
 if TYPE_CHECKING:
@@ -40,15 +40,22 @@ def add_routes(app: web.Application, service: TurnService) -> None:
             except WireError as exc:
                 return error_response(exc)
             completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+            asked = conversation.logprobs is not None
             if not conversation.stream:
+                entries: list[dict[str, Any]] = []
                 event = first
                 while not isinstance(event, TurnDone):
+                    if isinstance(event, TokenLogprobs):
+                        entries += event.entries
                     try:
                         event = await anext(events)
                     except WireError as exc:
                         return error_response(exc)
-                return web.json_response(completion_body(completion_id, conversation.model, event.turn))
-            writer = ChunkWriter(completion_id, conversation.model)
+                body = completion_body(
+                    completion_id, conversation.model, event.turn, entries if asked else None
+                )
+                return web.json_response(body)
+            writer = ChunkWriter(completion_id, conversation.model, logprobs=asked)
             response = web.StreamResponse(
                 headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
             )
@@ -61,6 +68,8 @@ def add_routes(app: web.Application, service: TurnService) -> None:
                         await response.write(writer.content(event.text))
                     elif isinstance(event, ReasoningDelta):
                         await response.write(writer.reasoning(event.text))
+                    elif isinstance(event, TokenLogprobs):
+                        writer.add_logprobs(event.entries)
                     elif isinstance(event, TurnDone):
                         await response.write(writer.end(event.turn, include_usage))
                         break

@@ -6,10 +6,12 @@ The request types below are the part of OpenAI's `ResponseCreateParams`
 assistant and text parts, `function_call`, `function_call_output`, `reasoning`); function tools in
 the Responses' flat form; `tool_choice`; `text.format`; `max_output_tokens`, `temperature`,
 `top_p` (and vLLM's `seed`). A `namespace` tool's functions are offered by their own names;
-hosted tools (`web_search`, ...) are left out of what the model sees. Keys the proxy does not act on (`store`, `metadata`, `include`,
-`reasoning`, `parallel_tool_calls`, `truncation`, `user`, ...) are accepted and ignored. The proxy
-keeps no responses: `previous_response_id`, `conversation`, `prompt` and `background` are refused,
-so a client sends its whole input each time (`store: false`), as Codex CLI does.
+hosted tools (`web_search`, ...) are left out of what the model sees. Keys the proxy does not act
+on (`store`, `metadata`, `reasoning`, `parallel_tool_calls`, `truncation`, `user`, ...) are accepted
+and ignored, and so is `include` but for the output text's logprobs, which this wire does not
+return (a 400 that names Chat Completions, which does). The proxy keeps no responses:
+`previous_response_id`, `conversation`, `prompt` and `background` are refused, so a client sends
+its whole input each time (`store: false`), as Codex CLI does.
 
 An assistant turn arrives as consecutive items (its `reasoning`, its `message`, its `function_call`s,
 in any order); every run of assistant-side items becomes ONE assistant message (texts and
@@ -22,7 +24,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from environments.proxy.conversation import Conversation, NamedTool, OutputFormat, ToolChoice, WireError
+from environments.proxy.conversation import (
+    MAX_TOP_LOGPROBS,
+    Conversation,
+    NamedTool,
+    OutputFormat,
+    ToolChoice,
+    WireError,
+)
 from environments.proxy.validated_body import validated
 
 
@@ -218,11 +227,16 @@ class ResponsesRequest(_Part):
     seed: int | None = Field(default=None, ge=0)
     stream: bool | None = False
     parallel_tool_calls: bool | None = None
+    include: list[str] | None = Field(default=None, max_length=64)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     previous_response_id: Any = None
     conversation: Any = None
     prompt: Any = None
     background: Any = None
 
+
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+"""The `include` value that asks for the output text's logprobs."""
 
 STATEFUL = {
     "previous_response_id": "this proxy keeps no responses: send the whole input each time (store: false) "
@@ -349,6 +363,13 @@ def to_conversation(request: ResponsesRequest) -> Conversation:
     for key, why in STATEFUL.items():
         if getattr(request, key) not in (None, False):
             raise WireError(why, param=key, code="unsupported_parameter")
+    if LOGPROBS_INCLUDE in (request.include or []):
+        raise WireError(
+            "this proxy does not return logprobs on the Responses API; Chat Completions' "
+            "'logprobs' and 'top_logprobs' return the sampled tokens' logprobs",
+            param="include",
+            code="unsupported_parameter",
+        )
     builder = _Messages(request.instructions)
     for item in (
         [MessageItem(role="user", content=request.input)] if isinstance(request.input, str) else request.input
