@@ -4,8 +4,8 @@ One entry per sampled token: `{"token", "logprob", "bytes", "top_logprobs": [{"t
 "bytes"}, ...]}`, as Chat Completions' `choices[].logprobs.content` and the Responses API's
 `output_text` logprobs write them. A token's text is the tokenizer's decoding of that one id, and its
 bytes that text's UTF-8, as vLLM's own server writes them (a token that holds part of a character
-decodes to U+FFFD). The logprobs are vLLM's, of the very ids it sampled (one JSON cannot write, -inf,
-is written -9999.0, as vLLM writes it)."""
+decodes to U+FFFD). The logprobs are vLLM's, of the very ids it sampled; -inf, which JSON cannot
+write, is written -9999.0, as vLLM writes it."""
 
 from __future__ import annotations
 
