@@ -194,3 +194,5 @@ class Caller:
     session_id: str | None
     """The session the client named in a header, if any (see sessions.session_id_from_headers)."""
     ends_session: bool = False
+    body_bytes: int = 0
+    """The size of the request's body (its tools and schemas included)."""

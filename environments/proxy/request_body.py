@@ -71,6 +71,7 @@ class BodyReader:
         try:
             raw = await self._read(request, reserved)
             reserved = max(reserved, len(raw))
+            request[BODY_BYTES] = len(raw)
             return await self._parse(raw)
         finally:
             self.in_flight -= reserved
@@ -129,6 +130,8 @@ class BodyReader:
 
 
 BODY_READER = web.AppKey("body_reader", BodyReader)
+BODY_BYTES = web.RequestKey("body_bytes", int)
+"""The size of the body `read_json` read, on the request."""
 
 
 async def read_json(request: web.Request) -> Any:

@@ -43,6 +43,7 @@ from environments.proxy.conversation import (
 from environments.proxy.latency import LatencyWindow
 from environments.proxy.output_grammar import GrammarError, after_thinking, any_object_grammar, schema_grammar
 from environments.proxy.proxy_config import END_HEADER, TRAIN_HEADER, ProxyConfig
+from environments.proxy.request_body import BODY_BYTES
 from environments.proxy.sample_feed import SampleFeed
 from environments.proxy.sessions import HeldSession, SessionTable, session_id_from_headers
 from environments.proxy.streaming import IncrementalDecoder
@@ -60,7 +61,8 @@ from hermes_opd.vllm_api.wire_format import GeneratedSequence
 logger = logging.getLogger(__name__)
 
 LARGE_REQUEST_CHARS = 256 * 1024
-"""Requests with more text than this are rendered in the large-request threads, apart from the rest."""
+"""Requests with more text than this, or a larger body (tool schemas are in the body, not in the
+text), are rendered in the large-request threads, apart from the rest."""
 
 NO_TRAIN_VALUES = frozenset({"false", "0", "off", "no"})
 OWNER = web.RequestKey("owner", str)
@@ -134,6 +136,7 @@ class TurnService:
             may_train=not serve_only and not opted_out,
             session_id=session_id_from_headers(headers),
             ends_session=headers.get(END_HEADER, "").strip().lower() in {"true", "1", "yes"},
+            body_bytes=request.get(BODY_BYTES, 0),
         )
 
     # -- one answer ----------------------------------------------------------------------------
@@ -143,7 +146,7 @@ class TurnService:
         self._check_model(conversation)
         held, _created = self.table.resolve(caller, conversation)
         async with held.lock:
-            prepared = await self._prepare(held, conversation)
+            prepared = await self._prepare(held, conversation, caller.body_bytes)
             sampled = Sampled()
             decoder = IncrementalDecoder(self.tokenizer)
             splitter = StreamSplitter(self._tool_calls_on(conversation), prepared.in_reasoning, self._thinks)
@@ -183,13 +186,14 @@ class TurnService:
             )
         )
 
-    async def count_prompt_tokens(self, conversation: Conversation, owner: str) -> int:
+    async def count_prompt_tokens(self, conversation: Conversation, caller: Caller) -> int:
         """The tokens of the prompt `conversation` renders to, as an answer would send it to vLLM
         (Anthropic's `count_tokens`): planned like a request that does not train, within the same
         bounds, touching no session."""
         self._check_model(conversation)
-        held, _created = self.table.resolve(Caller(owner, may_train=False, session_id=None), conversation)
-        prepared = await self._prepare(held, conversation)
+        untrained = Caller(caller.owner, may_train=False, session_id=None, body_bytes=caller.body_bytes)
+        held, _created = self.table.resolve(untrained, conversation)
+        prepared = await self._prepare(held, conversation, caller.body_bytes)
         return len(prepared.context)
 
     def _check_model(self, conversation: Conversation) -> None:
@@ -206,15 +210,17 @@ class TurnService:
     def _tool_calls_on(conversation: Conversation) -> bool:
         return bool(conversation.tools) and conversation.tool_choice != "none"
 
-    async def _prepare(self, held: HeldSession, conversation: Conversation) -> Prepared:
-        """The session's plan and the output grammar, in the planner threads (bounded)."""
+    async def _prepare(self, held: HeldSession, conversation: Conversation, body_bytes: int = 0) -> Prepared:
+        """The session's plan and the output grammar, in the planner threads (bounded): a request
+        with much text or a large body in the large-request threads, so that it never holds up the
+        small ones."""
         if self._planning >= self.config.max_planning:
             raise WireError("the proxy is preparing too many requests right now; retry later", "overloaded")
         self._planning += 1
         try:
             loop = asyncio.get_running_loop()
             chars = _text_chars(conversation)
-            pool = self.planner if chars > LARGE_REQUEST_CHARS else self.quick_planner
+            pool = self.planner if max(chars, body_bytes) > LARGE_REQUEST_CHARS else self.quick_planner
             prepared = await loop.run_in_executor(pool, self._prepare_sync, held, conversation, chars)
         finally:
             self._planning -= 1

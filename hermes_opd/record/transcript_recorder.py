@@ -21,6 +21,7 @@ whole text (a task text can also occur in the tool schemas or in another message
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import threading
 import weakref
@@ -53,7 +54,7 @@ def render_chat(
     )
 
 
-_PROBES: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], TemplateHistory]] = weakref.WeakKeyDictionary()
+_PROBES: weakref.WeakKeyDictionary[Any, dict[bytes, TemplateHistory]] = weakref.WeakKeyDictionary()
 _PROBES_LOCK = threading.Lock()
 _PROBES_PER_TOKENIZER = 64
 
@@ -61,8 +62,11 @@ _PROBES_PER_TOKENIZER = 64
 def _template_history(tokenizer: Any, tools: list[dict[str, Any]] | None, render: Render) -> TemplateHistory:
     """`probe_template_history(render)`, remembered per tokenizer, chat template and tool list (the
     only inputs of the render): every new session would otherwise render the probe's three
-    conversations again, with a coding agent's tool schemas each time."""
-    key = (str(getattr(tokenizer, "chat_template", None)), json.dumps(tools, sort_keys=True, default=str))
+    conversations again, with a coding agent's tool schemas each time. Keyed by a digest of the
+    template and the tools as given (key order included, as the template sees it), so a client's
+    megabytes of schemas are not kept as keys."""
+    identity = json.dumps([str(getattr(tokenizer, "chat_template", None)), tools], default=str)
+    key = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).digest()
     try:
         with _PROBES_LOCK:
             found = _PROBES.setdefault(tokenizer, {}).get(key)

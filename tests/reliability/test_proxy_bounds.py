@@ -1,6 +1,7 @@
 """The proxy's bounds against hostile requests (issue #41 items 1, 6, 8), on a real proxy whose
 policy server is never reached (every request here is refused before it): a few 3.9 MB bodies
-rendered and refused while `/health` keeps answering in under 100 ms, JSON nested 100,000 deep,
+rendered and refused while `/health` keeps answering in under 100 ms, megabytes of tool schemas
+that never hold up a small request, JSON nested 100,000 deep,
 a lone surrogate, a body trickled a byte at a time, more large bodies at once than the proxy
 holds, and unknown routes: each one clear 4xx or 503 in the wire's error shape, never a 500."""
 
@@ -16,6 +17,7 @@ import aiohttp
 import pytest
 
 from tests.support.proxy_factory import proxy_config, running_proxy
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.reliability
 
@@ -75,6 +77,36 @@ async def test_health_answers_fast_while_large_bodies_are_rendered_and_refused(
     for status, error in answers:
         assert status == 413 and error["error"]["code"] == "context_length_exceeded", error
     assert [e["error"]["message"].split(" ")[1] for _, e in answers] == ["request's"] * 4 + ["rendered"]
+
+
+async def test_large_tool_schemas_never_hold_up_a_small_request(dev_model_dir, dev_tokenizer, tmp_path):
+    """Tool schemas are in the body, not in the messages' text: requests with megabytes of them are
+    rendered in the large-request threads, so a small request sent while they render is planned
+    at once (it reaches the absent policy server, a 502, before any of them is refused)."""
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": f"t{i}", "description": "d" * 40, "parameters": {"type": "object"}},
+        }
+        for i in range(20_000)
+    ]
+    big = json.dumps(
+        {"model": "dev-model", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+    ).encode()
+    config = proxy_config(NoServer(dev_model_dir), tmp_path, train=False, max_prompt_tokens=4096)
+    finished: list[tuple[str, int]] = []
+    async with running_proxy(config, dev_tokenizer) as (url, server), aiohttp.ClientSession() as http:
+
+        async def send(label: str, data: bytes) -> None:
+            status, _ = await post(http, url, data)
+            finished.append((label, status))
+
+        bigs = [asyncio.create_task(send("big", big)) for _ in range(4)]
+        await wait_for(lambda: server.service._planning >= 4, 60, "the large requests never reached planning")
+        await send("small", body("hi"))
+        await asyncio.gather(*bigs)
+    assert finished[0] == ("small", 502), finished  # planned at once, then the absent server
+    assert [status for label, status in finished if label == "big"] == [413] * 4
 
 
 async def test_deep_json_and_a_lone_surrogate_are_400(dev_model_dir, dev_tokenizer, tmp_path):

@@ -37,7 +37,7 @@ def add_routes(app: web.Application, service: TurnService) -> None:
             service.counts["bad_requests"] += 1
             return web.json_response(error_body(exc), status=exc.status)
         try:
-            tokens = await service.count_prompt_tokens(conversation, service.caller(request).owner)
+            tokens = await service.count_prompt_tokens(conversation, service.caller(request))
         except WireError as exc:
             return web.json_response(error_body(exc), status=exc.status)
         return web.json_response({"input_tokens": tokens})
