@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 Comparable = tuple[Any, ...]
@@ -57,6 +58,22 @@ def comparable(message: dict[str, Any]) -> Comparable:
 
 def message_digest(message: Comparable) -> str:
     return hashlib.sha256(json.dumps(message, default=str).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class HistoryKeys:
+    """A request's messages as the session table compares them: each one's comparable form and its
+    digest, in order."""
+
+    comparables: list[Comparable]
+    digests: list[str]
+
+
+def history_keys(messages: list[dict[str, Any]]) -> HistoryKeys:
+    """`comparable` and `message_digest` of every message (for a long history, computed in a worker
+    thread: hashing thousands of messages would hold up the event loop)."""
+    comparables = [comparable(m) for m in messages]
+    return HistoryKeys(comparables, [message_digest(c) for c in comparables])
 
 
 def history_digest(owner: str, message_digests: list[str] | tuple[str, ...]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +56,10 @@ class BodyReader:
         """Bytes of the bodies over `_PARSE_INLINE_BYTES` read so far, handled or refused (their
         memory is freed once their requests end: environments/proxy/memory_return.py)."""
 
-    async def read_json(self, request: web.Request) -> Any:
+    async def read_json(self, request: web.Request, convert: Callable[[Any], Any] | None = None) -> Any:
+        """The body, decoded, then passed through `convert` (a wire's request parser) in the same
+        place: on the loop for a small body, in a worker thread for a large one, whose parse and
+        validation walk every message."""
         limits = self.limits
         declared = request.content_length
         if declared is not None and declared > limits.max_bytes:
@@ -72,7 +76,7 @@ class BodyReader:
             raw = await self._read(request, reserved)
             reserved = max(reserved, len(raw))
             request[BODY_BYTES] = len(raw)
-            return await self._parse(raw)
+            return await self._parse(raw, convert)
         finally:
             self.in_flight -= reserved
             if reserved > _PARSE_INLINE_BYTES:
@@ -104,14 +108,18 @@ class BodyReader:
             ) from None
         return b"".join(chunks)
 
-    async def _parse(self, raw: bytes) -> Any:
+    async def _parse(self, raw: bytes, convert: Callable[[Any], Any] | None) -> Any:
         if not raw:
             raise WireError("the request body is not valid JSON")
         if len(raw) <= _PARSE_INLINE_BYTES:
-            return self._parse_sync(raw)
-        return await asyncio.get_running_loop().run_in_executor(self.executor, self._parse_sync, raw)
+            return self._parse_sync(raw, convert)
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self._parse_sync, raw, convert)
 
-    def _parse_sync(self, raw: bytes) -> Any:
+    def _parse_sync(self, raw: bytes, convert: Callable[[Any], Any] | None = None) -> Any:
+        value = self._decode(raw)
+        return value if convert is None else convert(value)
+
+    def _decode(self, raw: bytes) -> Any:
         try:
             value = loads_bounded(raw, self.bounds)
         except BoundedJSONError as exc:
@@ -134,6 +142,7 @@ BODY_BYTES = web.RequestKey("body_bytes", int)
 """The size of the body `read_json` read, on the request."""
 
 
-async def read_json(request: web.Request) -> Any:
-    """The request's JSON body, through its server's `BodyReader` (raises WireError)."""
-    return await request.app[BODY_READER].read_json(request)
+async def read_json(request: web.Request, convert: Callable[[Any], Any] | None = None) -> Any:
+    """The request's JSON body, through its server's `BodyReader`, passed through `convert` when
+    given (raises WireError)."""
+    return await request.app[BODY_READER].read_json(request, convert)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from environments.proxy.conversation import Caller, Conversation
-from environments.proxy.history import comparable, history_digest, message_digest, rerenders
+from environments.proxy.history import HistoryKeys, history_digest, history_keys, rerenders
 from environments.proxy.proxy_config import SESSION_HEADER, ProxyConfig
 from environments.proxy.session import Branch, SessionState
 
@@ -116,12 +116,14 @@ class SessionTable:
         return len(self.sessions)
 
     # -- lookup --------------------------------------------------------------------------------
-    def resolve(self, caller: Caller, conversation: Conversation) -> tuple[HeldSession, bool]:
+    def resolve(
+        self, caller: Caller, conversation: Conversation, keys: HistoryKeys | None = None
+    ) -> tuple[HeldSession, bool]:
         """(the session, whether it was just created). A no-train caller gets a transient private
         session, never held and never matched by history. With a session id: that session. Without
         one: the session expecting this history re-sent (up to its last assistant message), or whose
         last request it re-sends with our reply re-rendered; else a new session, held only once a
-        turn is committed to it."""
+        turn is committed to it. `keys`: the messages' `history_keys`, when already computed."""
         owner = caller.owner
         if not caller.may_train:
             return self._held(self._state(owner, f"private-{uuid.uuid4().hex[:16]}", private=True)), True
@@ -137,10 +139,11 @@ class SessionTable:
             self._pending[owner] += 1
             return held, True
         origin = None
-        seen_c = [comparable(m) for m in conversation.messages]
+        keys = keys or history_keys(conversation.messages)
+        seen_c = keys.comparables
         last = max((i for i, c in enumerate(seen_c) if c[0] == "assistant"), default=-1)
         if last >= 0:
-            seen = [message_digest(c) for c in seen_c[: last + 1]]
+            seen = keys.digests[: last + 1]
             digest = history_digest(owner, seen)
             for key in self._by_reply.get(digest, ()):
                 held = self.sessions.get(key)

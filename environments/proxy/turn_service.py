@@ -40,6 +40,7 @@ from environments.proxy.conversation import (
     TurnEvent,
     WireError,
 )
+from environments.proxy.history import HistoryKeys, history_keys
 from environments.proxy.latency import LatencyWindow
 from environments.proxy.output_grammar import GrammarError, after_thinking, any_object_grammar, schema_grammar
 from environments.proxy.proxy_config import END_HEADER, TRAIN_HEADER, ProxyConfig
@@ -63,6 +64,10 @@ logger = logging.getLogger(__name__)
 LARGE_REQUEST_CHARS = 256 * 1024
 """Requests with more text than this, or a larger body (tool schemas are in the body, not in the
 text), are rendered in the large-request threads, apart from the rest."""
+
+LONG_HISTORY = 256
+"""Requests with more messages than this have them digested for the session lookup in a worker
+thread, not on the event loop."""
 
 NO_TRAIN_VALUES = frozenset({"false", "0", "off", "no"})
 OWNER = web.RequestKey("owner", str)
@@ -144,7 +149,9 @@ class TurnService:
         started = time.perf_counter()
         self.counts["requests"] += 1
         self._check_model(conversation)
-        held, _created = self.table.resolve(caller, conversation)
+        held, _created = self.table.resolve(
+            caller, conversation, await self._history_keys(conversation, caller)
+        )
         async with held.lock:
             prepared = await self._prepare(held, conversation, caller.body_bytes)
             sampled = Sampled()
@@ -176,6 +183,15 @@ class TurnService:
         if rest:
             yield ContentDelta(rest)
         yield TurnDone(turn)
+
+    async def _history_keys(self, conversation: Conversation, caller: Caller) -> HistoryKeys | None:
+        """The messages' digests for the session lookup, computed in the large-request threads when
+        the history is long (None: short, or not looked up by history; the table computes what it
+        needs)."""
+        if len(conversation.messages) <= LONG_HISTORY or not caller.may_train or caller.session_id:
+            return None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.planner, history_keys, conversation.messages)
 
     def _token_logprobs(self, piece: StreamedTokens) -> TokenLogprobs:
         """The client's logprobs of a piece: one entry per sampled id, the end-of-sequence token

@@ -68,7 +68,7 @@ def wire_handler(
 
     async def handle(request: web.Request) -> web.StreamResponse:
         try:
-            parsed, conversation = parse(await read_json(request))
+            parsed, conversation = await read_json(request, parse)
             caller = service.caller(request)
         except WireError as exc:
             service.counts["bad_requests"] += 1

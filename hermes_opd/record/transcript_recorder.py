@@ -82,6 +82,17 @@ def _template_history(tokenizer: Any, tools: list[dict[str, Any]] | None, render
     return found
 
 
+def _anchor_candidates(messages: list[dict[str, Any]], first_index: int) -> list[int]:
+    """The new messages (from `first_index` on) a later turn's hint can anchor on
+    (`Trajectory.hint_anchor`): the last user message among them, which stays every later turn's
+    last user message until another comes, and the last message, the anchor when a turn's context
+    holds no user message at all. Each candidate costs one render of the whole conversation, so
+    finding only these keeps recording a conversation of n messages at a few renders, not n."""
+    users = [i for i in range(first_index, len(messages)) if messages[i].get("role") == "user"]
+    last = len(messages) - 1
+    return sorted({*users[-1:], *([last] if last >= first_index else [])})
+
+
 def first_context(
     tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
 ) -> list[int]:
@@ -146,14 +157,15 @@ class TranscriptRecorder:
         first_index: int,
         generation_prompt: bool,
     ) -> None:
-        """Tokenize template glue, append it masked, and record where each new message's content ends.
+        """Tokenize template glue, append it masked, and record where the new messages' content
+        ends, for those a hint can anchor on (`_anchor_candidates`).
 
         `glue[i]` is `full[i + shift]` for every position past the closing text of the last turn."""
         encoded = self.tokenizer(glue, add_special_tokens=False, return_offsets_mapping=True)
         ids = list(encoded["input_ids"])
         offsets = [(int(a), int(b)) for a, b in encoded["offset_mapping"]]
         base = len(self.tokens)
-        for index in range(first_index, len(self._render_messages)):
+        for index in _anchor_candidates(self._render_messages, first_index):
             char_end = self._content_end(self._render_messages, index, generation_prompt, full)
             if char_end is None or not 0 <= char_end - shift <= len(glue):
                 continue  # no hint anchor for this message

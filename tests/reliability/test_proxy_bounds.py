@@ -109,6 +109,44 @@ async def test_large_tool_schemas_never_hold_up_a_small_request(dev_model_dir, d
     assert [status for label, status in finished if label == "big"] == [413] * 4
 
 
+async def test_a_long_history_is_parsed_and_digested_off_the_event_loop(
+    dev_model_dir, dev_tokenizer, tmp_path, monkeypatch
+):
+    """Thousands of short messages: every step that walks them (the wire's parse, the digests the
+    session lookup compares, the render) runs in a worker thread, so /health never waits on them."""
+    import threading
+
+    from environments.proxy import turn_service
+    from environments.proxy.chat_completions import routes
+
+    threads: dict[str, str] = {}
+
+    def watched(name, function):
+        def wrapper(*args, **kwargs):
+            threads[name] = threading.current_thread().name
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(routes, "parse_request", watched("parse", routes.parse_request))
+    monkeypatch.setattr(turn_service, "history_keys", watched("digests", turn_service.history_keys))
+    messages = [{"role": ("user", "assistant")[i % 2], "content": f"m{i}"} for i in range(2000)]
+    data = json.dumps(
+        {"model": "dev-model", "messages": [*messages, {"role": "user", "content": "go"}]}
+    ).encode()
+    assert len(data) > 64 * 1024  # a large body
+    no_teacher = {
+        "enabled": False,
+        "prm": {"enabled": True, "judge": {"backend": "rules"}},
+    }  # a training path
+    config = proxy_config(NoServer(dev_model_dir), tmp_path, opd=no_teacher)
+    async with running_proxy(config, dev_tokenizer) as (url, _server), aiohttp.ClientSession() as http:
+        status, _ = await post(http, url, data)
+    assert status == 502  # planned and recorded, then the absent policy server
+    assert set(threads) == {"parse", "digests"}, threads
+    assert threading.main_thread().name not in threads.values(), threads
+
+
 async def test_deep_json_and_a_lone_surrogate_are_400(dev_model_dir, dev_tokenizer, tmp_path):
     config = proxy_config(NoServer(dev_model_dir), tmp_path, train=False)
     deep = b'{"model": "dev-model", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"

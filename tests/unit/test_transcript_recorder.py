@@ -61,11 +61,49 @@ def test_content_ends_point_just_after_message_content(dev_tokenizer):
     recorder.record_generation(gen, [-1.0] * len(gen), {"role": "assistant", "content": "ok"}, "ok")
     recorder.extend([{"role": "tool", "content": "exit code 1"}, {"role": "user", "content": "again"}])
     ends = recorder.content_ends
-    assert set(ends) == {0, 2, 3}
-    for index, text in [(0, "Write add."), (2, "exit code 1"), (3, "again")]:
+    # the anchors a hint can use: each batch's last user message and its last message
+    assert set(ends) == {0, 3}
+    for index, text in [(0, "Write add."), (3, "again")]:
         before = dev_tokenizer.decode(recorder.tokens[: ends[index]])
         assert before.endswith(text)
         assert dev_tokenizer.decode(recorder.tokens[ends[index] : ends[index] + 1]) == "<|im_end|>"
+
+
+class CountingTokenizer:
+    """The dev tokenizer, counting its chat-template renders."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.renders = 0
+
+    def apply_chat_template(self, messages, **kwargs):
+        self.renders += 1
+        return self.inner.apply_chat_template(messages, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, *args, **kwargs):
+        return self.inner(*args, **kwargs)
+
+
+@pytest.mark.parametrize("turns", [1, 200])
+def test_recording_a_long_history_takes_a_few_renders_not_one_per_message(dev_tokenizer, turns):
+    """A client may open a session with thousands of messages: one render per message (each of the
+    whole conversation) would cost minutes of CPU for one request."""
+    history = [
+        m
+        for i in range(turns)
+        for m in ({"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"})
+    ]
+    messages = [*history, {"role": "tool", "content": "out"}, {"role": "user", "content": "last"}]
+    counting = CountingTokenizer(dev_tokenizer)
+    recorder = TranscriptRecorder(counting, None)
+    recorder.start(messages)
+    assert counting.renders <= 8, counting.renders  # the probe's (once per template), the prompt, the anchors
+    last = len(messages) - 1
+    assert set(recorder.content_ends) == {last}
+    assert dev_tokenizer.decode(recorder.tokens[: recorder.content_ends[last]]).endswith("user\nlast")
 
 
 class ThinkStrippingTokenizer:

@@ -27,8 +27,7 @@ def error_response(error: WireError) -> web.Response:
 def add_routes(app: web.Application, service: TurnService) -> None:
     async def chat(request: web.Request) -> web.StreamResponse:
         try:
-            body = await read_json(request)
-            conversation, include_usage = parse_request(body)
+            conversation, include_usage = await read_json(request, parse_request)
             caller = service.caller(request)
         except WireError as exc:
             service.counts["bad_requests"] += 1

@@ -32,7 +32,7 @@ def add_routes(app: web.Application, service: TurnService) -> None:
 
     async def count_tokens(request: web.Request) -> web.Response:
         try:
-            conversation = parse_count_request(await read_json(request))
+            conversation = await read_json(request, parse_count_request)
         except WireError as exc:
             service.counts["bad_requests"] += 1
             return web.json_response(error_body(exc), status=exc.status)
