@@ -39,8 +39,9 @@ class Trajectory:
     messages: list[dict[str, Any]] = field(default_factory=list)
     turns: list[TurnSpan] = field(default_factory=list)
     content_ends: dict[int, int] = field(default_factory=dict)
-    """message index -> token index just after that message's content (non-assistant messages).
-    This is where a hint is spliced into the student's exact prefix."""
+    """message index -> token index just after that message's content, for the messages a hint can
+    anchor on (`hint_anchor`: each batch's last user message and its last message). This is where a
+    hint is spliced into the student's exact prefix."""
     tools: list[dict[str, Any]] | None = None
     template_history: dict[str, Any] | None = None
     """How the chat template treats earlier turns (`hermes_opd.record.template_history.TemplateHistory`):

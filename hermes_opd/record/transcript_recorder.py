@@ -15,7 +15,9 @@ reasoning when a new user message arrives), the stream cannot be extended:
 
 Hint anchors (where a message's content ends) are found inside that message's own rendered region,
 by rendering the message once more with sentinels around its content, never by searching the
-whole text (a task text can also occur in the tool schemas or in another message).
+whole text (a task text can also occur in the tool schemas or in another message). Only the
+messages a hint can anchor on get one (each batch's last user message and its last message), so a
+long history costs a few renders, not one per message.
 """
 
 from __future__ import annotations
