@@ -115,7 +115,7 @@ class BodyReader:
             return self._parse_sync(raw, convert)
         return await asyncio.get_running_loop().run_in_executor(self.executor, self._parse_sync, raw, convert)
 
-    def _parse_sync(self, raw: bytes, convert: Callable[[Any], Any] | None = None) -> Any:
+    def _parse_sync(self, raw: bytes, convert: Callable[[Any], Any] | None) -> Any:
         value = self._decode(raw)
         return value if convert is None else convert(value)
 

@@ -34,8 +34,10 @@ from typing import Any
 
 from environments.proxy.history import (
     Comparable,
+    HistoryKeys,
     comparable,
     history_digest,
+    history_keys,
     message_digest,
     rerenders,
     template_form,
@@ -155,8 +157,14 @@ class SessionState:
         return sum(b.waiting is not None for b in self.branches)
 
     # -- plan (pure) ---------------------------------------------------------------------------
-    def plan(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Plan:
-        """How this request continues the session, and its exact prompt ids. Changes nothing."""
+    def plan(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        keys: HistoryKeys | None = None,
+    ) -> Plan:
+        """How this request continues the session, and its exact prompt ids. Changes nothing.
+        `keys`: the messages' `history_keys`, when the session lookup already computed them."""
         tools = tools or None
         rendered = template_form(messages)
         if self.private:  # never recorded: the prompt alone
@@ -172,8 +180,9 @@ class SessionState:
                 None,
                 self.version,
             )
-        seen_c = [comparable(m) for m in messages]
-        seen = tuple(message_digest(c) for c in seen_c)
+        keys = keys or history_keys(messages)
+        seen_c = keys.comparables
+        seen = tuple(keys.digests)
         ordered = sorted(self.branches, key=lambda b: b.used, reverse=True)
         for branch in ordered:
             n = len(branch.expected)

@@ -66,8 +66,8 @@ LARGE_REQUEST_CHARS = 256 * 1024
 text), are rendered in the large-request threads, apart from the rest."""
 
 LONG_HISTORY = 256
-"""Requests with more messages than this have them digested for the session lookup in a worker
-thread, not on the event loop."""
+"""Requests with more messages than this have them digested (for the session lookup and the plan)
+in a worker thread, not on the event loop."""
 
 NO_TRAIN_VALUES = frozenset({"false", "0", "off", "no"})
 OWNER = web.RequestKey("owner", str)
@@ -149,11 +149,10 @@ class TurnService:
         started = time.perf_counter()
         self.counts["requests"] += 1
         self._check_model(conversation)
-        held, _created = self.table.resolve(
-            caller, conversation, await self._history_keys(conversation, caller)
-        )
+        keys = await self._history_keys(conversation, caller)
+        held, _created = self.table.resolve(caller, conversation, keys)
         async with held.lock:
-            prepared = await self._prepare(held, conversation, caller.body_bytes)
+            prepared = await self._prepare(held, conversation, caller.body_bytes, keys)
             sampled = Sampled()
             decoder = IncrementalDecoder(self.tokenizer)
             splitter = StreamSplitter(self._tool_calls_on(conversation), prepared.in_reasoning, self._thinks)
@@ -185,11 +184,13 @@ class TurnService:
         yield TurnDone(turn)
 
     async def _history_keys(self, conversation: Conversation, caller: Caller) -> HistoryKeys | None:
-        """The messages' digests for the session lookup, computed in the large-request threads when
-        the history is long (None: short, or not looked up by history; the table computes what it
-        needs)."""
-        if len(conversation.messages) <= LONG_HISTORY or not caller.may_train or caller.session_id:
+        """The messages' digests, computed once for the session lookup and the plan: on the loop
+        for a short history, in the large-request threads for a long one (None: a request that is
+        never recorded, which needs none)."""
+        if not caller.may_train:
             return None
+        if len(conversation.messages) <= LONG_HISTORY:
+            return history_keys(conversation.messages)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.planner, history_keys, conversation.messages)
 
@@ -207,7 +208,7 @@ class TurnService:
         (Anthropic's `count_tokens`): planned like a request that does not train, within the same
         bounds, touching no session."""
         self._check_model(conversation)
-        untrained = Caller(caller.owner, may_train=False, session_id=None, body_bytes=caller.body_bytes)
+        untrained = Caller(caller.owner, may_train=False, session_id=None)
         held, _created = self.table.resolve(untrained, conversation)
         prepared = await self._prepare(held, conversation, caller.body_bytes)
         return len(prepared.context)
@@ -226,7 +227,13 @@ class TurnService:
     def _tool_calls_on(conversation: Conversation) -> bool:
         return bool(conversation.tools) and conversation.tool_choice != "none"
 
-    async def _prepare(self, held: HeldSession, conversation: Conversation, body_bytes: int = 0) -> Prepared:
+    async def _prepare(
+        self,
+        held: HeldSession,
+        conversation: Conversation,
+        body_bytes: int = 0,
+        keys: HistoryKeys | None = None,
+    ) -> Prepared:
         """The session's plan and the output grammar, in the planner threads (bounded): a request
         with much text or a large body in the large-request threads, so that it never holds up the
         small ones."""
@@ -237,7 +244,7 @@ class TurnService:
             loop = asyncio.get_running_loop()
             chars = _text_chars(conversation)
             pool = self.planner if max(chars, body_bytes) > LARGE_REQUEST_CHARS else self.quick_planner
-            prepared = await loop.run_in_executor(pool, self._prepare_sync, held, conversation, chars)
+            prepared = await loop.run_in_executor(pool, self._prepare_sync, held, conversation, chars, keys)
         finally:
             self._planning -= 1
         if len(prepared.context) > self.config.max_prompt_tokens:
@@ -250,7 +257,9 @@ class TurnService:
             )
         return prepared
 
-    def _prepare_sync(self, held: HeldSession, conversation: Conversation, chars: int) -> Prepared:
+    def _prepare_sync(
+        self, held: HeldSession, conversation: Conversation, chars: int, keys: HistoryKeys | None
+    ) -> Prepared:
         if chars > self.config.max_prompt_tokens * self._longest_token:
             # no token is longer than `_longest_token` characters: over the bound before rendering
             raise WireError(
@@ -271,7 +280,7 @@ class TurnService:
             )
         grammar = self._grammar(conversation)
         try:
-            plan = held.state.plan(conversation.messages, conversation.tools)
+            plan = held.state.plan(conversation.messages, conversation.tools, keys)
         except WireError:
             raise
         except Exception as exc:  # noqa: BLE001 - the model's chat template refused these messages

@@ -53,7 +53,6 @@ import argparse
 import asyncio
 import json
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,10 +64,10 @@ from typing import Any
 import yaml
 from transformers import AutoTokenizer
 
-from environments.proxy.latency import percentile
 from hermes_opd.bench.common import add_server_arguments, machine_info, pick, server_arguments, with_headline
 from hermes_opd.bench.sampled_logprobs_cost import first_prompts, measure_round
 from hermes_opd.bench.sampled_logprobs_cost import summary as cost_summary
+from hermes_opd.bench.stream_timings import timing_ratios, timing_stats
 from hermes_opd.runtime.server_process import free_port
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
 
@@ -249,15 +248,10 @@ def _summary(times: list[float], tokens: list[int], firsts: list[float], turns: 
     """p50/p95 of the wall and first-text times over every request, and the same over each
     session's first request alone (`first_turn`)."""
 
-    def stats(picked: list[int]) -> dict[str, float]:
-        return {
-            "p50_s": percentile([times[i] for i in picked], 0.5),
-            "p95_s": percentile([times[i] for i in picked], 0.95),
-            "requests": len(picked),
-            "completion_tokens_mean": statistics.fmean(tokens[i] for i in picked),
-            "ttft_p50_s": percentile([firsts[i] for i in picked], 0.5),
-            "ttft_p95_s": percentile([firsts[i] for i in picked], 0.95),
-        }
+    def stats(picked: list[int]) -> dict[str, Any]:
+        return timing_stats(
+            [times[i] for i in picked], [tokens[i] for i in picked], [firsts[i] for i in picked]
+        )
 
     summary: dict[str, Any] = stats(list(range(len(times))))
     summary["first_turn"] = stats([i for i, turn in enumerate(turns) if turn == 0])
@@ -266,9 +260,7 @@ def _summary(times: list[float], tokens: list[int], firsts: list[float], turns: 
 
 def _ratios(summary: dict[str, Any], direct: dict[str, Any]) -> None:
     """Each time's ratio to the same statistic of direct vLLM, written into `summary`."""
-    for key in ("p50", "p95"):
-        summary[f"{key}_ratio"] = summary[f"{key}_s"] / direct[f"{key}_s"]
-        summary[f"ttft_{key}_ratio"] = summary[f"ttft_{key}_s"] / direct[f"ttft_{key}_s"]
+    summary.update(timing_ratios(summary, direct))
 
 
 def _start_proxy(config: dict[str, Any], workdir: Path, name: str) -> tuple[subprocess.Popen, str]:

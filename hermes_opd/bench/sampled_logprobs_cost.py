@@ -17,7 +17,7 @@ import asyncio
 import time
 from typing import Any
 
-from environments.proxy.latency import percentile
+from hermes_opd.bench.stream_timings import timing_ratios, timing_stats
 from hermes_opd.record.transcript_recorder import first_context
 from hermes_opd.vllm_api.client import VLLMCompletionsClient
 
@@ -82,16 +82,7 @@ def summary(samples: dict[str, list[tuple[float, float, int]]]) -> dict[str, Any
     """p50/p95 of each variant's wall and first-id times, and `with` over `without` for each."""
     result: dict[str, Any] = {}
     for variant in VARIANTS:
-        rows = samples[variant]
-        result[variant] = {
-            "p50_s": percentile([r[0] for r in rows], 0.5),
-            "p95_s": percentile([r[0] for r in rows], 0.95),
-            "ttft_p50_s": percentile([r[1] for r in rows], 0.5),
-            "ttft_p95_s": percentile([r[1] for r in rows], 0.95),
-            "requests": len(rows),
-            "completion_tokens_mean": sum(r[2] for r in rows) / len(rows),
-        }
-    for key in ("p50", "p95"):
-        result[f"{key}_ratio"] = result["with"][f"{key}_s"] / result["without"][f"{key}_s"]
-        result[f"ttft_{key}_ratio"] = result["with"][f"ttft_{key}_s"] / result["without"][f"ttft_{key}_s"]
+        walls, firsts, counts = zip(*samples[variant], strict=True)
+        result[variant] = timing_stats(list(walls), list(counts), list(firsts))
+    result.update(timing_ratios(result["with"], result["without"]))
     return result

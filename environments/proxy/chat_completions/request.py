@@ -205,14 +205,9 @@ def _logprobs(body: dict[str, Any]) -> int | None:
     asked = body.get("logprobs")
     if asked is not None and not isinstance(asked, bool):
         raise WireError(f"'logprobs' must be a boolean, got {asked!r:.40}", param="logprobs")
-    top = body.get("top_logprobs")
-    if top is not None and (
-        isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS
-    ):
-        raise WireError(
-            f"'top_logprobs' must be an integer in [0, {MAX_TOP_LOGPROBS}], got {top!r:.40}",
-            param="top_logprobs",
-        )
+    top = _optional_int(body, "top_logprobs", 0)
+    if top is not None and top > MAX_TOP_LOGPROBS:
+        raise WireError(f"'top_logprobs' must be at most {MAX_TOP_LOGPROBS}, got {top}", param="top_logprobs")
     if top and not asked:
         raise WireError("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
     return (top or 0) if asked else None
